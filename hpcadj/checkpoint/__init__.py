@@ -1,0 +1,1 @@
+"""Checkpointing: plans (schedules/, pure) and the levels that hold snapshots (storage/)."""

@@ -1,0 +1,42 @@
+"""The schedule interface: a pure, re-iterable stream of actions for n steps and K levels."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Sequence
+
+from .actions import Action
+
+
+class ScheduleError(ValueError):
+    """No plan of this kind exists for these inputs (e.g. a budget too small)."""
+
+
+class Schedule(abc.ABC):
+    """A checkpoint plan for ``n_steps`` steps over levels with ``capacities`` slots each.
+
+    Planning has no side effects: :meth:`actions` may be iterated any number of times and yields the
+    same stream on every rank.
+    """
+
+    name: str = "abstract"
+
+    def __init__(self, n_steps: int, capacities: Sequence[int]):
+        if n_steps < 1:
+            raise ScheduleError(f"steps must be >= 1, got {n_steps}")
+        if not capacities or any(c < 0 for c in capacities):
+            raise ScheduleError(f"capacities must be non-negative slot counts, got {list(capacities)}")
+        if sum(capacities) < 1:
+            raise ScheduleError("no slot on any level: at least u_0 must be stored")
+        self.n_steps = int(n_steps)
+        self.capacities = tuple(int(c) for c in capacities)
+
+    @abc.abstractmethod
+    def actions(self) -> Iterator[Action]:
+        """Yield the plan, ending with ``EndReverse``."""
+
+    def __iter__(self) -> Iterator[Action]:
+        return self.actions()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(n_steps={self.n_steps}, capacities={self.capacities})"

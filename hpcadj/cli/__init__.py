@@ -1,0 +1,88 @@
+"""The ``hpcadj`` command: one subcommand per module in this package.
+
+Bad input never shows a traceback: a :class:`CliError` (or an argparse error) prints one line on
+stderr (rank 0 only under MPI) and exits with status 2. Arguments with a single leading dash that
+hpcadj does not know (``-log_view``, ``-heat_ksp_type cg``) are left to PETSc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: subcommand modules, in ``--help`` order; each has ``add_parser(subparsers)`` and ``main(args)``.
+SUBCOMMANDS = ["run", "gradcheck"]
+
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """Bad input from the user: reported as one line on stderr, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """ArgumentParser whose errors are one line, not usage plus message."""
+
+    def error(self, message):
+        raise CliError(f"{self.prog}: {message}")
+
+
+def _rank() -> int:
+    mpi = sys.modules.get("mpi4py.MPI")
+    return mpi.COMM_WORLD.rank if mpi is not None else 0
+
+
+def report_error(message: str) -> int:
+    """Print ``message`` as the one error line (rank 0 only) and return the usage exit status."""
+    if _rank() == 0:
+        print(f"hpcadj: error: {message}", file=sys.stderr, flush=True)
+    return EXIT_USAGE
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="hpcadj", description="Checkpointed discrete adjoints of PETSc time steppers.")
+    from .. import __version__
+
+    parser.add_argument("--version", action="version", version=f"hpcadj {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    for name in SUBCOMMANDS:
+        module = importlib.import_module(f".{name}", __name__)
+        module.add_parser(sub)
+    return parser
+
+
+def split_petsc_options(unknown: list[str]) -> list[str]:
+    """Return the PETSc options among ``unknown``; anything else is a usage error."""
+    petsc_opts: list[str] = []
+    expect_value = False
+    for token in unknown:
+        if token.startswith("-") and not token.startswith("--") and len(token) > 1 and not _is_number(token):
+            petsc_opts.append(token)
+            expect_value = True
+        elif expect_value and not token.startswith("--"):
+            petsc_opts.append(token)
+            expect_value = False
+        else:
+            raise CliError(f"unrecognized argument: {token}")
+    return petsc_opts
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        parser = build_parser()
+        args, unknown = parser.parse_known_args(argv)
+        args.petsc_options = split_petsc_options(unknown)
+        return int(args.func(args) or 0)
+    except CliError as exc:
+        return report_error(str(exc))

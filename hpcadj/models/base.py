@@ -1,0 +1,125 @@
+"""The stepper seam: the public API a PETSc time stepper implements to get checkpointed gradients.
+
+A model owns its PETSc DMDA and its controls (initial-condition and parameter fields, as PETSc Vecs
+in a dict keyed by name). With the controls fixed, :meth:`Stepper.step` must be a pure function of
+``(i, u)``: no Krylov initial guess or cache carried from one call to the next, so that a recomputed
+state is bitwise equal to the first one. The driver supplies both ends of a step to
+:meth:`Stepper.adjoint_step`; a scheme that needs stage values recomputes them there.
+
+Objective: J = sum over i = 0..n of :meth:`Stepper.objective` (i, u_i); the final-time term is the
+i = n contribution. The gradient is dJ/d(control) for every control.
+"""
+
+from __future__ import annotations
+
+import abc
+import argparse
+from collections.abc import Mapping
+
+from ..snapshot import Snapshot, SnapshotLayout
+
+Controls = dict  # name -> PETSc.Vec
+
+
+class Stepper(abc.ABC):
+    """A distributed time stepper with its exact discrete adjoint (Seam 1 of DESIGN.md).
+
+    Attributes
+    ----------
+    name : str
+        Registry name (``hpcadj run --model NAME``).
+    comm : mpi4py communicator
+        The communicator the DMDA is distributed over.
+    n_steps : int
+        Number of time steps n (states u_0 .. u_n).
+    """
+
+    name: str = "abstract"
+
+    # -- construction from the command line -------------------------------------------------
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """Add this model's own options (defaults ``None`` so other models are not affected)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def from_args(cls, comm, args: argparse.Namespace) -> "Stepper":
+        """Build the model from parsed command-line arguments; raise ValueError on bad input."""
+
+    # -- controls ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def default_controls(self) -> Controls:
+        """Fresh Vecs holding the default controls."""
+
+    @abc.abstractmethod
+    def set_controls(self, controls: Mapping) -> None:
+        """Use these controls for every following step (copies them; rebuilds operators)."""
+
+    @abc.abstractmethod
+    def initial_state(self):
+        """u_0 built from the current controls (a new Vec)."""
+
+    # -- forward ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def step(self, i: int, u):
+        """Return u_{i+1} (a new Vec) from u_i; pure in ``(i, u)``."""
+
+    @abc.abstractmethod
+    def objective(self, i: int, u) -> float:
+        """Contribution J_i(u_i) of state i to the objective (0.0 where there is none)."""
+
+    @abc.abstractmethod
+    def objective_gradient(self, i: int, u):
+        """dJ_i/du_i as a new Vec, or ``None`` when state i does not enter the objective."""
+
+    # -- adjoint ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def adjoint_step(self, i: int, u, u_next, lam_next, grad: Controls):
+        """Return lambda_i = (du_{i+1}/du_i)^T lambda_{i+1} (a new Vec).
+
+        Adds (du_{i+1}/dp)^T lambda_{i+1} into ``grad[p]`` for every parameter control p.
+        The objective term dJ_i/du_i is added by the driver.
+        """
+
+    @abc.abstractmethod
+    def initial_adjoint(self, lam0, grad: Controls) -> None:
+        """Add (du_0/dc)^T lambda_0 into ``grad[c]`` for the controls that build u_0."""
+
+    # -- tangent linear (for the dot-product test) -----------------------------------------
+    @abc.abstractmethod
+    def initial_tangent(self, dcontrols: Controls):
+        """du_0 = (du_0/dc) dc for a control perturbation ``dcontrols``."""
+
+    @abc.abstractmethod
+    def tangent_step(self, i: int, u, u_next, du, dcontrols: Controls):
+        """du_{i+1} = (du_{i+1}/du_i) du + (du_{i+1}/dp) dp."""
+
+    # -- what a checkpoint holds ------------------------------------------------------------
+    @abc.abstractmethod
+    def snapshot_layout(self) -> SnapshotLayout:
+        """Global natural-ordered shape and this rank's block of every snapshot field."""
+
+    @abc.abstractmethod
+    def snapshot(self, u) -> Snapshot:
+        """This rank's owned blocks of state ``u`` (copies, natural axis order)."""
+
+    @abc.abstractmethod
+    def restore(self, snapshot: Snapshot):
+        """A new state Vec from this rank's blocks (inverse of :meth:`snapshot`)."""
+
+    @abc.abstractmethod
+    def control_layout(self) -> SnapshotLayout:
+        """Global shape and this rank's block of every control field (for gradient files)."""
+
+    @abc.abstractmethod
+    def control_arrays(self, controls: Controls) -> Snapshot:
+        """This rank's owned blocks of control-shaped Vecs (gradients included)."""
+
+    # -- description ------------------------------------------------------------------------
+    def describe(self) -> dict:
+        """Facts for summaries and logs (``model``, ``grid``, ``steps``, ...)."""
+        return {"model": self.name, "steps": self.n_steps}
+
+    def snapshot_bytes(self) -> int:
+        """Bytes of one snapshot over all ranks."""
+        return sum(f.global_nbytes for f in self.snapshot_layout().values())

@@ -1,0 +1,48 @@
+"""What a checkpoint holds, as plain data both models and storage levels understand.
+
+A snapshot is ``{field name: this rank's owned block as a numpy array}``; its :class:`FieldLayout`
+says where that block sits in the field's global, natural-ordered array (C order, slowest axis first:
+(ny, nx) or (nz, ny, nx), plus trailing component axes). Models produce snapshots; levels store them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+Snapshot = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class FieldLayout:
+    """Where this rank's block of one field sits in the global natural-ordered array."""
+
+    global_shape: tuple[int, ...]
+    start: tuple[int, ...]
+    shape: tuple[int, ...]
+    dtype: str = "float64"
+
+    def __post_init__(self):
+        if not len(self.global_shape) == len(self.start) == len(self.shape):
+            raise ValueError("global_shape, start and shape must have the same rank")
+
+    @property
+    def slices(self) -> tuple[slice, ...]:
+        return tuple(slice(s, s + n) for s, n in zip(self.start, self.shape))
+
+    @property
+    def local_nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    @property
+    def global_nbytes(self) -> int:
+        return int(np.prod(self.global_shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+SnapshotLayout = dict[str, FieldLayout]
+
+
+def snapshot_nbytes(snapshot: Snapshot) -> int:
+    """Bytes of this rank's blocks."""
+    return sum(a.nbytes for a in snapshot.values())

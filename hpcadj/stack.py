@@ -1,0 +1,76 @@
+"""Import the MPI/PETSc/HDF5 stack the same way everywhere.
+
+Debian's petsc4py finds PETSc through ``/usr/lib/petsc``, which only ``petsc-dev`` creates; without
+it we point ``PETSC_DIR`` at the installed ``/usr/lib/petscdir/petsc*/*-real`` (found by glob, never
+a hard-coded version). Debian's h5py picks its MPI build only under mpirun unless
+``H5PY_ALWAYS_USE_MPI`` is set, so we set it: the parallel HDF5 level needs the MPI build even on one
+rank.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+os.environ.setdefault("H5PY_ALWAYS_USE_MPI", "1")
+os.environ.setdefault("HDF5_USE_FILE_LOCKING", "FALSE")
+
+_petsc = None
+
+
+def _debian_petsc_dir() -> str | None:
+    candidates = sorted(glob.glob("/usr/lib/petscdir/petsc*/*-real"))
+    return candidates[-1] if candidates else None
+
+
+def petsc():
+    """Return the ``petsc4py.PETSc`` module, initialised once with ``sys.argv`` (PETSc options)."""
+    global _petsc
+    if _petsc is not None:
+        return _petsc
+    try:
+        import petsc4py
+    except ImportError:
+        petsc_dir = os.environ.get("PETSC_DIR") or _debian_petsc_dir()
+        if petsc_dir is None:
+            raise
+        os.environ["PETSC_DIR"] = petsc_dir
+        path = os.path.join(petsc_dir, "lib", "python3", "dist-packages")
+        if path not in sys.path:
+            sys.path.append(path)
+        import petsc4py
+    petsc4py.init(sys.argv)
+    from petsc4py import PETSc
+
+    _petsc = PETSc
+    return PETSc
+
+
+def mpi():
+    """Return ``mpi4py.MPI``."""
+    from mpi4py import MPI
+
+    return MPI
+
+
+def h5py():
+    """Return h5py, insisting on its MPI build (the parallel HDF5 level and gradient files need it)."""
+    import h5py as _h5py
+
+    if not _h5py.get_config().mpi:
+        raise RuntimeError("h5py was not built with MPI support; install python3-h5py-mpi "
+                           "or build h5py with HDF5_MPI=ON")
+    return _h5py
+
+
+def check() -> None:
+    """Import every part of the stack and print one line of versions (used by ``make setup``)."""
+    PETSc = petsc()
+    MPI = mpi()
+    h5 = h5py()
+    import numpy
+
+    print("stack: PETSc %d.%d.%d, %s, h5py %s (HDF5 %s, mpi), numpy %s, Python %s" % (
+        *PETSc.Sys.getVersion(), MPI.Get_library_version().split(",")[0].strip(),
+        h5.__version__, h5.version.hdf5_version, numpy.__version__, sys.version.split()[0]))

@@ -1,0 +1,80 @@
+"""Phase timing: a context manager per phase that feeds PETSc.Log events, totals and sinks."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+
+@dataclass
+class PhaseTotal:
+    """Accumulated cost of one phase (per level for store/restore phases)."""
+
+    seconds: float = 0.0
+    count: int = 0
+    nbytes: int = 0
+    steps: int = 0
+
+
+class Telemetry:
+    """Times phases; each finished phase goes to the totals and to every sink.
+
+    A sink is any callable taking one event dict (``phase``, ``t0``, ``seconds``, ``step``,
+    ``steps``, ``bytes``, ``level``). With ``petsc_events`` each phase is also a PETSc.Log event
+    named ``hpcadj:<phase>``, so ``-log_view`` shows hpcadj's phases.
+    """
+
+    def __init__(self, sinks=(), petsc_events: bool = True):
+        self.sinks = list(sinks)
+        self.totals: dict[tuple[str, str | None], PhaseTotal] = {}
+        self._petsc_events = petsc_events
+        self._events: dict[str, object] = {}
+
+    def _petsc_event(self, phase: str):
+        event = self._events.get(phase)
+        if event is None:
+            from ..stack import petsc
+
+            event = petsc().Log.Event(f"hpcadj:{phase}")
+            self._events[phase] = event
+        return event
+
+    @contextmanager
+    def phase(self, phase: str, *, step: int | None = None, steps: int = 0, nbytes: int = 0,
+              level: str | None = None):
+        """Time the enclosed block as ``phase`` (``steps`` time steps, ``nbytes`` moved on ``level``)."""
+        event = self._petsc_event(phase) if self._petsc_events else None
+        if event is not None:
+            event.begin()
+        t0 = time.time()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            seconds = time.perf_counter() - start
+            if event is not None:
+                event.end()
+            self.record(phase, t0=t0, seconds=seconds, step=step, steps=steps, nbytes=nbytes,
+                        level=level)
+
+    def record(self, phase: str, *, t0: float, seconds: float, step=None, steps: int = 0,
+               nbytes: int = 0, level: str | None = None) -> None:
+        """Account a finished phase (also for phases timed elsewhere, e.g. on an I/O thread)."""
+        total = self.totals.setdefault((phase, level), PhaseTotal())
+        total.seconds += seconds
+        total.count += 1
+        total.nbytes += nbytes
+        total.steps += steps
+        if self.sinks:
+            event = {"phase": phase, "t0": t0, "seconds": seconds, "step": step, "steps": steps,
+                     "bytes": nbytes, "level": level}
+            for sink in self.sinks:
+                sink(event)
+
+    def phase_seconds(self) -> dict[str, float]:
+        """Seconds per phase, summed over levels."""
+        out: dict[str, float] = {}
+        for (phase, _level), total in self.totals.items():
+            out[phase] = out.get(phase, 0.0) + total.seconds
+        return out

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Idempotent set-up on Debian 12/13 as root: the Debian MPI stack, then .venv with hpcadj editable.
+# A second run takes a few seconds: it only checks what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+debs=(openmpi-bin libopenmpi-dev python3-mpi4py python3-petsc4py python3-h5py-mpi hdf5-tools
+      python3-venv python3-pip python3-setuptools python3-numpy python3-matplotlib python3-tqdm
+      python3-pytest python3-hypothesis)
+missing=()
+for p in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: missing Debian packages (${missing[*]}); run 'make setup' as root or install them" >&2
+    exit 2
+  fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+stamp=.venv/.hpcadj-setup
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  [ -x .venv/bin/python ] || /usr/bin/python3 -m venv --system-site-packages .venv
+  # Keep Debian's numpy: petsc4py and h5py are built against it (DESIGN.md, stack pitfalls).
+  sysnumpy=$(/usr/bin/python3 -c 'import numpy; print(numpy.__version__)')
+  echo "numpy==$sysnumpy" > .venv/constraints.txt
+  .venv/bin/python -m pip install -q --disable-pip-version-check -c .venv/constraints.txt \
+      --no-build-isolation -e '.[test]'
+  touch "$stamp"
+fi
+.venv/bin/python -c 'import hpcadj.stack as s; s.check()' 

@@ -1,0 +1,63 @@
+"""Launch hpcadj and pytest under real mpirun, with a timeout that kills the whole process group."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+HPCADJ = str(Path(PYTHON).with_name("hpcadj"))
+
+
+def mpi_env(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONUNBUFFERED="1")
+    # Two cores, several ranks: let OpenMPI yield instead of spinning in busy-wait.
+    env.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+    if extra:
+        env.update(extra)
+    return env
+
+
+def mpirun(nranks: int, argv: list[str], *, timeout: float = 300, env: dict | None = None,
+           cwd=None) -> subprocess.CompletedProcess:
+    """Run ``argv`` on ``nranks`` ranks; a run past ``timeout`` is killed and reported as rc 124."""
+    cmd = ["mpirun", "--oversubscribe", "-n", str(nranks), *argv]
+    return run(cmd, timeout=timeout, env=mpi_env(env), cwd=cwd)
+
+
+def run(cmd: list[str], *, timeout: float = 300, env: dict | None = None, cwd=None,
+        input: str | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env if env is not None else mpi_env(), cwd=cwd or ROOT,
+                            start_new_session=True, stdin=subprocess.PIPE if input else subprocess.DEVNULL)
+    try:
+        out, err = proc.communicate(input=input, timeout=timeout)
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return subprocess.CompletedProcess(cmd, 124, out, err + f"\n[timed out after {timeout} s]")
+
+
+def hpcadj(args: list[str], nranks: int = 1, *, timeout: float = 300, env: dict | None = None,
+           cwd=None) -> subprocess.CompletedProcess:
+    """Run the ``hpcadj`` command, under mpirun when ``nranks`` > 1."""
+    if nranks == 1:
+        return run([HPCADJ, *args], timeout=timeout, env=mpi_env(env), cwd=cwd)
+    return mpirun(nranks, [HPCADJ, *args], timeout=timeout, env=env, cwd=cwd)
+
+
+def hpcadj_json(args: list[str], nranks: int = 1, **kw) -> dict:
+    """Run ``hpcadj ... --json`` and return its one JSON object (fails the test on error)."""
+    proc = hpcadj([*args, "--json"], nranks, **kw)
+    assert proc.returncode == 0, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one JSON line, got:\n{proc.stdout}"
+    return json.loads(lines[0])

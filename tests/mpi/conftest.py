@@ -1,0 +1,28 @@
+"""Fixtures for tests that run on every rank under mpirun."""
+
+import os
+
+import pytest
+
+
+def pytest_configure(config):
+    """Give every rank its own pytest base temp directory (ranks must not wipe each other's)."""
+    base = os.environ.get("HPCADJ_MPI_BASETEMP")
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0"))
+    if base:
+        config.option.basetemp = os.path.join(base, f"rank{rank}")
+
+
+@pytest.fixture(scope="session")
+def comm():
+    from hpcadj.stack import mpi, petsc
+
+    petsc()
+    return mpi().COMM_WORLD
+
+
+@pytest.fixture
+def shared_tmp(comm, tmp_path_factory):
+    """A directory path agreed by all ranks (rank 0's tmp dir, broadcast)."""
+    path = str(tmp_path_factory.mktemp("shared")) if comm.rank == 0 else None
+    return comm.bcast(path, root=0)

@@ -24,8 +24,8 @@ def _debian_petsc_dir() -> str | None:
     return candidates[-1] if candidates else None
 
 
-def petsc():
-    """Return the ``petsc4py.PETSc`` module, initialised once with ``sys.argv`` (PETSc options)."""
+def petsc(options: list[str] | None = None):
+    """Return ``petsc4py.PETSc``, initialised on first use with ``options`` (else ``sys.argv``)."""
     global _petsc
     if _petsc is not None:
         return _petsc
@@ -40,7 +40,7 @@ def petsc():
         if path not in sys.path:
             sys.path.append(path)
         import petsc4py
-    petsc4py.init(sys.argv)
+    petsc4py.init(sys.argv if options is None else [sys.argv[0], *options])
     from petsc4py import PETSc
 
     _petsc = PETSc

@@ -1,0 +1,172 @@
+"""The gradient driver: executes a checkpoint plan with a stepper and a hierarchy of storage levels.
+
+One executor dispatches on the action type (``functools.singledispatchmethod``); the plan decides
+*when* states are stored, the stepper decides *what* a snapshot holds, the levels decide *where*.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import singledispatchmethod
+
+from ..checkpoint.schedules.actions import (Adjoint, Advance, EndForward, EndReverse, Free, Move, PlanError,
+                                            Restore, Store, WorkingStates)
+from ..snapshot import snapshot_nbytes
+from ..telemetry import Telemetry
+
+
+@dataclass
+class GradientResult:
+    """J, dJ/d(control) for every control, and what it cost in step evaluations."""
+
+    J: float
+    gradient: dict
+    forward_steps: int = 0
+    recomputed_steps: int = 0
+    adjoint_steps: int = 0
+    level_stats: list = field(default_factory=list)
+
+    @property
+    def first_sweep_steps(self) -> int:
+        return self.forward_steps - self.recomputed_steps
+
+
+class Driver:
+    """Runs one forward + reverse sweep following ``schedule`` over ``levels`` (index = plan level).
+
+    Parameters
+    ----------
+    stepper : Stepper
+        The model.
+    levels : sequence of Level
+        Level k of the plan is ``levels[k]``.
+    telemetry : Telemetry, optional
+        Receives every phase (forward, recompute, adjoint, objective, store, restore, move).
+    """
+
+    def __init__(self, stepper, levels, telemetry: Telemetry | None = None, progress=None):
+        self.stepper = stepper
+        self.levels = list(levels)
+        self.telemetry = telemetry or Telemetry(petsc_events=False)
+        self.progress = progress
+
+    def run(self, schedule, controls) -> GradientResult:
+        """Execute every action of ``schedule`` with ``controls``; return J and the gradient."""
+        stepper = self.stepper
+        stepper.set_controls(controls)
+        self.n = stepper.n_steps
+        if schedule.n_steps != self.n:
+            raise PlanError(f"plan is for {schedule.n_steps} steps, the model runs {self.n}")
+        u0 = stepper.initial_state()
+        self.work = WorkingStates(0, u0)
+        self.frontier = 0
+        self.lam = None
+        self.lam_step = None
+        self.grad = {name: vec.duplicate() for name, vec in controls.items()}
+        for vec in self.grad.values():
+            vec.set(0.0)
+        self.result = GradientResult(J=0.0, gradient=self.grad)
+        with self.telemetry.phase("objective", step=0):
+            self.result.J += stepper.objective(0, u0)
+        self.finished = False
+        for action in schedule.actions():
+            self.execute(action)
+        if not self.finished:
+            raise PlanError("the plan ended without EndReverse")
+        self.result.level_stats = [level.stats for level in self.levels]
+        return self.result
+
+    def _level(self, index: int):
+        try:
+            return self.levels[index]
+        except IndexError:
+            raise PlanError(f"plan uses level {index}, only {len(self.levels)} exist") from None
+
+    @singledispatchmethod
+    def execute(self, action) -> None:
+        raise PlanError(f"unknown action {action!r}")
+
+    @execute.register
+    def _(self, action: Advance) -> None:
+        u = self.work.get(action.n0)
+        previous = u
+        k = action.n0
+        while k < action.n1:
+            # split the range at the frontier: steps beyond it are first-sweep, the rest recompute
+            first = k >= self.frontier
+            end = action.n1 if first else min(action.n1, self.frontier)
+            with self.telemetry.phase("forward" if first else "recompute", step=k, steps=end - k):
+                for i in range(k, end):
+                    previous, u = u, self.stepper.step(i, u)
+                    if first:
+                        self.result.J += self.stepper.objective(i + 1, u)
+            self.result.forward_steps += end - k
+            if not first:
+                self.result.recomputed_steps += end - k
+            else:
+                self.frontier = end
+            if self.progress is not None:
+                self.progress.forward(end - k, recompute=not first)
+            k = end
+        self.work.advanced(action.n0, action.n1, previous, u)
+
+    @execute.register
+    def _(self, action: Store) -> None:
+        level = self._level(action.level)
+        snapshot = self.stepper.snapshot(self.work.get(action.n))
+        with self.telemetry.phase("store", step=action.n, nbytes=snapshot_nbytes(snapshot), level=level.name):
+            level.write(action.n, snapshot)
+
+    @execute.register
+    def _(self, action: Restore) -> None:
+        level = self._level(action.level)
+        with self.telemetry.phase("restore", step=action.n, level=level.name):
+            snapshot = level.read(action.n)
+        self.work.restored(action.n, self.stepper.restore(snapshot))
+
+    @execute.register
+    def _(self, action: Move) -> None:
+        src, dst = self._level(action.src), self._level(action.dst)
+        with self.telemetry.phase("move", step=action.n, level=f"{src.name}->{dst.name}"):
+            dst.write(action.n, src.read(action.n))
+            src.free(action.n)
+
+    @execute.register
+    def _(self, action: Free) -> None:
+        self._level(action.level).free(action.n)
+
+    @execute.register
+    def _(self, action: EndForward) -> None:
+        if self.frontier != self.n or self.n not in self.work:
+            raise PlanError(f"EndForward before u_{self.n} was reached (frontier {self.frontier})")
+        lam = self.stepper.objective_gradient(self.n, self.work.get(self.n))
+        if lam is None:
+            lam = self.work.get(self.n).duplicate()
+            lam.set(0.0)
+        self.lam, self.lam_step = lam, self.n
+
+    @execute.register
+    def _(self, action: Adjoint) -> None:
+        if self.lam_step != action.n1:
+            raise PlanError(f"adjoint step {action.n0} needs lambda_{action.n1}, have lambda_{self.lam_step}")
+        u, u_next = self.work.get(action.n0), self.work.get(action.n1)
+        with self.telemetry.phase("adjoint", step=action.n0, steps=1):
+            lam = self.stepper.adjoint_step(action.n0, u, u_next, self.lam, self.grad)
+            dj = self.stepper.objective_gradient(action.n0, u)
+            if dj is not None:
+                lam.axpy(1.0, dj)
+        self.lam, self.lam_step = lam, action.n0
+        self.result.adjoint_steps += 1
+        self.work.adjoint_done(action.n0)
+        if self.progress is not None:
+            self.progress.adjoint(1)
+
+    @execute.register
+    def _(self, action: EndReverse) -> None:
+        if self.lam_step != 0:
+            raise PlanError(f"EndReverse with lambda_{self.lam_step}, not lambda_0")
+        left = [(level.name, level.occupied) for level in self.levels if level.occupied]
+        if left:
+            raise PlanError(f"snapshots left stored at the end: {left}")
+        self.stepper.initial_adjoint(self.lam, self.grad)
+        self.finished = True

@@ -1,0 +1,58 @@
+"""``hpcadj gradcheck``: Taylor test per control and the tangent-linear/adjoint dot-product test."""
+
+from __future__ import annotations
+
+import json
+
+from .common import add_model_arguments, build_model, world
+
+MIN_RATE = 1.95
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("gradcheck", help="verify the gradient (Taylor and dot-product tests)",
+                              description="Verify dJ/d(controls): the Taylor remainder must decay at "
+                                          f"rate >= {MIN_RATE} for every control, and the tangent-linear "
+                                          "and adjoint directional derivatives must agree. Exit 1 if not.")
+    add_model_arguments(p)
+    p.add_argument("--eps", type=float, default=1e-2, help="first Taylor step (default 1e-2)")
+    p.add_argument("--halvings", type=int, default=4, help="Taylor halvings (default 4)")
+    p.add_argument("--dot-tol", type=float, default=None,
+                   help="largest relative TLM/adjoint mismatch accepted (model default: 1e-10)")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from ..adjoint import compute_gradient, dot_product_test, taylor_test
+    from . import CliError
+
+    if not args.eps > 0 or args.halvings < 1:
+        raise CliError("--eps must be positive and --halvings >= 1")
+    comm = world(args)
+    model = build_model(args, comm)
+    controls = model.default_controls()
+    gradient = compute_gradient(model, controls)
+    tol = args.dot_tol if args.dot_tol is not None else getattr(model, "dot_product_tolerance", 1e-10)
+    taylor = {name: taylor_test(model, controls, name, eps0=args.eps, halvings=args.halvings,
+                                gradient=gradient) for name in sorted(controls)}
+    dot = dot_product_test(model, controls, gradient=gradient)
+    passed = all(t.min_rate >= MIN_RATE for t in taylor.values()) and dot.relative_mismatch <= tol
+    if comm.rank == 0:
+        info = {**model.describe(), "ranks": comm.size, "J": gradient.J,
+                "taylor": {name: {"eps": t.eps, "remainders": t.remainders, "rates": t.rates,
+                                  "min_rate": t.min_rate} for name, t in taylor.items()},
+                "dot_product": {"tangent": dot.tangent, "adjoint": dot.adjoint,
+                                "relative_mismatch": dot.relative_mismatch, "tolerance": tol},
+                "passed": passed}
+        if args.json:
+            print(json.dumps(info))
+        else:
+            print(f"hpcadj gradcheck: {model.name}, J = {gradient.J:.12e}")
+            for name, t in taylor.items():
+                rates = " ".join(f"{r:.3f}" for r in t.rates)
+                print(f"  Taylor {name:>8}: remainder rates {rates}  (need >= {MIN_RATE})")
+            print(f"  dot product: TLM {dot.tangent:.15e} adjoint {dot.adjoint:.15e} "
+                  f"relative mismatch {dot.relative_mismatch:.2e} (need <= {tol:.0e})")
+            print("  PASSED" if passed else "  FAILED")
+    return 0 if passed else 1

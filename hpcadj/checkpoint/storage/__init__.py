@@ -1,6 +1,11 @@
 """Storage levels: where snapshots live (RAM, node-local files, parallel HDF5). No physics here."""
 
-from .base import Level, LevelError, LevelStats
+from .base import CorruptSnapshot, Level, LevelError, LevelStats, agree_run_id
+from .factory import KINDS, make_level, slot_nbytes
+from .local import LocalLevel, resolve_local_dir
+from .pfs import PfsLevel
 from .ram import RamLevel
 
-__all__ = ["Level", "LevelError", "LevelStats", "RamLevel"]
+__all__ = ["CorruptSnapshot", "KINDS", "Level", "LevelError", "LevelStats", "LocalLevel",
+           "PfsLevel", "RamLevel", "agree_run_id", "make_level", "resolve_local_dir",
+           "slot_nbytes"]

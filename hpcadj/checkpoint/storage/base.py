@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import threading
 from dataclasses import asdict, dataclass
 
 from ...snapshot import Snapshot, SnapshotLayout
@@ -12,9 +13,31 @@ class LevelError(RuntimeError):
     """A level cannot do what was asked (full, missing snapshot, failed checksum, I/O error)."""
 
 
+class CorruptSnapshot(LevelError):
+    """A stored block failed its checksum, was truncated, is missing or belongs to another run.
+
+    Raised on every rank of the level's communicator (levels agree on it), naming the ranks whose
+    blocks failed, so a caller can treat the snapshot as missing on all ranks alike.
+    """
+
+    def __init__(self, level: str, step: int, ranks, reason: str = "checksum mismatch"):
+        self.level = level
+        self.step = int(step)
+        self.ranks = tuple(int(r) for r in ranks)
+        self.reason = reason
+        where = f"rank(s) {', '.join(map(str, self.ranks))}" if self.ranks else "this rank"
+        super().__init__(f"{level}: snapshot of step {self.step} is corrupt on {where}: {reason}")
+
+
 @dataclass
 class LevelStats:
-    """What a level moved, for telemetry and ``run --json``."""
+    """What a level moved, for telemetry and ``run --json``.
+
+    ``write_s``/``read_s`` are the seconds the transfers took wherever they ran (the I/O thread for
+    asynchronous levels); ``wait_s`` is what the caller's thread spent blocked on the level (the
+    driver's ``io_wait``); ``stage_s`` is the caller's time copying snapshots into write buffers.
+    ``bytes_read`` counts bytes moved from storage, including prefetches later dropped unread.
+    """
 
     writes: int = 0
     reads: int = 0
@@ -23,6 +46,11 @@ class LevelStats:
     write_s: float = 0.0
     read_s: float = 0.0
     peak_slots: int = 0
+    wait_s: float = 0.0
+    stage_s: float = 0.0
+    prefetches: int = 0
+    prefetch_hits: int = 0
+    peak_buffers: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -33,10 +61,12 @@ class Level(abc.ABC):
 
     ``layout`` describes the snapshot fields (global shape and this rank's block), so file-backed
     levels can lay out datasets; every rank calls every method in the same order (collective levels
-    rely on it).
+    rely on it). Asynchronous levels also honour :meth:`prefetch` and :meth:`flush`; for the others
+    both are no-ops, so a driver may call them on any level.
     """
 
     kind: str = "abstract"
+    async_io: bool = False
 
     def __init__(self, name: str, capacity: int, layout: SnapshotLayout):
         if capacity < 0:
@@ -45,7 +75,9 @@ class Level(abc.ABC):
         self.capacity = int(capacity)
         self.layout = layout
         self.stats = LevelStats()
+        self.times: dict[int, float | None] = {}
         self._held: set[int] = set()
+        self._stats_lock = threading.Lock()
 
     def __contains__(self, step: int) -> bool:
         return step in self._held
@@ -54,12 +86,13 @@ class Level(abc.ABC):
     def occupied(self) -> int:
         return len(self._held)
 
-    def write(self, step: int, snapshot: Snapshot) -> None:
-        """Store a copy of ``snapshot`` as step ``step`` in a free slot."""
+    def write(self, step: int, snapshot: Snapshot, time: float | None = None) -> None:
+        """Store a copy of ``snapshot`` as step ``step`` (model time ``time``) in a free slot."""
         if step in self._held:
             raise LevelError(f"{self.name}: step {step} is already stored")
         if len(self._held) >= self.capacity:
             raise LevelError(f"{self.name}: all {self.capacity} slots are full")
+        self.times[step] = time
         self._write(step, snapshot)
         self._held.add(step)
         self.stats.writes += 1
@@ -79,9 +112,27 @@ class Level(abc.ABC):
             raise LevelError(f"{self.name}: step {step} is not stored")
         self._free(step)
         self._held.discard(step)
+        self.times.pop(step, None)
+
+    def prefetch(self, step: int) -> None:
+        """Hint that ``read(step)`` comes soon, so an asynchronous level can start reading it now."""
+
+    def flush(self) -> None:
+        """Wait until every queued operation has finished (stats are then complete)."""
 
     def close(self) -> None:
         """Release every resource (files are removed unless the level was asked to keep them)."""
+
+    def _account(self, *, written: int = 0, read: int = 0, write_s: float = 0.0,
+                 read_s: float = 0.0, wait_s: float = 0.0) -> None:
+        """Add to the stats; safe to call from an I/O thread."""
+        with self._stats_lock:
+            s = self.stats
+            s.bytes_written += written
+            s.bytes_read += read
+            s.write_s += write_s
+            s.read_s += read_s
+            s.wait_s += wait_s
 
     @abc.abstractmethod
     def _write(self, step: int, snapshot: Snapshot) -> None: ...
@@ -91,3 +142,20 @@ class Level(abc.ABC):
 
     @abc.abstractmethod
     def _free(self, step: int) -> None: ...
+
+
+def agree_run_id(comm=None, run_id: str | None = None) -> str:
+    """The run id every rank uses: ``run_id`` if given, else a fresh one made on rank 0 and broadcast.
+
+    Fresh ids are a UTC time stamp plus 8 random hex digits, so two runs never share file names.
+    """
+    if run_id is None:
+        import time
+        import uuid
+
+        run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
+        if comm is not None:
+            run_id = comm.bcast(run_id, root=0)
+    if not run_id or "/" in run_id or run_id.startswith("."):
+        raise ValueError(f"run id {run_id!r} is not a plain file-name component")
+    return run_id

@@ -5,17 +5,24 @@ from __future__ import annotations
 import time
 
 from ...snapshot import Snapshot, snapshot_nbytes
-from .base import Level
+from .base import CorruptSnapshot, Level
+from .checksum import block_checksum
 
 
 class RamLevel(Level):
-    """Snapshots held as private read-only numpy copies; reads hand out those read-only arrays."""
+    """Snapshots held as private read-only numpy copies; reads hand out those read-only arrays.
+
+    With ``verify=True`` each block's CRC-32 is recorded on write and checked on read (off by
+    default: process memory is trusted and the check costs a pass over the data).
+    """
 
     kind = "ram"
 
-    def __init__(self, capacity: int, layout, name: str = "ram"):
+    def __init__(self, capacity: int, layout, name: str = "ram", *, verify: bool = False):
         super().__init__(name, capacity, layout)
+        self.verify = bool(verify)
         self._data: dict[int, Snapshot] = {}
+        self._crc: dict[int, dict[str, int]] = {}
 
     def _write(self, step, snapshot):
         t0 = time.perf_counter()
@@ -23,19 +30,27 @@ class RamLevel(Level):
         for a in copies.values():
             a.flags.writeable = False
         self._data[step] = copies
+        if self.verify:
+            self._crc[step] = {k: block_checksum(a) for k, a in copies.items()}
         self.stats.write_s += time.perf_counter() - t0
         self.stats.bytes_written += snapshot_nbytes(snapshot)
 
     def _read(self, step):
         t0 = time.perf_counter()
         snapshot = self._data[step]
+        if self.verify:
+            bad = [k for k, a in snapshot.items() if block_checksum(a) != self._crc[step][k]]
+            if bad:
+                raise CorruptSnapshot(self.name, step, (), f"checksum mismatch in {', '.join(bad)}")
         self.stats.read_s += time.perf_counter() - t0
         self.stats.bytes_read += snapshot_nbytes(snapshot)
         return snapshot
 
     def _free(self, step):
         del self._data[step]
+        self._crc.pop(step, None)
 
     def close(self):
         self._data.clear()
+        self._crc.clear()
         self._held.clear()

@@ -1,0 +1,43 @@
+"""Build a level by kind, as the driver and ``hpcadj run`` do."""
+
+from __future__ import annotations
+
+from ...snapshot import SnapshotLayout
+from .base import Level
+from .local import LocalLevel
+from .pfs import PfsLevel
+from .ram import RamLevel
+
+KINDS = ("ram", "local", "pfs")
+
+
+def make_level(kind: str, capacity: int, layout: SnapshotLayout, comm=None, *,
+               path: str | None = None, local_dir: str | None = None, async_io: bool = True,
+               keep: bool = False, run_id: str | None = None, fsync: bool = False,
+               name: str | None = None, queue_depth: int = 2, prefetch_depth: int = 1,
+               verify: bool = False) -> Level:
+    """A ``ram``, ``local`` (node-local files) or ``pfs`` (parallel HDF5 at ``path``) level.
+
+    Collective: every rank of ``comm`` must call it (file levels agree on a run id and check their
+    directory/file on all ranks). ``async_io`` applies to file levels; ``verify`` to RAM (file
+    levels always verify). ``comm`` may be an mpi4py or petsc4py communicator, or None (serial).
+    """
+    if comm is not None and hasattr(comm, "tompi4py"):
+        comm = comm.tompi4py()
+    name = name or kind
+    if kind == "ram":
+        return RamLevel(capacity, layout, name=name, verify=verify)
+    opts = dict(run_id=run_id, keep=keep, fsync=fsync, async_io=async_io, name=name,
+                queue_depth=queue_depth, prefetch_depth=prefetch_depth)
+    if kind == "local":
+        return LocalLevel(capacity, layout, comm, local_dir=local_dir, **opts)
+    if kind == "pfs":
+        return PfsLevel(capacity, layout, comm, path, **opts)
+    raise ValueError(f"unknown level kind {kind!r}; expected one of {', '.join(KINDS)}")
+
+
+def slot_nbytes(kind: str, layout: SnapshotLayout) -> int:
+    """Bytes one slot costs this rank's budget: its blocks (ram, local) or the global arrays (pfs)."""
+    if kind == "pfs":
+        return sum(lay.global_nbytes for lay in layout.values())
+    return sum(lay.local_nbytes for lay in layout.values())

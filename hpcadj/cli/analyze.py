@@ -1,0 +1,63 @@
+"""``hpcadj analyze``: tables and a Pareto plot from the logs of one or more runs (no MPI needed)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from . import CliError
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "analyze", help="tables and a Pareto plot from run logs",
+        description="Analyse the logs written by 'hpcadj run --log-dir': seconds, bytes and joules by "
+                    "phase and level, recomputation factor and peak memory per run; a comparison of "
+                    "runs with the time- and energy-optimal ones marked. Each LOG_DIR is a run's log "
+                    "directory or a directory of them. Problems in a log (truncated line, missing "
+                    "rank) are reported on stderr and in the output.")
+    p.add_argument("log_dirs", nargs="+", metavar="LOG_DIR")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--markdown", action="store_true", help="markdown tables (the default)")
+    fmt.add_argument("--csv", action="store_true",
+                     help="CSV on stdout: one row per run (with --by-phase: per run, phase and level)")
+    fmt.add_argument("--json", action="store_true", help="every number as one JSON object on stdout")
+    p.add_argument("--by-phase", action="store_true", help="with --csv: one row per run, phase and level")
+    p.add_argument("--plot", metavar="OUT.png", default=None,
+                   help="write a Pareto plot: wall time and energy against memory")
+    p.add_argument("--energy-model", metavar="FILE.toml", default=None,
+                   help="energy model constants overriding the defaults (also $HPCADJ_ENERGY_MODEL)")
+    p.add_argument("--sacct", action="store_true",
+                   help="ask SLURM accounting (sacct) for each run's job energy")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from ..telemetry import analyze as an
+    from ..telemetry.energy_model import EnergyModelError, load_model
+
+    if args.petsc_options:
+        raise CliError(f"unrecognized argument: {args.petsc_options[0]}")
+    if args.by_phase and not args.csv:
+        raise CliError("--by-phase goes with --csv")
+    try:
+        if args.plot:
+            an.check_output_path(args.plot)
+        model = load_model(args.energy_model)
+        results = an.analyze(args.log_dirs, model=model, sacct=args.sacct)
+        for r in results:
+            for problem in r["problems"]:
+                print(f"hpcadj analyze: warning: {r['path']}: {problem}", file=sys.stderr)
+        if args.plot:
+            an.pareto_plot(results, args.plot)
+    except (an.AnalyzeError, EnergyModelError) as exc:
+        raise CliError(str(exc)) from None
+    except OSError as exc:
+        raise CliError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
+    if args.csv:
+        sys.stdout.write(an.csv_report(results, by_phase=args.by_phase))
+    elif args.json:
+        print(json.dumps({"runs": results, "comparison": an.compare(results)}, default=str))
+    else:
+        sys.stdout.write(an.markdown_report(results))
+    return 0

@@ -1,0 +1,551 @@
+"""Analysis of hpcadj run logs: per-run phase tables, cross-run comparison, Pareto plot.
+
+Works on log directories copied off a cluster: plain files, no MPI, no PETSc. A broken log (a
+truncated or corrupt line, a missing rank file, a rank that stopped early, a missing summary) is
+analysed as far as it goes, and every such problem is listed in ``RunData.problems``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+from dataclasses import dataclass, field
+
+from .energy import sacct_energy
+from .energy_model import PHASES, EnergyModel, level_kind_map, load_model, model_run_energy
+from .jsonlog import RUN_FILE, SCHEMA, SUMMARY_FILE
+
+_RANK_RE = re.compile(r"^rank(\d+)\.jsonl$")
+MIB = 1024.0 * 1024.0
+
+
+class AnalyzeError(Exception):
+    """Nothing to analyse: the path is missing, unreadable, or holds no hpcadj log."""
+
+
+@dataclass
+class RunData:
+    """What was read from one log directory, and what was wrong with it."""
+
+    path: str
+    run: dict | None = None
+    summary: dict | None = None
+    events: dict[int, list[dict]] = field(default_factory=dict)
+    ends: dict[int, dict] = field(default_factory=dict)
+    headers: dict[int, dict] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def record(self) -> dict:
+        return (self.run or {}).get("record") or {}
+
+    @property
+    def run_id(self) -> str | None:
+        for source in (self.run, self.summary, *self.headers.values()):
+            if source and source.get("run_id"):
+                return source["run_id"]
+        return None
+
+    @property
+    def ranks(self) -> int:
+        for source in (self.run, self.summary, *self.headers.values()):
+            if source and isinstance(source.get("ranks"), int):
+                return source["ranks"]
+        return len(self.events)
+
+    @property
+    def label(self) -> str:
+        return str(self.record.get("label") or os.path.basename(os.path.normpath(self.path)))
+
+
+def is_run_dir(path: str) -> bool:
+    """Whether ``path`` holds an hpcadj log (a run.json or a rank file)."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return RUN_FILE in names or any(_RANK_RE.match(n) for n in names)
+
+
+def find_run_dirs(paths) -> list[str]:
+    """Run directories named by ``paths``: each is a run directory or a directory of them."""
+    found: list[str] = []
+    for path in paths:
+        path = os.fspath(path)
+        if not os.path.exists(path):
+            raise AnalyzeError(f"{path}: no such directory")
+        if not os.path.isdir(path):
+            raise AnalyzeError(f"{path}: not a directory")
+        if not os.access(path, os.R_OK | os.X_OK):
+            raise AnalyzeError(f"{path}: not readable")
+        if is_run_dir(path):
+            found.append(path)
+            continue
+        subdirs = sorted(os.path.join(path, n) for n in os.listdir(path))
+        runs = [d for d in subdirs if os.path.isdir(d) and is_run_dir(d)]
+        if not runs:
+            raise AnalyzeError(f"{path}: no hpcadj log ({RUN_FILE} or rank*.jsonl) here or in its subdirectories")
+        found.extend(runs)
+    return found
+
+
+def _load_json_file(path: str, problems: list[str], what: str) -> dict | None:
+    name = os.path.basename(path)
+    if not os.path.exists(path):
+        problems.append(what)
+        return None
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        problems.append(f"{name}: cannot read ({exc.strerror or exc})")
+        return None
+    except json.JSONDecodeError as exc:
+        problems.append(f"{name}: not valid JSON ({exc.msg} at line {exc.lineno}); ignored")
+        return None
+    if not isinstance(data, dict):
+        problems.append(f"{name}: not a JSON object; ignored")
+        return None
+    if data.get("schema") not in (None, SCHEMA):
+        problems.append(f"{name}: schema {data.get('schema')!r}, expected {SCHEMA!r}")
+    return data
+
+
+def _read_rank_file(run: RunData, rank: int, path: str) -> None:
+    name = os.path.basename(path)
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except OSError as exc:
+        run.problems.append(f"{name}: cannot read ({exc.strerror or exc})")
+        return
+    lines = text.split("\n")
+    complete_end = text.endswith("\n")
+    if complete_end:
+        lines.pop()
+    events: list[dict] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines) and not complete_end:
+                run.problems.append(f"{name}: line {number} is truncated (the file ends mid-line: "
+                                    f"rank {rank} stopped while writing); {len(events)} events read")
+            else:
+                run.problems.append(f"{name}: line {number} is not valid JSON; skipped")
+            continue
+        if not isinstance(rec, dict):
+            run.problems.append(f"{name}: line {number} is not a JSON object; skipped")
+            continue
+        kind = rec.get("type")
+        if kind == "header":
+            run.headers[rank] = rec
+        elif kind == "end":
+            run.ends[rank] = rec
+        elif kind == "event":
+            if not isinstance(rec.get("phase"), str) or not isinstance(rec.get("seconds"), (int, float)):
+                run.problems.append(f"{name}: line {number} is an event without phase or seconds; skipped")
+                continue
+            events.append(rec)
+        else:
+            run.problems.append(f"{name}: line {number} has unknown type {kind!r}; skipped")
+    run.events[rank] = events
+    if rank not in run.headers:
+        run.problems.append(f"{name}: no header line")
+    if rank not in run.ends:
+        run.problems.append(f"{name}: no end record: rank {rank} stopped early "
+                            f"(killed or crashed) after {len(events)} events")
+    elif run.ends[rank].get("events") != len(events):
+        run.problems.append(f"{name}: end record counts {run.ends[rank].get('events')} events, "
+                            f"{len(events)} read")
+
+
+def load_run(path) -> RunData:
+    """Read one run directory; problems are collected, not raised (see :class:`RunData`)."""
+    path = os.fspath(path)
+    run = RunData(path=path)
+    if not os.path.isdir(path):
+        raise AnalyzeError(f"{path}: no such directory")
+    run.run = _load_json_file(os.path.join(path, RUN_FILE), run.problems,
+                              f"{RUN_FILE} missing: run record (command, schedule, ranks) unknown")
+    rank_files = {}
+    for name in sorted(os.listdir(path)):
+        match = _RANK_RE.match(name)
+        if match:
+            rank_files[int(match.group(1))] = os.path.join(path, name)
+    if run.run is None and not rank_files:
+        raise AnalyzeError(f"{path}: no hpcadj log ({RUN_FILE} or rank*.jsonl)")
+    for rank, file in rank_files.items():
+        _read_rank_file(run, rank, file)
+    run.summary = _load_json_file(os.path.join(path, SUMMARY_FILE), run.problems,
+                                  f"{SUMMARY_FILE} missing: the run did not finish (rank 0 never closed "
+                                  "the log); totals come from the rank logs, measured energy is unknown")
+    ids = {h.get("run_id") for h in run.headers.values()} | {e.get("run_id") for e in run.ends.values()}
+    if run.run:
+        ids.add(run.run.get("run_id"))
+    ids.discard(None)
+    if len(ids) > 1:
+        run.problems.append(f"files from different runs mixed in one directory: run ids {', '.join(sorted(ids))}")
+    expected = run.ranks
+    missing = [r for r in range(expected) if r not in rank_files]
+    if missing:
+        shown = ", ".join(str(r) for r in missing[:10]) + (" ..." if len(missing) > 10 else "")
+        run.problems.append(f"{len(missing)} of {expected} rank logs missing (rank {shown}): "
+                            "their phases are not in the totals")
+    return run
+
+
+def _phase_order(key) -> tuple:
+    phase, level = key
+    return (PHASES.index(phase) if phase in PHASES else len(PHASES), phase, str(level))
+
+
+def phase_table(run: RunData) -> list[dict]:
+    """Rows per (phase, level): count, steps, seconds summed over ranks and of the slowest rank, bytes."""
+    rows: dict[tuple, dict] = {}
+    for rank, events in run.events.items():
+        per_rank: dict[tuple, float] = {}
+        for ev in events:
+            key = (ev["phase"], ev.get("level"))
+            row = rows.setdefault(key, {"phase": key[0], "level": key[1], "count": 0, "steps": 0,
+                                        "seconds_sum": 0.0, "seconds_max": 0.0, "bytes": 0})
+            row["count"] += 1
+            row["steps"] += int(ev.get("steps") or 0)
+            row["seconds_sum"] += float(ev["seconds"])
+            row["bytes"] += int(ev.get("bytes") or 0)
+            per_rank[key] = per_rank.get(key, 0.0) + float(ev["seconds"])
+        for key, seconds in per_rank.items():
+            rows[key]["seconds_max"] = max(rows[key]["seconds_max"], seconds)
+    return [rows[k] for k in sorted(rows, key=_phase_order)]
+
+
+def _rank_steps(run: RunData, phase: str) -> int | None:
+    """Steps of ``phase`` on the lowest rank with events (every rank runs the same plan)."""
+    for rank in sorted(run.events):
+        if run.events[rank]:
+            return sum(int(e.get("steps") or 0) for e in run.events[rank] if e["phase"] == phase)
+    return None
+
+
+def _wall_seconds(run: RunData) -> tuple[float | None, str]:
+    if run.summary and isinstance(run.summary.get("wall_seconds"), (int, float)):
+        return float(run.summary["wall_seconds"]), "summary"
+    walls = [e["wall_seconds"] for e in run.ends.values() if isinstance(e.get("wall_seconds"), (int, float))]
+    if walls:
+        return max(walls), "end records"
+    monos = [e["mono"] for evs in run.events.values() for e in evs if isinstance(e.get("mono"), (int, float))]
+    if monos:
+        return max(monos), "last event (lower bound)"
+    return None, "unknown"
+
+
+def _checkpoint_peak_bytes(run: RunData) -> int | None:
+    """Peak bytes held in checkpoint levels: Σ levels' ``peak_bytes`` or ``peak_slots`` × snapshot bytes."""
+    levels = ((run.summary or {}).get("result") or {}).get("levels")
+    if not isinstance(levels, dict) or not levels:
+        return None
+    snap = run.record.get("snapshot_bytes")
+    total = 0
+    for stats in levels.values():
+        if not isinstance(stats, dict):
+            return None
+        if isinstance(stats.get("peak_bytes"), (int, float)):
+            total += int(stats["peak_bytes"])
+        elif isinstance(stats.get("peak_slots"), int) and isinstance(snap, (int, float)):
+            total += int(stats["peak_slots"] * snap)
+        else:
+            return None
+    return total
+
+
+def _peak_rss(run: RunData) -> dict | None:
+    if run.summary and isinstance(run.summary.get("peak_rss_bytes"), dict):
+        return run.summary["peak_rss_bytes"]
+    rss = [e["max_rss_bytes"] for e in run.ends.values() if isinstance(e.get("max_rss_bytes"), int)]
+    return {"max": max(rss), "sum": sum(rss)} if rss else None
+
+
+def analyse_run(run: RunData, model: EnergyModel | None = None, *, sacct: bool = False,
+                sacct_runner=None) -> dict:
+    """The numbers of one run: phase rows with joules, wall time, energy with source, memory, recompute."""
+    model = model or load_model()
+    rows = phase_table(run)
+    wall, wall_from = _wall_seconds(run)
+    other = sum(max(float(end.get("wall_seconds", 0.0))
+                    - sum(float(e["seconds"]) for e in run.events.get(rank, [])), 0.0)
+                for rank, end in run.ends.items())
+    kinds = level_kind_map(run.record.get("levels"))
+    levels = ((run.summary or {}).get("result") or {}).get("levels")
+    if isinstance(levels, dict):
+        kinds.update(level_kind_map(levels))
+    modeled = model_run_energy(rows, other, kinds, model)
+    for row, energy in zip(rows, modeled["by_phase"]):
+        row["joules_model"] = energy["joules"]
+    other_row = modeled["by_phase"][-1]
+    measured = dict(((run.summary or {}).get("energy") or {}).get("measured") or {})
+    job = (run.run or run.summary or {}).get("job_id")
+    if sacct and job:
+        step = (run.run or {}).get("step_id")
+        measured["slurm"] = (sacct_energy(job, step) if sacct_runner is None
+                             else sacct_energy(job, step, runner=sacct_runner))
+    energy = _choose_energy(measured, modeled)
+    if energy["source"] != "model" and modeled["joules"] > 0:
+        scale = energy["joules"] / modeled["joules"]
+        for row in rows:
+            row["joules_measured_share"] = row["joules_model"] * scale
+    forward = _rank_steps(run, "forward")
+    recompute = _rank_steps(run, "recompute")
+    nsteps = run.record.get("steps") if isinstance(run.record.get("steps"), int) else forward
+    factor = (forward + recompute) / nsteps if nsteps and forward is not None else None
+    return {"label": run.label, "path": run.path, "run_id": run.run_id, "ranks": run.ranks,
+            "ranks_logged": len(run.events), "job_id": job, "record": run.record,
+            "phases": rows, "other_joules_model": other_row["joules"], "other_core_seconds": other,
+            "wall_seconds": wall, "wall_from": wall_from, "energy": energy, "energy_measured": measured,
+            "energy_model": {k: v for k, v in modeled.items() if k != "by_phase"},
+            "forward_steps": forward, "recompute_steps": recompute, "steps": nsteps,
+            "recompute_factor": factor, "checkpoint_peak_bytes": _checkpoint_peak_bytes(run),
+            "peak_rss_bytes": _peak_rss(run),
+            "bytes_written": sum(r["bytes"] for r in rows if r["phase"] == "store"),
+            "bytes_read": sum(r["bytes"] for r in rows if r["phase"] == "restore"),
+            "problems": list(run.problems)}
+
+
+def _choose_energy(measured: dict, modeled: dict) -> dict:
+    """The figure to report: RAPL(+NVML) measured in the run, else SLURM's, else the model."""
+    rapl, nvml, slurm = measured.get("rapl"), measured.get("nvml"), measured.get("slurm")
+    if rapl and rapl.get("source") == "rapl":
+        if nvml and nvml.get("source") == "nvml":
+            return {"source": "rapl+nvml", "joules": rapl["joules"] + nvml["joules"]}
+        return {"source": "rapl", "joules": rapl["joules"]}
+    if slurm and slurm.get("source") == "slurm":
+        return {"source": "slurm", "joules": slurm["joules"]}
+    return {"source": "model", "joules": modeled["joules"]}
+
+
+def _pareto(points: list[tuple]) -> list[bool]:
+    """For each point (all coordinates to minimise), whether no other point dominates it."""
+    flags = []
+    for i, p in enumerate(points):
+        dominated = any(all(q[k] <= p[k] for k in range(len(p))) and any(q[k] < p[k] for k in range(len(p)))
+                        for j, q in enumerate(points) if j != i)
+        flags.append(not dominated)
+    return flags
+
+
+def memory_metric(results: list[dict]) -> tuple[str, list[float | None]]:
+    """The memory axis for a comparison: checkpoint peak if every run has it, else peak RSS summed over ranks."""
+    if results and all(r["checkpoint_peak_bytes"] is not None for r in results):
+        return "checkpoint peak", [r["checkpoint_peak_bytes"] / MIB for r in results]
+    return "peak RSS, all ranks", [r["peak_rss_bytes"]["sum"] / MIB if r["peak_rss_bytes"] else None
+                                   for r in results]
+
+
+def compare(results: list[dict]) -> list[dict]:
+    """One row per run, with the time-optimal, energy-optimal and Pareto-optimal runs flagged."""
+    mem_name, memory = memory_metric(results)
+    rows = []
+    for r, mem in zip(results, memory):
+        rows.append({"run": r["label"], "ranks": r["ranks"], "schedule": r["record"].get("schedule"),
+                     "steps": r["steps"], "wall_s": r["wall_seconds"], "energy_J": r["energy"]["joules"],
+                     "energy_source": r["energy"]["source"], "recompute_factor": r["recompute_factor"],
+                     "memory_MiB": mem, "memory_metric": mem_name,
+                     "peak_rss_MiB": r["peak_rss_bytes"]["max"] / MIB if r["peak_rss_bytes"] else None,
+                     "written_MiB": r["bytes_written"] / MIB, "read_MiB": r["bytes_read"] / MIB,
+                     "problems": len(r["problems"]), "time_optimal": False, "energy_optimal": False,
+                     "pareto": False})
+    complete = [i for i, row in enumerate(rows)
+                if row["wall_s"] is not None and row["memory_MiB"] is not None]
+    if complete:
+        best_t = min(complete, key=lambda i: rows[i]["wall_s"])
+        best_e = min(complete, key=lambda i: rows[i]["energy_J"])
+        rows[best_t]["time_optimal"] = True
+        rows[best_e]["energy_optimal"] = True
+        flags = _pareto([(rows[i]["memory_MiB"], rows[i]["wall_s"], rows[i]["energy_J"]) for i in complete])
+        for i, flag in zip(complete, flags):
+            rows[i]["pareto"] = flag
+    return rows
+
+
+def _fmt(value, digits: int = 4) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _md_table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def markdown_report(results: list[dict]) -> str:
+    """Markdown: a section per run (phase table, problems) and a comparison table."""
+    out = ["# hpcadj analyze", ""]
+    for r in results:
+        rec = r["record"]
+        out.append(f"## Run `{r['label']}`")
+        out.append("")
+        facts = [f"run id {r['run_id'] or 'unknown'}", f"{r['ranks']} ranks ({r['ranks_logged']} logged)"]
+        if r["job_id"]:
+            facts.append(f"SLURM job {r['job_id']}")
+        for key in ("model", "grid", "schedule", "steps"):
+            if rec.get(key) is not None:
+                facts.append(f"{key} {rec[key]}")
+        out.append("; ".join(facts) + ".")
+        out.append("")
+        energy = r["energy"]
+        model_j = r["energy_model"]["joules"]
+        out.append(f"- wall time: {_fmt(r['wall_seconds'])} s (from {r['wall_from']})")
+        out.append(f"- energy: {_fmt(energy['joules'])} J, source **{energy['source']}**"
+                   + (f" (model: {_fmt(model_j)} J)" if energy["source"] != "model" else ""))
+        for name, fig in sorted(r["energy_measured"].items()):
+            if fig.get("source") == "unavailable":
+                out.append(f"- {name}: unavailable ({fig.get('reason', '')})")
+        out.append(f"- recomputation factor: {_fmt(r['recompute_factor'])} "
+                   f"(forward evaluations {_fmt(r['forward_steps'])} + {_fmt(r['recompute_steps'])} "
+                   f"over {_fmt(r['steps'])} steps)")
+        ckpt = r["checkpoint_peak_bytes"]
+        rss = r["peak_rss_bytes"]
+        out.append(f"- peak memory: checkpoints {_fmt(ckpt / MIB if ckpt is not None else None)} MiB; "
+                   f"RSS {_fmt(rss['max'] / MIB if rss else None)} MiB on the largest rank, "
+                   f"{_fmt(rss['sum'] / MIB if rss else None)} MiB over all ranks")
+        out.append("")
+        measured_col = energy["source"] != "model"
+        header = ["phase", "level", "count", "steps", "seconds (all ranks)", "seconds (slowest rank)",
+                  "% of wall", "MiB", "J (model)"] + ([f"J ({energy['source']}, model shares)"]
+                                                     if measured_col else [])
+        rows = []
+        for row in r["phases"]:
+            share = 100.0 * row["seconds_max"] / r["wall_seconds"] if r["wall_seconds"] else None
+            rows.append([row["phase"], row["level"] if row["level"] is not None else "", row["count"],
+                         row["steps"], row["seconds_sum"], row["seconds_max"], share,
+                         row["bytes"] / MIB, row["joules_model"]]
+                        + ([row["joules_measured_share"]] if measured_col else []))
+        rows.append(["other (outside phases)", "", "", "", r["other_core_seconds"], "", "", "",
+                     r["other_joules_model"]] + ([""] if measured_col else []))
+        out.append(_md_table(header, rows))
+        out.append("")
+        if r["problems"]:
+            out.append("**Problems in this log:**")
+            out.append("")
+            out.extend(f"- {p}" for p in r["problems"])
+            out.append("")
+    rows = compare(results)
+    out.append("## Comparison")
+    out.append("")
+    mem_name = rows[0]["memory_metric"] if rows else ""
+    out.append(_md_table(["run", "ranks", "schedule", "wall s", "energy J", "source", "recompute",
+                          f"memory MiB ({mem_name})", "written MiB", "read MiB", "optimal", "problems"],
+                         [[c["run"], c["ranks"], c["schedule"], c["wall_s"], c["energy_J"], c["energy_source"],
+                           c["recompute_factor"], c["memory_MiB"], c["written_MiB"], c["read_MiB"],
+                           ", ".join(k for k, f in (("time", c["time_optimal"]), ("energy", c["energy_optimal"]),
+                                                    ("pareto", c["pareto"])) if f) or "-",
+                           c["problems"]] for c in rows]))
+    sources = sorted({c["energy_source"] for c in rows})
+    if len(sources) > 1:
+        out.append("")
+        out.append(f"Energy sources differ between runs ({', '.join(sources)}): compare energies with care.")
+    return "\n".join(out) + "\n"
+
+
+COMPARE_FIELDS = ["run", "ranks", "schedule", "steps", "wall_s", "energy_J", "energy_source",
+                  "recompute_factor", "memory_MiB", "memory_metric", "peak_rss_MiB", "written_MiB",
+                  "read_MiB", "time_optimal", "energy_optimal", "pareto", "problems"]
+PHASE_FIELDS = ["run", "phase", "level", "count", "steps", "seconds_sum", "seconds_max", "bytes",
+                "joules_model", "joules_measured_share", "measured_source"]
+
+
+def csv_report(results: list[dict], by_phase: bool = False) -> str:
+    """CSV: one row per run (the comparison), or with ``by_phase`` one row per run, phase and level."""
+    buf = io.StringIO()
+    if by_phase:
+        writer = csv.DictWriter(buf, fieldnames=PHASE_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        for r in results:
+            source = r["energy"]["source"] if r["energy"]["source"] != "model" else ""
+            for row in r["phases"]:
+                writer.writerow({"run": r["label"], "measured_source": source,
+                                 **{k: row.get(k) for k in PHASE_FIELDS if k in row}})
+    else:
+        writer = csv.DictWriter(buf, fieldnames=COMPARE_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        for row in compare(results):
+            writer.writerow({k: row[k] for k in COMPARE_FIELDS})
+    return buf.getvalue()
+
+
+def check_output_path(path: str) -> None:
+    """Raise AnalyzeError now if ``path`` cannot be written (before any analysis or partial file)."""
+    directory = os.path.dirname(os.path.abspath(path)) or "."
+    if not os.path.isdir(directory):
+        raise AnalyzeError(f"{path}: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK):
+        raise AnalyzeError(f"{path}: directory {directory} is not writable")
+    if os.path.isdir(path):
+        raise AnalyzeError(f"{path}: is a directory")
+
+
+def pareto_plot(results: list[dict], out_path: str) -> None:
+    """Two panels, wall time and energy against memory; time-, energy- and Pareto-optimal runs marked.
+
+    Written to a temporary file and renamed, so a failure leaves no partial PNG.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [c for c in compare(results) if c["memory_MiB"] is not None and c["wall_s"] is not None]
+    if not rows:
+        raise AnalyzeError("no run has both a memory figure and a wall time: nothing to plot")
+    mem_name = rows[0]["memory_metric"]
+    sources = sorted({c["energy_source"] for c in rows})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), constrained_layout=True)
+    for ax, key, ylabel in ((axes[0], "wall_s", "wall time [s]"),
+                            (axes[1], "energy_J", f"energy [J] ({'/'.join(sources)})")):
+        xs = [c["memory_MiB"] for c in rows]
+        ys = [c[key] for c in rows]
+        front = sorted((x, y) for x, y, f in zip(xs, ys, _pareto(list(zip(xs, ys)))) if f)
+        ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="0.6", lw=1.2,
+                zorder=1, label=f"Pareto front (memory, {key.split('_')[0]})")
+        ax.scatter([x for x, c in zip(xs, rows) if not c["pareto"]], [y for y, c in zip(ys, rows) if not c["pareto"]],
+                   s=40, facecolors="none", edgecolors="tab:blue", zorder=2, label="run (dominated)")
+        ax.scatter([x for x, c in zip(xs, rows) if c["pareto"]], [y for y, c in zip(ys, rows) if c["pareto"]],
+                   s=40, color="tab:blue", zorder=2, label="run (Pareto-optimal in memory, time, energy)")
+        for c, x, y in zip(rows, xs, ys):
+            if c["time_optimal"]:
+                ax.scatter([x], [y], marker="*", s=260, color="tab:red", zorder=3, label="time-optimal")
+            if c["energy_optimal"]:
+                ax.scatter([x], [y], marker="D", s=110, facecolors="none", edgecolors="tab:green",
+                           linewidths=2, zorder=4, label="energy-optimal")
+            ax.annotate(c["run"], (x, y), textcoords="offset points", xytext=(6, 5), fontsize=8)
+        ax.set_xlabel(f"memory [MiB] ({mem_name})")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        ax.margins(0.15)
+    handles, labels = axes[0].get_legend_handles_labels()
+    axes[0].legend(handles, labels, fontsize=8, loc="best")
+    handles, labels = axes[1].get_legend_handles_labels()
+    axes[1].legend(handles, labels, fontsize=8, loc="best")
+    fig.suptitle(f"hpcadj runs: wall time and energy against memory ({len(rows)} runs)")
+    tmp = f"{out_path}.tmp{os.getpid()}.png"
+    try:
+        fig.savefig(tmp, dpi=130)
+        os.replace(tmp, out_path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def analyze(paths, *, model: EnergyModel | None = None, sacct: bool = False) -> list[dict]:
+    """Load and analyse every run under ``paths`` (run directories or directories of them)."""
+    return [analyse_run(load_run(d), model, sacct=sacct) for d in find_run_dirs(paths)]
+

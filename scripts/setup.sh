@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-debs=(openmpi-bin libopenmpi-dev python3-mpi4py python3-petsc4py python3-h5py-mpi hdf5-tools
+debs=(openmpi-bin python3-mpi4py python3-petsc4py python3-h5py-mpi hdf5-tools
       python3-venv python3-pip python3-setuptools python3-numpy python3-matplotlib python3-tqdm
       python3-pytest python3-hypothesis)
 missing=()

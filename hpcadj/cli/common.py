@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import argparse
 
-from ..models import MODELS, model_class
+from ..models import model_class, registered_models
 from . import CliError
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """--model, --grid, --steps, --dt and every model's own options."""
-    parser.add_argument("--model", default="heat", choices=sorted(MODELS),
+    models = registered_models()
+    parser.add_argument("--model", default="heat", choices=sorted(models),
                         help="PDE model (default: heat)")
     parser.add_argument("--grid", default=None, metavar="NXxNY[xNZ]",
                         help="interior grid points per axis, e.g. 128x128 or 32x32x32")
     parser.add_argument("--steps", type=int, default=None, help="number of time steps n")
     parser.add_argument("--dt", type=float, default=None, help="time step (model default if omitted)")
-    for name in sorted(MODELS):
+    for name in sorted(models):
         model_class(name).add_arguments(parser)
 
 

@@ -1,7 +1,8 @@
-"""Helpers shared by models on a scalar, non-periodic or periodic PETSc DMDA (physics-free plumbing).
+"""Helpers shared by models on a non-periodic or periodic PETSc DMDA (physics-free plumbing).
 
-Arrays are in natural axis order (slowest first: (ny, nx) or (nz, ny, nx)); PETSc's x-fastest
-vector layout is exactly the C-order flattening of that shape, so owned blocks are plain reshapes.
+Arrays are in natural axis order (slowest first: (ny, nx) or (nz, ny, nx)), with a trailing component
+axis when dof > 1; PETSc's x-fastest, component-interleaved vector layout is exactly the C-order
+flattening of that shape, so owned blocks are plain reshapes.
 """
 
 from __future__ import annotations
@@ -26,15 +27,23 @@ def parse_grid(text: str) -> tuple[int, ...]:
 
 
 class Grid:
-    """A DMDA with dof 1 and stencil width 1, and its owned/ghost geometry in natural order."""
+    """A DMDA with stencil width 1 and ``dof`` components, and its owned/ghost geometry in natural order.
 
-    def __init__(self, comm, sizes: tuple[int, ...], periodic: bool = False):
+    With dof > 1 owned and padded blocks carry a trailing component axis. ``like`` (another Grid of the
+    same sizes) makes this one share its partition, so fields of different dof line up rank by rank.
+    """
+
+    def __init__(self, comm, sizes: tuple[int, ...], periodic: bool = False, dof: int = 1,
+                 like: "Grid | None" = None):
         PETSc = petsc()
         boundary = PETSc.DM.BoundaryType.PERIODIC if periodic else PETSc.DM.BoundaryType.NONE
+        extra = {}
+        if like is not None:
+            extra = {"proc_sizes": like.da.getProcSizes(), "ownership_ranges": like.da.getOwnershipRanges()}
         try:
-            self.da = PETSc.DMDA().create(dim=len(sizes), sizes=sizes, dof=1, stencil_width=1,
+            self.da = PETSc.DMDA().create(dim=len(sizes), sizes=sizes, dof=dof, stencil_width=1,
                                           stencil_type=PETSc.DMDA.StencilType.STAR,
-                                          boundary_type=(boundary,) * len(sizes), comm=comm)
+                                          boundary_type=(boundary,) * len(sizes), comm=comm, **extra)
         except PETSc.Error as exc:
             reason = [line for line in str(exc).splitlines() if line.strip()][-1].split("] ")[-1]
             raise ValueError(f"PETSc cannot split grid {'x'.join(map(str, sizes))} over {comm.size} "
@@ -50,6 +59,8 @@ class Grid:
         self.gstart = tuple(r[0] for r in reversed(ghosts))
         self.gshape = tuple(r[1] - r[0] for r in reversed(ghosts))
         self.dim = len(sizes)
+        self.dof = int(dof)
+        self.components = () if self.dof == 1 else (self.dof,)
         self._local = self.da.createLocalVec()
         self._lg = self.padded_indices()
 
@@ -58,11 +69,17 @@ class Grid:
         return self.da.createGlobalVec()
 
     def layout(self) -> FieldLayout:
+        """Layout of the whole (all-component) field."""
+        return FieldLayout(self.global_shape + self.components, self.start + (0,) * len(self.components),
+                           self.shape + self.components)
+
+    def component_layout(self) -> FieldLayout:
+        """Layout of one component (a scalar field on the grid)."""
         return FieldLayout(self.global_shape, self.start, self.shape)
 
     def owned(self, vec) -> np.ndarray:
         """The owned block of a global Vec as a natural-order view (writes go into the Vec)."""
-        return vec.getArray().reshape(self.shape)
+        return vec.getArray().reshape(self.shape + self.components)
 
     def vec_from(self, block: np.ndarray):
         vec = self.create_vec()
@@ -84,15 +101,15 @@ class Grid:
     def padded(self, vec, fill: float = 0.0) -> np.ndarray:
         """Owned block plus a one-point halo (neighbours' values; ``fill`` outside the domain)."""
         self.da.globalToLocal(vec, self._local)
-        local = self._local.getArray(readonly=True).reshape(self.gshape)
-        out = np.full(tuple(m + 2 for m in self.shape), fill, dtype=local.dtype)
+        local = self._local.getArray(readonly=True).reshape(self.gshape + self.components)
+        out = np.full(tuple(m + 2 for m in self.shape) + self.components, fill, dtype=local.dtype)
         out[self._ghost_window()] = local
         return out
 
     def padded_indices(self) -> np.ndarray:
         """PETSc global indices over the padded block (-1 outside the domain)."""
-        lg = self.da.getLGMap().getIndices().reshape(self.gshape)
-        out = np.full(tuple(m + 2 for m in self.shape), -1, dtype=np.int64)
+        lg = self.da.getLGMap().getIndices().reshape(self.gshape + self.components)
+        out = np.full(tuple(m + 2 for m in self.shape) + self.components, -1, dtype=np.int64)
         out[self._ghost_window()] = lg
         return out
 

@@ -1,0 +1,62 @@
+"""Plumbing shared by the burgers, wave and grayscott models: scalar controls and stencils on padded blocks.
+
+A scalar control (a viscosity, a feed rate) is a PETSc Vec of global size 1 owned by rank 0, so
+``Vec.dot``/``norm`` and the gradient files treat it like any field: its layout is global shape (1,),
+block (0,)+(1,) on rank 0 and an empty block elsewhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..snapshot import FieldLayout
+from ..stack import petsc
+
+
+def scalar_vec(comm, value: float = 0.0):
+    """A global Vec of size 1, owned by rank 0, holding ``value``."""
+    vec = petsc().Vec().createMPI((1 if comm.rank == 0 else 0, 1), comm=comm)
+    vec.set(value)
+    return vec
+
+
+def scalar_value(comm, vec) -> float:
+    """The value of a size-1 Vec on every rank (collective)."""
+    local = vec.getArray(readonly=True)
+    return comm.bcast(float(local[0]) if comm.rank == 0 else None, root=0)
+
+
+def scalar_add(comm, vec, local_contribution: float) -> None:
+    """Add the sum over ranks of ``local_contribution`` into a size-1 Vec (collective)."""
+    total = comm.allreduce(float(local_contribution))
+    if comm.rank == 0:
+        vec.getArray()[0] += total
+
+
+def scalar_layout(comm) -> FieldLayout:
+    return FieldLayout((1,), (0,), (1,) if comm.rank == 0 else (0,))
+
+
+def scalar_array(comm, vec) -> np.ndarray:
+    return vec.getArray(readonly=True).reshape((1,) if comm.rank == 0 else (0,)).copy()
+
+
+def laplacian(grid, padded: np.ndarray, spacing) -> np.ndarray:
+    """Standard 5/7-point Laplacian of a padded block on the owned points (halo from the padding)."""
+    centre = padded[grid.inner]
+    out = np.zeros_like(centre)
+    for axis, _direction, nb, _inside in grid.neighbours():
+        out += (padded[nb] - centre) / spacing[axis] ** 2
+    return out
+
+
+def central_difference(grid, padded: np.ndarray, axis: int, h: float) -> np.ndarray:
+    """(a_{j+1} - a_{j-1}) / 2h along natural ``axis`` on the owned points."""
+    plus = minus = None
+    for ax, direction, nb, _inside in grid.neighbours():
+        if ax == axis:
+            if direction > 0:
+                plus = padded[nb]
+            else:
+                minus = padded[nb]
+    return (plus - minus) / (2.0 * h)

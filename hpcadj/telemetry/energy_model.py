@@ -9,8 +9,9 @@ constants are stated, so a user can replace them with calibrated ones (a TOML fi
   and a rank waiting in MPI or on a file still draws power.
 - **data movement**: ``joules_per_byte_write[kind]`` / ``joules_per_byte_read[kind]`` *on top of* the
   core-seconds the store/restore phases already cost: the extra energy of the memory, the local
-  drive or the network and file servers moving the bytes. ``kind`` is a level kind: ``ram``,
-  ``local`` (node-local disk) or ``hdf5`` (parallel HDF5 on a shared file system).
+  drive or the network and file servers moving the bytes. ``kind`` is a level kind, as in
+  ``checkpoint/storage``: ``ram``, ``local`` (node-local disk) or ``pfs`` (parallel HDF5 on a shared
+  file system).
 
 Default constants (order-of-magnitude figures, to be calibrated on the machine at hand):
 
@@ -18,7 +19,7 @@ Default constants (order-of-magnitude figures, to be calibrated on the machine a
   shared by ~ 40 cores, rounded.
 - ``ram``: 2e-10 J/B either way — DDR4/DDR5 access energy is ~ 15-25 pJ/bit.
 - ``local``: 3e-9 J/B written, 2e-9 J/B read — an NVMe drive drawing ~ 8 W at ~ 3 GB/s writes.
-- ``hdf5``: 2e-8 J/B written, 1.5e-8 J/B read — interconnect plus storage servers, ~ 10-50 nJ/B
+- ``pfs``: 2e-8 J/B written, 1.5e-8 J/B read — interconnect plus storage servers, ~ 10-50 nJ/B
   end to end on Lustre/GPFS-class systems.
 """
 
@@ -30,18 +31,19 @@ import tomllib
 from dataclasses import dataclass, field, replace
 
 #: level kinds the model knows how to cost per byte.
-LEVEL_KINDS = ("ram", "local", "hdf5")
+LEVEL_KINDS = ("ram", "local", "pfs")
 
-#: phases whose seconds are compute (everything is, in this model; the list documents the schema).
-PHASES = ("plan", "forward", "recompute", "adjoint", "objective", "store", "restore", "io_wait")
+#: the phases of the log schema, in report order. The model costs every phase's seconds as compute;
+#: ``store`` and ``restore`` also pay per byte on their level.
+PHASES = ("plan", "objective", "forward", "recompute", "adjoint", "store", "restore", "move", "io_wait")
 
 #: environment variable naming a TOML file that overrides the default constants.
 ENV_VAR = "HPCADJ_ENERGY_MODEL"
 
 DEFAULTS = {
     "watts_per_core": 12.0,
-    "joules_per_byte_write": {"ram": 2e-10, "local": 3e-9, "hdf5": 2e-8},
-    "joules_per_byte_read": {"ram": 2e-10, "local": 2e-9, "hdf5": 1.5e-8},
+    "joules_per_byte_write": {"ram": 2e-10, "local": 3e-9, "pfs": 2e-8},
+    "joules_per_byte_read": {"ram": 2e-10, "local": 2e-9, "pfs": 1.5e-8},
 }
 
 

@@ -217,10 +217,10 @@ class RunLog:
 
 def _rank0_prepare(log_dir: str, run: dict, overwrite: bool) -> str | None:
     """Create the directory, refuse (or clear, with ``overwrite``) an earlier run, write run.json."""
+    if os.path.exists(log_dir) and not os.path.isdir(log_dir):
+        return f"log directory {log_dir} is not a directory"
     try:
         os.makedirs(log_dir, exist_ok=True)
-        if not os.path.isdir(log_dir):
-            return f"log directory {log_dir} is not a directory"
         ours = [n for n in os.listdir(log_dir)
                 if n in (RUN_FILE, SUMMARY_FILE) or (n.startswith("rank") and n.endswith(".jsonl"))]
         if ours and not overwrite:

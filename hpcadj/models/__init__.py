@@ -5,6 +5,7 @@ from .base import Stepper
 MODELS: dict[str, str] = {
     "heat": "hpcadj.models.heat:HeatModel",
     "burgers": "hpcadj.models.burgers:BurgersModel",
+    "wave": "hpcadj.models.wave:WaveModel",
 }
 
 

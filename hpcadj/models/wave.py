@@ -1,0 +1,307 @@
+"""Acoustic wave u_tt + sigma u_t = c(x)^2 lap u + f on the unit square/cube (2-D or 3-D), u = 0 outside.
+
+Interior nodes x_i = (i+1)h, h = 1/(N+1); natural axis 0 is depth. 5/7-point Laplacian L; leapfrog in
+time with the sponge damping sigma u_t centred:
+
+    u^{i+1} = a [2 u^i - b u^{i-1} + dt^2 (c^2 L u^i + f^i)],  a = 1/(1 + sigma dt/2), b = 1 - sigma dt/2.
+
+sigma(x) = sigma_max sum_axes (d/W)^2 in a sponge of width W = 0.1 at every face (d the depth into
+it), zero inside. The source is a Ricker wavelet of peak frequency f0 (delay 1/f0) at one node, as a
+discrete delta r(t_i)/h^d. The state of step i is the pair (u^{i-1}, u^i), a DMDA with dof 2; a
+snapshot holds both fields. The step is linear in the state and in c^2, pointwise or a symmetric
+stencil, so the adjoint is exact to round-off and the states are bitwise the same on any rank count:
+
+    lam_prev = -a b mu,  lam_cur = lam_prev' + 2 a mu + dt^2 L(c^2 a mu),  dJ/dc += 2 c dt^2 a mu L u^i,
+
+with (lam_prev', mu) the adjoint of (u^i, u^{i+1}). dt = 0.5 h / (c_max sqrt(d)), fixed at
+construction from the background and true models.
+
+Objective (full-waveform inversion): J = 1/2 sum_{i=0..n} sum_r (u^i(x_r) - d_r^i)^2 over receivers on
+a line at depth 0.2 (the source's depth, x from 0.15 to 0.85). The observed traces d come from an
+HDF5 file (dataset ``traces`` of shape (n+1, receivers)) or, by default, from a run with the "true"
+model c_true = c_bg (1 + A exp(-|x - x_c|^2 / (2 * 0.1^2))), a Gaussian anomaly of relative amplitude A
+(default 0.1) at the centre. Controls: ``c`` (the velocity model, default the background
+c_bg = 1 + 0.5 depth) and ``u0`` (the initial pair (u^{-1}, u^0), default zero).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+
+import numpy as np
+
+from ..stack import mpi
+from .base import Stepper
+from .common import laplacian
+from .dmda import Grid, parse_grid
+
+
+def ricker(t, f0: float):
+    """Ricker wavelet (1 - 2 (pi f0 s)^2) exp(-(pi f0 s)^2), s = t - 1/f0."""
+    arg = (math.pi * f0 * (t - 1.0 / f0)) ** 2
+    return (1.0 - 2.0 * arg) * math.exp(-arg)
+
+
+class WaveModel(Stepper):
+    """Acoustic leapfrog with sponge, Ricker source and receivers; controls ``c`` and ``u0``."""
+
+    name = "wave"
+    default_anomaly = 0.1
+    sponge_width = 0.1
+    source_depth = 0.2
+    receiver_span = (0.15, 0.85)
+
+    def __init__(self, comm, grid=(64, 64), n_steps: int | None = None, dt: float | None = None,
+                 frequency: float | None = None, anomaly: float = 0.1, observed: str | None = None,
+                 cfl: float = 0.5):
+        if len(grid) not in (2, 3):
+            raise ValueError(f"wave is 2-D or 3-D, got a {len(grid)}-D grid")
+        if min(grid) < 5:
+            raise ValueError("wave needs at least 5 points per axis")
+        if not -0.5 < anomaly < 1.0:
+            raise ValueError(f"anomaly must lie in (-0.5, 1), got {anomaly}")
+        self.comm = comm
+        self.field = Grid(comm, tuple(grid))
+        self.grid = Grid(comm, tuple(grid), dof=2, like=self.field)
+        self.dim = self.field.dim
+        self.h = self.field.spacing()
+        self.anomaly = float(anomaly)
+        c_bg = self.background()
+        self.c_true = self.true_model()
+        c_max = comm.allreduce(float(max(np.max(c_bg, initial=0.0),
+                                         np.max(self.field.owned(self.c_true), initial=0.0))), op=mpi().MAX)
+        self.dt = float(dt) if dt is not None else cfl / (c_max * math.sqrt(sum(1.0 / h ** 2 for h in self.h)))
+        if not self.dt > 0 or not math.isfinite(self.dt):
+            raise ValueError(f"dt must be positive, got {self.dt}")
+        if n_steps is None:
+            n_steps = int(math.ceil(1.0 / self.dt))
+        if n_steps < 1:
+            raise ValueError(f"steps must be >= 1, got {n_steps}")
+        self.n_steps = int(n_steps)
+        self.frequency = float(frequency) if frequency is not None else 1.0 / (12.0 * max(self.h))
+        if not self.frequency > 0:
+            raise ValueError(f"frequency must be positive, got {frequency}")
+        sigma = self._sponge()
+        self.a = 1.0 / (1.0 + 0.5 * self.dt * sigma)
+        self.b = 1.0 - 0.5 * self.dt * sigma
+        self.source = tuple(self._axis_index(axis, frac) for axis, frac in enumerate(self._source_position()))
+        self._source_local = self._locate(self.source)
+        self.receivers = self._receiver_nodes()
+        self._receivers_local = [(k, self._locate(node)) for k, node in enumerate(self.receivers)]
+        self._receivers_local = [(k, loc) for k, loc in self._receivers_local if loc is not None]
+        self._controls = None
+        self.observed_path = observed
+        if observed is not None:
+            self.observed = self._read_observed(observed)
+        else:
+            self.observed = self.traces({"c": self.c_true, "u0": self._zero_pair()})
+
+    # -- geometry ----------------------------------------------------------------------------
+    def _coords(self):
+        return self.field.node_coordinates()
+
+    def background(self) -> np.ndarray:
+        """c_bg = 1 + 0.5 depth on the owned block."""
+        depth = self._coords()[0]
+        return np.broadcast_to(1.0 + 0.5 * depth, self.field.shape).copy()
+
+    def true_model(self):
+        """c_true = c_bg (1 + A g), g a Gaussian of width 0.1 at the centre (a Vec)."""
+        r2 = sum((x - 0.5) ** 2 for x in self._coords())
+        return self.field.vec_from(self.background() * (1.0 + self.anomaly * np.exp(-r2 / (2 * 0.1 ** 2))))
+
+    def _sponge(self) -> np.ndarray:
+        """sigma = sigma_max sum (d/W)^2, sigma_max = 1.5 ln(1000) / W (c ~ 1)."""
+        width = self.sponge_width
+        sigma_max = 1.5 * math.log(1000.0) / width
+        sigma = np.zeros(self.field.shape)
+        for x in self._coords():
+            d = np.maximum(np.maximum(width - x, x - (1.0 - width)), 0.0) / width
+            sigma = sigma + sigma_max * d ** 2
+        return sigma
+
+    def _axis_index(self, axis: int, frac: float) -> int:
+        n = self.field.global_shape[axis]
+        return min(max(int(round(frac * (n + 1))) - 1, 0), n - 1)
+
+    def _source_position(self):
+        return [self.source_depth] + [0.5] * (self.dim - 1)
+
+    def _receiver_nodes(self) -> list[tuple[int, ...]]:
+        lo, hi = (self._axis_index(self.dim - 1, f) for f in self.receiver_span)
+        depth = self._axis_index(0, self.source_depth)
+        middle = [self._axis_index(axis, 0.5) for axis in range(1, self.dim - 1)]
+        return [(depth, *middle, j) for j in range(lo, hi + 1)]
+
+    def _locate(self, node):
+        """Owned-block index of a global node (natural order), or None where another rank owns it."""
+        local = tuple(g - s for g, s in zip(node, self.field.start))
+        if all(0 <= k < m for k, m in zip(local, self.field.shape)):
+            return local
+        return None
+
+    def _zero_pair(self):
+        vec = self.grid.create_vec()
+        vec.set(0.0)
+        return vec
+
+    def _read_observed(self, path: str) -> np.ndarray:
+        from ..stack import h5py
+
+        if not os.path.isfile(path):
+            raise ValueError(f"observed traces file not found: {path}")
+        try:
+            with h5py().File(path, "r") as f:
+                traces = np.array(f["traces"][...], dtype=np.float64)
+        except (OSError, KeyError) as exc:
+            raise ValueError(f"cannot read dataset 'traces' from {path}: {exc}") from None
+        expected = (self.n_steps + 1, len(self.receivers))
+        if traces.shape != expected:
+            raise ValueError(f"{path}: traces have shape {traces.shape}, this run records {expected} "
+                             f"(steps + 1, receivers)")
+        return traces
+
+    def traces(self, controls) -> np.ndarray:
+        """Receiver traces (n+1, receivers) of a forward run with ``controls``, on every rank."""
+        saved = self._controls
+        self.set_controls(controls)
+        u = self.initial_state()
+        out = np.zeros((self.n_steps + 1, len(self.receivers)))
+        for i in range(self.n_steps + 1):
+            if i > 0:
+                u = self.step(i - 1, u)
+            w = self.grid.owned(u)
+            for k, loc in self._receivers_local:
+                out[i, k] = w[loc][1]
+        self._controls = saved
+        if saved is not None:
+            self.set_controls(saved)
+        return self.comm.allreduce(out)
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        group = parser.add_argument_group("wave model")
+        group.add_argument("--observed", default=None, metavar="FILE.h5",
+                           help="wave: observed traces, dataset 'traces' of shape (steps+1, receivers)")
+        group.add_argument("--observed-from-model", action="store_true", default=None,
+                           help="wave: observed traces from a run with the true model c_bg (1 + A gaussian) "
+                                "(the default without --observed)")
+        group.add_argument("--anomaly", type=float, default=None,
+                           help=f"wave: relative amplitude A of the true model's anomaly "
+                                f"(default {cls.default_anomaly})")
+        group.add_argument("--frequency", type=float, default=None,
+                           help="wave: Ricker peak frequency f0 (default 1/(12 h))")
+
+    @classmethod
+    def from_args(cls, comm, args) -> "WaveModel":
+        observed = getattr(args, "observed", None)
+        if observed and getattr(args, "observed_from_model", None):
+            raise ValueError("give either --observed FILE or --observed-from-model, not both")
+        anomaly = getattr(args, "anomaly", None)
+        return cls(comm, parse_grid(args.grid or "64x64"), n_steps=args.steps, dt=args.dt,
+                   frequency=getattr(args, "frequency", None),
+                   anomaly=cls.default_anomaly if anomaly is None else anomaly, observed=observed)
+
+    # -- controls ----------------------------------------------------------------------------
+    def default_controls(self):
+        return {"c": self.field.vec_from(self.background()), "u0": self._zero_pair()}
+
+    def set_controls(self, controls):
+        self._controls = {name: vec.copy() for name, vec in controls.items()}
+        self.c = self.field.owned(self._controls["c"]).copy()
+        self.c2 = self.c ** 2
+
+    def initial_state(self):
+        return self._controls["u0"].copy()
+
+    # -- forward -----------------------------------------------------------------------------
+    def _source_term(self, i: int) -> np.ndarray:
+        f = np.zeros(self.field.shape)
+        if self._source_local is not None:
+            f[self._source_local] = ricker(i * self.dt, self.frequency) / float(np.prod(self.h))
+        return f
+
+    def _pair(self, prev, cur):
+        vec = self.grid.create_vec()
+        w = self.grid.owned(vec)
+        w[..., 0] = prev
+        w[..., 1] = cur
+        return vec
+
+    def _current_laplacian(self, state) -> np.ndarray:
+        return laplacian(self.field, self.grid.padded(state)[..., 1], self.h)
+
+    def step(self, i, u):
+        w = self.grid.owned(u)
+        lap = self._current_laplacian(u)
+        nxt = self.a * (2.0 * w[..., 1] - self.b * w[..., 0]
+                        + self.dt ** 2 * (self.c2 * lap + self._source_term(i)))
+        return self._pair(w[..., 1], nxt)
+
+    def _residuals(self, i, u):
+        w = self.grid.owned(u)
+        return [(k, loc, w[loc][1] - self.observed[i, k]) for k, loc in self._receivers_local]
+
+    def objective(self, i, u):
+        local = 0.5 * sum(r * r for _k, _loc, r in self._residuals(i, u))
+        return self.comm.allreduce(float(local))
+
+    def objective_gradient(self, i, u):
+        g = self._zero_pair()
+        block = self.grid.owned(g)
+        for _k, loc, r in self._residuals(i, u):
+            block[loc][1] += r
+        return g
+
+    # -- adjoint -----------------------------------------------------------------------------
+    def adjoint_step(self, i, u, u_next, lam_next, grad):
+        lam = self.grid.owned(lam_next)
+        mu = self.a * lam[..., 1]
+        scratch = self.grid.create_vec()
+        self.grid.owned(scratch)[..., 1] = self.c2 * mu
+        lap = laplacian(self.field, self.grid.padded(scratch)[..., 1], self.h)
+        new_prev = -self.b * mu
+        new_cur = lam[..., 0] + 2.0 * mu + self.dt ** 2 * lap
+        self.field.owned(grad["c"])[...] += 2.0 * self.dt ** 2 * self.c * mu * self._current_laplacian(u)
+        return self._pair(new_prev, new_cur)
+
+    def initial_adjoint(self, lam0, grad):
+        grad["u0"].axpy(1.0, lam0)
+
+    # -- tangent linear ----------------------------------------------------------------------
+    def initial_tangent(self, dcontrols):
+        return dcontrols["u0"].copy()
+
+    def tangent_step(self, i, u, u_next, du, dcontrols):
+        d = self.grid.owned(du)
+        dc = self.field.owned(dcontrols["c"])
+        nxt = self.a * (2.0 * d[..., 1] - self.b * d[..., 0]
+                        + self.dt ** 2 * (self.c2 * self._current_laplacian(du)
+                                          + 2.0 * self.c * dc * self._current_laplacian(u)))
+        return self._pair(d[..., 1], nxt)
+
+    # -- snapshots ---------------------------------------------------------------------------
+    def snapshot_layout(self):
+        layout = self.field.layout()
+        return {"u_prev": layout, "u": layout}
+
+    def snapshot(self, u):
+        w = self.grid.owned(u)
+        return {"u_prev": w[..., 0].copy(), "u": w[..., 1].copy()}
+
+    def restore(self, snapshot):
+        return self._pair(snapshot["u_prev"], snapshot["u"])
+
+    def control_layout(self):
+        return {"c": self.field.layout(), "u0": self.grid.layout()}
+
+    def control_arrays(self, controls):
+        return {"c": self.field.owned(controls["c"]).copy(), "u0": self.grid.owned(controls["u0"]).copy()}
+
+    def describe(self):
+        return {"model": self.name, "grid": "x".join(map(str, self.field.sizes_xyz)), "steps": self.n_steps,
+                "dt": self.dt, "frequency": self.frequency, "receivers": len(self.receivers),
+                "observed": self.observed_path or f"true model, anomaly {self.anomaly}"}

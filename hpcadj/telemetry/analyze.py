@@ -507,14 +507,14 @@ def pareto_plot(results: list[dict], out_path: str) -> None:
         raise AnalyzeError("no run has both a memory figure and a wall time: nothing to plot")
     mem_name = rows[0]["memory_metric"]
     sources = sorted({c["energy_source"] for c in rows})
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), constrained_layout=True)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5.4))
     for ax, key, ylabel in ((axes[0], "wall_s", "wall time [s]"),
                             (axes[1], "energy_J", f"energy [J] ({'/'.join(sources)})")):
         xs = [c["memory_MiB"] for c in rows]
         ys = [c[key] for c in rows]
         front = sorted((x, y) for x, y, f in zip(xs, ys, _pareto(list(zip(xs, ys)))) if f)
         ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="0.6", lw=1.2,
-                zorder=1, label=f"Pareto front (memory, {key.split('_')[0]})")
+                zorder=1, label="Pareto front of the panel's two axes")
         ax.scatter([x for x, c in zip(xs, rows) if not c["pareto"]], [y for y, c in zip(ys, rows) if not c["pareto"]],
                    s=40, facecolors="none", edgecolors="tab:blue", zorder=2, label="run (dominated)")
         ax.scatter([x for x, c in zip(xs, rows) if c["pareto"]], [y for y, c in zip(ys, rows) if c["pareto"]],
@@ -530,11 +530,13 @@ def pareto_plot(results: list[dict], out_path: str) -> None:
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
         ax.margins(0.15)
-    handles, labels = axes[0].get_legend_handles_labels()
-    axes[0].legend(handles, labels, fontsize=8, loc="best")
-    handles, labels = axes[1].get_legend_handles_labels()
-    axes[1].legend(handles, labels, fontsize=8, loc="best")
+    legend = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=3, fontsize=8)
     fig.suptitle(f"hpcadj runs: wall time and energy against memory ({len(rows)} runs)")
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     tmp = f"{out_path}.tmp{os.getpid()}.png"
     try:
         fig.savefig(tmp, dpi=130)

@@ -1,0 +1,251 @@
+"""``hpcadj analyze`` on logs written by the real Telemetry + RunLog, with a fake clock.
+
+The clock makes every phase take the seconds given, so wall times and modeled energies below are
+computed by hand. Four runs of n = 20 steps (forward step 0.1 s, adjoint step 0.2 s, 0.5 s set-up),
+snapshots of 1 MB, one rank, model: 10 W per core, RAM 1e-9 J/B, PFS 1e-7 J/B:
+
+- ``ram-all``:  21 RAM stores (0.01 s), 20 restores (0.01 s): wall 6.91 s, 69.1 J + 41e6 B x 1e-9 J/B
+- ``pfs-all``:  21 PFS stores (0.002 s, async), 20 restores (0.004 s): wall 6.622 s, 66.22 J + 4.1 J
+- ``revolve-4``: 4 RAM slots, 30 recomputed steps, 8 stores, 12 restores: wall 9.7 s, 97 J + 0.02 J
+- ``revolve-4-slow``: as revolve-4 with 40 recomputed steps: wall 10.7 s — dominated by revolve-4.
+
+So pfs-all is time-optimal, ram-all energy-optimal, and all but revolve-4-slow Pareto-optimal.
+"""
+
+import csv
+import io
+import json
+import os
+import shutil
+import struct
+import time as real_time
+
+import pytest
+
+from hpcadj.telemetry import Telemetry, jsonlog, open_run_log
+from hpcadj.telemetry.analyze import AnalyzeError, analyze, compare, find_run_dirs, load_run
+from hpcadj.telemetry.energy_model import EnergyModel
+
+from .helpers import HPCADJ, PYTHON, run
+
+SNAP = 1_000_000
+MODEL = EnergyModel(watts_per_core=10.0, joules_per_byte_write={"ram": 1e-9, "pfs": 1e-7},
+                    joules_per_byte_read={"ram": 1e-9, "pfs": 1e-7})
+MODEL_TOML = ("watts_per_core = 10.0\n[joules_per_byte_write]\nram = 1e-9\npfs = 1e-7\n"
+              "[joules_per_byte_read]\nram = 1e-9\npfs = 1e-7\n")
+
+
+class FakeTime:
+    """Stands in for the ``time`` module inside jsonlog: a clock the simulation advances."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self):
+        return self.now
+
+    def time(self):
+        return 1.7e9 + self.now
+
+    strftime = staticmethod(real_time.strftime)
+
+
+def simulate(path, clock, label, *, level, store_s, restore_s, slots, recompute, stores, restores):
+    """One run: set-up, forward sweep storing ``stores`` snapshots, reverse sweep with recomputation."""
+    record = {"label": label, "model": "heat", "grid": "64x64", "steps": 20, "schedule": label,
+              "levels": [{"name": level, "kind": level, "capacity": slots}], "snapshot_bytes": SNAP}
+    log = open_run_log(path, None, record, meter=None, energy_model=MODEL)
+    tel = Telemetry(sinks=[log], petsc_events=False)
+
+    def phase(name, seconds, **kw):
+        tel.record(name, t0=clock.time(), seconds=seconds, **kw)
+        clock.now += seconds
+
+    clock.now += 0.5
+    for i in range(20):
+        phase("forward", 0.1, step=i, steps=1)
+    for i in range(stores):
+        phase("store", store_s, step=i, nbytes=SNAP, level=level)
+    for i in range(recompute):
+        phase("recompute", 0.1, step=i, steps=1)
+    for i in range(restores):
+        phase("restore", restore_s, step=i, nbytes=SNAP, level=level)
+    for i in reversed(range(20)):
+        phase("adjoint", 0.2, step=i, steps=1)
+    log.close({"levels": {level: {"kind": level, "peak_slots": slots}}})
+
+
+RUNS = {
+    "ram-all": dict(level="ram", store_s=0.01, restore_s=0.01, slots=21, recompute=0, stores=21, restores=20),
+    "pfs-all": dict(level="pfs", store_s=0.002, restore_s=0.004, slots=21, recompute=0, stores=21, restores=20),
+    "revolve-4": dict(level="ram", store_s=0.01, restore_s=0.01, slots=4, recompute=30, stores=8, restores=12),
+    "revolve-4-slow": dict(level="ram", store_s=0.01, restore_s=0.01, slots=4, recompute=40, stores=8,
+                           restores=12),
+}
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    clock = FakeTime()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(jsonlog, "time", clock)
+        for label, kw in RUNS.items():
+            clock.now = 0.0
+            simulate(root / label, clock, label, **kw)
+    return root
+
+
+@pytest.fixture
+def one_run(sweep, tmp_path):
+    target = tmp_path / "ram-all"
+    shutil.copytree(sweep / "ram-all", target)
+    return target
+
+
+def by_label(results):
+    return {r["label"]: r for r in results}
+
+
+def test_per_run_numbers(sweep):
+    results = by_label(analyze([sweep], model=MODEL))
+    assert sorted(results) == sorted(RUNS)
+    ram = results["ram-all"]
+    assert ram["wall_seconds"] == pytest.approx(6.91)
+    assert ram["energy"] == {"source": "model", "joules": pytest.approx(69.1 + 0.041)}
+    assert results["pfs-all"]["energy"]["joules"] == pytest.approx(66.22 + 4.1)
+    assert ram["recompute_factor"] == pytest.approx(1.0)
+    assert results["revolve-4"]["recompute_factor"] == pytest.approx(2.5)
+    assert results["revolve-4"]["checkpoint_peak_bytes"] == 4 * SNAP
+    rows = {(p["phase"], p["level"]): p for p in results["revolve-4"]["phases"]}
+    assert rows[("recompute", None)]["seconds_sum"] == pytest.approx(3.0)
+    assert rows[("restore", "ram")]["bytes"] == 12 * SNAP
+    assert rows[("adjoint", None)]["joules_model"] == pytest.approx(40.0)
+    assert [p["phase"] for p in results["revolve-4"]["phases"]] == [
+        "forward", "recompute", "adjoint", "store", "restore"]
+    assert all(not r["problems"] for r in results.values())
+
+
+def test_comparison_marks_optima_and_pareto(sweep):
+    rows = {c["run"]: c for c in compare(analyze([sweep], model=MODEL))}
+    assert [k for k, c in rows.items() if c["time_optimal"]] == ["pfs-all"]
+    assert [k for k, c in rows.items() if c["energy_optimal"]] == ["ram-all"]
+    assert sorted(k for k, c in rows.items() if c["pareto"]) == ["pfs-all", "ram-all", "revolve-4"]
+    assert rows["revolve-4"]["memory_metric"] == "checkpoint peak"
+    assert rows["revolve-4"]["memory_MiB"] == pytest.approx(4 * SNAP / 2**20)
+
+
+def test_truncated_line_and_missing_end_are_reported(one_run):
+    path = one_run / "rank00000.jsonl"
+    text = path.read_text()
+    path.write_text(text[:-40])                      # the end record is cut mid-line
+    result = analyze([one_run], model=MODEL)[0]
+    problems = "\n".join(result["problems"])
+    nlines = text.count("\n")
+    assert f"line {nlines} is truncated" in problems
+    assert "no end record" in problems
+    assert result["forward_steps"] == 20
+
+
+def test_corrupt_line_is_skipped_and_named(one_run):
+    path = one_run / "rank00000.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    lines[4] = '{"type": "event", "phase": "forw\n'
+    path.write_text("".join(lines))
+    result = analyze([one_run], model=MODEL)[0]
+    assert "rank00000.jsonl: line 5 is not valid JSON; skipped" in result["problems"]
+    assert "rank00000.jsonl: end record counts 81 events, 80 read" in result["problems"]
+    assert result["forward_steps"] == 19
+
+
+def test_missing_rank_and_summary(one_run):
+    run_json = json.loads((one_run / "run.json").read_text())
+    run_json["ranks"] = 3
+    (one_run / "run.json").write_text(json.dumps(run_json))
+    shutil.copy(one_run / "rank00000.jsonl", one_run / "rank00002.jsonl")
+    (one_run / "summary.json").unlink()
+    result = analyze([one_run], model=MODEL)[0]
+    problems = "\n".join(result["problems"])
+    assert "1 of 3 rank logs missing (rank 1)" in problems
+    assert "summary.json missing" in problems
+    assert result["wall_seconds"] == pytest.approx(6.91)
+    assert result["wall_from"] == "end records"
+
+
+def test_nothing_to_analyse(tmp_path):
+    with pytest.raises(AnalyzeError, match="no such directory"):
+        find_run_dirs([tmp_path / "absent"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(AnalyzeError, match="no hpcadj log"):
+        find_run_dirs([tmp_path / "empty"])
+    with pytest.raises(AnalyzeError, match="no hpcadj log"):
+        load_run(tmp_path / "empty")
+
+
+def hpcadj(*args, env=None):
+    return run([HPCADJ, *args], timeout=120, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("model") / "model.toml"
+    path.write_text(MODEL_TOML)
+    return path
+
+
+def test_cli_markdown_csv_and_plot(sweep, model_file, tmp_path):
+    png = tmp_path / "pareto.png"
+    proc = hpcadj("analyze", str(sweep), "--energy-model", str(model_file), "--plot", str(png))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert "## Run `revolve-4`" in proc.stdout and "## Comparison" in proc.stdout
+    assert "| pfs-all | 1 | pfs-all | 6.622 | 70.32 | model |" in proc.stdout
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert width >= 1000 and height >= 500
+    proc = hpcadj("analyze", str(sweep / "ram-all"), str(sweep / "revolve-4"), "--csv",
+                  env={"HPCADJ_ENERGY_MODEL": str(model_file)})
+    rows = list(csv.DictReader(io.StringIO(proc.stdout)))
+    assert [r["run"] for r in rows] == ["ram-all", "revolve-4"]
+    assert float(rows[1]["recompute_factor"]) == pytest.approx(2.5)
+    assert float(rows[0]["energy_J"]) == pytest.approx(69.141)
+    proc = hpcadj("analyze", str(sweep / "revolve-4"), "--csv", "--by-phase")
+    phases = list(csv.DictReader(io.StringIO(proc.stdout)))
+    assert [(r["phase"], r["level"]) for r in phases] == [
+        ("forward", ""), ("recompute", ""), ("adjoint", ""), ("store", "ram"), ("restore", "ram")]
+
+
+def test_cli_needs_no_mpi(sweep):
+    code = ("import sys; from hpcadj.cli import main; rc = main(['analyze', sys.argv[1], '--csv']); "
+            "print(sorted(m for m in ('mpi4py', 'petsc4py', 'h5py') if m in sys.modules), file=sys.stderr); "
+            "sys.exit(rc)")
+    proc = run([PYTHON, "-c", code, str(sweep)], timeout=120)
+    assert proc.returncode == 0
+    assert proc.stderr.strip() == "[]"
+
+
+def test_cli_broken_log_warns_and_still_reports(one_run):
+    path = one_run / "rank00000.jsonl"
+    path.write_text(path.read_text()[:-40])
+    proc = hpcadj("analyze", str(one_run))
+    assert proc.returncode == 0
+    assert "warning" in proc.stderr and "is truncated" in proc.stderr
+    assert "**Problems in this log:**" in proc.stdout
+
+
+@pytest.mark.parametrize("case", ["absent", "empty", "plot-dir", "model"])
+def test_cli_bad_input_exits_2_with_one_line(sweep, tmp_path, case):
+    (tmp_path / "empty").mkdir()
+    bad_model = tmp_path / "bad.toml"
+    bad_model.write_text("watts = 1\n")
+    args = {"absent": [str(tmp_path / "absent")],
+            "empty": [str(tmp_path / "empty")],
+            "plot-dir": [str(sweep), "--plot", str(tmp_path / "no" / "such" / "p.png")],
+            "model": [str(sweep), "--energy-model", str(bad_model)]}[case]
+    proc = hpcadj("analyze", *args)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("hpcadj: error:")
+    assert not (tmp_path / "no").exists()

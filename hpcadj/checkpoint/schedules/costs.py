@@ -1,0 +1,153 @@
+"""Cost model for planning: what one forward step, one adjoint step, one write and one read cost.
+
+A :class:`CostProfile` holds measured (or default) costs in two units — seconds and joules — so the
+planners can minimise either: :meth:`CostProfile.vector` turns it into an :class:`OpCosts`, the
+generic per-operation cost vector every planner and the simulator take. Minimising energy instead
+of time is only a matter of passing ``profile.vector("energy")``.
+
+Predicted makespan of a plan (DESIGN.md)::
+
+    forward_evaluations * forward + n * adjoint + sum_k writes_k * write_k + sum_k reads_k * read_k
+
+Asynchronous levels: each level has an ``overlap`` fraction in [0, 1], the share of a write that
+hides behind computation (a background I/O thread draining a buffer while the next steps run).
+The model charges ``write_k * (1 - overlap_k)`` per write; reads stay synchronous (the adjoint
+waits for them). ``overlap = 0`` (the default) is the synchronous H-Revolve model. This is
+optimistic when writes come faster than the compute they hide behind; a storage level that
+measures its real hidden fraction should record it here.
+
+Default costs (used when no profile is given; relative, not measured): forward step 1 s, adjoint
+step 2 s; RAM write/read 0.01 s, node-local disk 0.2 / 0.2 s, parallel file system 1.0 / 1.0 s.
+Energy defaults assume a 100 W node for compute and the same for I/O waits (joules = 100 * seconds),
+labelled ``source = "model"``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+LEVEL_NAMES = ("ram", "disk", "pfs")
+
+#: default seconds per snapshot (write, read) for the standard levels, fastest first
+DEFAULT_LEVEL_SECONDS = {"ram": (0.01, 0.01), "disk": (0.2, 0.2), "pfs": (1.0, 1.0)}
+DEFAULT_FORWARD_S = 1.0
+DEFAULT_ADJOINT_S = 2.0
+DEFAULT_WATTS = 100.0
+
+
+@dataclass(frozen=True)
+class OpCosts:
+    """The generic per-operation cost vector planners minimise (any unit, all non-negative)."""
+
+    forward: float
+    adjoint: float
+    write: tuple[float, ...]
+    read: tuple[float, ...]
+
+    def __post_init__(self):
+        if len(self.write) != len(self.read):
+            raise ValueError("write and read costs need one entry per level")
+        values = (self.forward, self.adjoint, *self.write, *self.read)
+        if any(not (v >= 0) or v == float("inf") for v in values):
+            raise ValueError(f"costs must be finite and non-negative, got {values}")
+        object.__setattr__(self, "write", tuple(float(w) for w in self.write))
+        object.__setattr__(self, "read", tuple(float(r) for r in self.read))
+
+    @property
+    def levels(self) -> int:
+        return len(self.write)
+
+    def for_levels(self, k: int) -> "OpCosts":
+        """The same costs for the first ``k`` levels (levels beyond the profile are an error)."""
+        if k > self.levels:
+            raise ValueError(f"cost profile has {self.levels} levels, the plan needs {k}")
+        return OpCosts(self.forward, self.adjoint, self.write[:k], self.read[:k])
+
+
+@dataclass
+class LevelCost:
+    """Costs of one storage level, per snapshot."""
+
+    name: str
+    write_s: float
+    read_s: float
+    write_j: float | None = None
+    read_j: float | None = None
+    overlap: float = 0.0
+
+    def __post_init__(self):
+        if not 0.0 <= self.overlap <= 1.0:
+            raise ValueError(f"level {self.name}: overlap must be in [0, 1], got {self.overlap}")
+
+
+@dataclass
+class CostProfile:
+    """Measured or default costs of a model on a machine, in seconds and joules (JSON-serialisable)."""
+
+    forward_s: float = DEFAULT_FORWARD_S
+    adjoint_s: float = DEFAULT_ADJOINT_S
+    levels: list[LevelCost] = field(default_factory=list)
+    forward_j: float | None = None
+    adjoint_j: float | None = None
+    source: str = "model"
+
+    @classmethod
+    def default(cls, n_levels: int = 3) -> "CostProfile":
+        """The documented default profile for the first ``n_levels`` of ram, disk, pfs."""
+        if not 1 <= n_levels <= len(LEVEL_NAMES):
+            raise ValueError(f"default profile has 1 to {len(LEVEL_NAMES)} levels, asked {n_levels}")
+        levels = [LevelCost(name, *DEFAULT_LEVEL_SECONDS[name]) for name in LEVEL_NAMES[:n_levels]]
+        return cls(levels=levels, source="model")
+
+    def vector(self, minimize: str = "time") -> OpCosts:
+        """Per-operation costs in seconds (``time``) or joules (``energy``), overlap applied to writes."""
+        if minimize == "time":
+            return OpCosts(self.forward_s, self.adjoint_s,
+                           tuple(lv.write_s * (1.0 - lv.overlap) for lv in self.levels),
+                           tuple(lv.read_s for lv in self.levels))
+        if minimize == "energy":
+            watts = DEFAULT_WATTS
+
+            def joules(j, s):
+                return j if j is not None else watts * s
+
+            return OpCosts(joules(self.forward_j, self.forward_s), joules(self.adjoint_j, self.adjoint_s),
+                           tuple(joules(lv.write_j, lv.write_s) for lv in self.levels),
+                           tuple(joules(lv.read_j, lv.read_s) for lv in self.levels))
+        raise ValueError(f"minimize must be 'time' or 'energy', got {minimize!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CostProfile":
+        try:
+            levels = [LevelCost(**lv) for lv in data.get("levels", [])]
+            rest = {k: v for k, v in data.items() if k != "levels"}
+            profile = cls(levels=levels, **rest)
+        except TypeError as exc:
+            raise ValueError(f"bad cost profile: {exc}") from None
+        for value in (profile.forward_s, profile.adjoint_s):
+            if not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"bad cost profile: step times must be non-negative numbers, got {value!r}")
+        return profile
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "CostProfile":
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"cannot read cost profile {path}: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"cost profile {path} must be a JSON object")
+        return cls.from_dict(data)
+
+
+def default_costs(n_levels: int) -> OpCosts:
+    """The default time costs for ``n_levels`` levels (ram, disk, pfs)."""
+    return CostProfile.default(n_levels).vector("time")

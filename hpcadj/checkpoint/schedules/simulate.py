@@ -1,0 +1,175 @@
+"""Execute a plan without physics: the test oracle for every schedule, and the plan summary.
+
+The simulator holds *labels* instead of states: a working state or a slot holds the step number
+whose state it really contains, computed from the actions (``Advance`` produces labels n0+1..n1 from
+the label it starts from). It applies the driver's exact working-state rule
+(:class:`~.actions.WorkingStates`) and raises :class:`PlanError` as soon as the plan is wrong:
+
+- an action needs a state that is not held, or reads a slot never written (or already freed);
+- a level holds more snapshots than its capacity, or a slot is written twice;
+- an adjoint step runs twice, out of reverse order, before ``EndForward`` or on a wrong state;
+- ``EndForward`` is not reached exactly once with u_n held, or ``EndReverse`` comes before every
+  adjoint step ran or while a level still holds a snapshot, or anything follows ``EndReverse``.
+
+It counts forward-step evaluations, writes and reads per level (a ``Move`` is one read on its
+source and one write on its destination), peak slots per level, and the predicted makespan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from .actions import (Action, Adjoint, Advance, EndForward, EndReverse, Free, Move, PlanError, Restore,
+                      Store, WorkingStates)
+from .costs import OpCosts
+
+
+@dataclass
+class PlanSummary:
+    """What a plan does: counts per operation and level, and its predicted cost."""
+
+    steps: int
+    capacities: tuple[int, ...]
+    forward_steps: int = 0
+    adjoint_steps: int = 0
+    actions: int = 0
+    writes: list[int] = field(default_factory=list)
+    reads: list[int] = field(default_factory=list)
+    peak: list[int] = field(default_factory=list)
+    predicted: float | None = None
+
+    @property
+    def recompute_factor(self) -> float:
+        """Forward evaluations per forward step (1.0: nothing recomputed)."""
+        return self.forward_steps / self.steps
+
+    def cost(self, costs: OpCosts) -> float:
+        """Predicted makespan (or energy) of this plan under ``costs``."""
+        levels = costs.for_levels(len(self.capacities))
+        return (self.forward_steps * levels.forward + self.adjoint_steps * levels.adjoint
+                + sum(w * c for w, c in zip(self.writes, levels.write))
+                + sum(r * c for r, c in zip(self.reads, levels.read)))
+
+
+class Simulator:
+    """Executes actions one at a time against ``n_steps`` and per-level ``capacities``."""
+
+    def __init__(self, n_steps: int, capacities: Sequence[int]):
+        self.n = int(n_steps)
+        self.capacities = tuple(int(c) for c in capacities)
+        k = len(self.capacities)
+        self.summary = PlanSummary(self.n, self.capacities, writes=[0] * k, reads=[0] * k, peak=[0] * k)
+        self.work: WorkingStates[int] = WorkingStates(0, 0)
+        self.slots: list[dict[int, int]] = [{} for _ in range(k)]
+        self.forward_done = False
+        self.reverse_done = False
+        self.next_adjoint = self.n - 1
+
+    def _level(self, level: int) -> dict[int, int]:
+        if not 0 <= level < len(self.slots):
+            raise PlanError(f"level {level} does not exist ({len(self.slots)} levels)")
+        return self.slots[level]
+
+    def _put(self, level: int, n: int, label: int) -> None:
+        slots = self._level(level)
+        if n in slots:
+            raise PlanError(f"u_{n} is already stored on level {level}")
+        if len(slots) >= self.capacities[level]:
+            raise PlanError(f"level {level} is full ({self.capacities[level]} slots) storing u_{n}")
+        slots[n] = label
+        self.summary.writes[level] += 1
+        self.summary.peak[level] = max(self.summary.peak[level], len(slots))
+
+    def _take(self, level: int, n: int, remove: bool) -> int:
+        slots = self._level(level)
+        if n not in slots:
+            raise PlanError(f"u_{n} is not stored on level {level}")
+        self.summary.reads[level] += 1
+        return slots.pop(n) if remove else slots[n]
+
+    def execute(self, action: Action) -> None:
+        """Apply one action, or raise PlanError saying why it cannot run."""
+        if self.reverse_done:
+            raise PlanError(f"{action} after EndReverse")
+        self.summary.actions += 1
+        if isinstance(action, Advance):
+            if action.n1 > self.n:
+                raise PlanError(f"{action} goes beyond u_{self.n}")
+            start = self.work.get(action.n0)
+            if start != action.n0:
+                raise PlanError(f"{action} starts from a state labelled u_{start}")
+            self.summary.forward_steps += action.n1 - action.n0
+            self.work.advanced(action.n0, action.n1, start + action.n1 - action.n0 - 1, start + action.n1 - action.n0)
+        elif isinstance(action, Store):
+            self._put(action.level, action.n, self.work.get(action.n))
+        elif isinstance(action, Restore):
+            self.work.restored(action.n, self._take(action.level, action.n, remove=False))
+        elif isinstance(action, Move):
+            label = self._take(action.src, action.n, remove=True)
+            self._put(action.dst, action.n, label)
+        elif isinstance(action, Free):
+            slots = self._level(action.level)
+            if action.n not in slots:
+                raise PlanError(f"{action}: u_{action.n} is not stored on level {action.level}")
+            del slots[action.n]
+        elif isinstance(action, Adjoint):
+            if not self.forward_done:
+                raise PlanError(f"{action} before EndForward")
+            if action.n0 != self.next_adjoint:
+                raise PlanError(f"{action} out of order: adjoint step {self.next_adjoint} is next")
+            if self.work.get(action.n0) != action.n0 or self.work.get(action.n1) != action.n1:
+                raise PlanError(f"{action} on wrong states")
+            self.work.adjoint_done(action.n0)
+            self.next_adjoint -= 1
+            self.summary.adjoint_steps += 1
+        elif isinstance(action, EndForward):
+            if self.forward_done:
+                raise PlanError("EndForward twice")
+            if self.work.get(self.n) != self.n:
+                raise PlanError("EndForward without u_n held")
+            self.forward_done = True
+        elif isinstance(action, EndReverse):
+            if self.next_adjoint != -1:
+                raise PlanError(f"EndReverse before adjoint step {self.next_adjoint}")
+            left = [(lv, sorted(s)) for lv, s in enumerate(self.slots) if s]
+            if left:
+                raise PlanError(f"EndReverse with snapshots still stored: {left}")
+            self.reverse_done = True
+        else:
+            raise PlanError(f"unknown action {action!r}")
+
+    def result(self, costs: OpCosts | None = None) -> PlanSummary:
+        """The summary of a complete plan (PlanError if it did not reach EndReverse)."""
+        if not self.reverse_done:
+            raise PlanError("the plan ended without EndReverse")
+        if costs is not None:
+            self.summary.predicted = self.summary.cost(costs)
+        return self.summary
+
+
+def simulate(actions: Iterable[Action], n_steps: int, capacities: Sequence[int],
+             costs: OpCosts | None = None) -> PlanSummary:
+    """Run a whole plan through the simulator; return its summary (PlanError if it is wrong)."""
+    sim = Simulator(n_steps, capacities)
+    for action in actions:
+        sim.execute(action)
+    return sim.result(costs)
+
+
+def simulate_online(schedule, n_steps: int, costs: OpCosts | None = None) -> PlanSummary:
+    """Drive an online schedule (``step()`` per forward step, then ``finish()``) to ``n_steps``.
+
+    The schedule learns that the forward sweep is over only when ``finish()`` is called; each
+    ``step()`` must end with exactly one ``Advance(i, i + 1)``.
+    """
+    sim = Simulator(n_steps, schedule.capacities)
+    for i in range(n_steps):
+        batch = list(schedule.step())
+        if not batch or batch[-1] != Advance(i, i + 1) or any(isinstance(a, Advance) for a in batch[:-1]):
+            raise PlanError(f"online step {i} must end with the one action Advance({i}, {i + 1}), got {batch}")
+        for action in batch:
+            sim.execute(action)
+    for action in schedule.finish():
+        sim.execute(action)
+    return sim.result(costs)

@@ -131,8 +131,12 @@ def test_comparison_marks_optima_and_pareto(sweep):
     assert [k for k, c in rows.items() if c["time_optimal"]] == ["pfs-all"]
     assert [k for k, c in rows.items() if c["energy_optimal"]] == ["ram-all"]
     assert sorted(k for k, c in rows.items() if c["pareto"]) == ["pfs-all", "ram-all", "revolve-4"]
-    assert rows["revolve-4"]["memory_metric"] == "checkpoint peak"
+    assert rows["revolve-4"]["memory_metric"] == "checkpoint peak, all levels"
     assert rows["revolve-4"]["memory_MiB"] == pytest.approx(4 * SNAP / 2**20)
+    ram_rows = {c["run"]: c for c in compare(analyze([sweep], model=MODEL), memory="ram")}
+    assert ram_rows["pfs-all"]["memory_MiB"] == 0.0
+    assert ram_rows["ram-all"]["memory_MiB"] == pytest.approx(21 * SNAP / 2**20)
+    assert sorted(k for k, c in ram_rows.items() if c["pareto"]) == ["pfs-all", "ram-all"]
 
 
 def test_truncated_line_and_missing_end_are_reported(one_run):

@@ -25,6 +25,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--by-phase", action="store_true", help="with --csv: one row per run, phase and level")
     p.add_argument("--plot", metavar="OUT.png", default=None,
                    help="write a Pareto plot: wall time and energy against memory")
+    p.add_argument("--memory", choices=["checkpoint", "ram", "rss"], default="checkpoint",
+                   help="memory axis of the comparison: peak checkpoint bytes on all levels (default), "
+                        "on RAM levels only, or peak resident memory summed over ranks")
     p.add_argument("--energy-model", metavar="FILE.toml", default=None,
                    help="energy model constants overriding the defaults (also $HPCADJ_ENERGY_MODEL)")
     p.add_argument("--sacct", action="store_true",
@@ -49,15 +52,15 @@ def main(args) -> int:
             for problem in r["problems"]:
                 print(f"hpcadj analyze: warning: {r['path']}: {problem}", file=sys.stderr)
         if args.plot:
-            an.pareto_plot(results, args.plot)
+            an.pareto_plot(results, args.plot, args.memory)
     except (an.AnalyzeError, EnergyModelError) as exc:
         raise CliError(str(exc)) from None
     except OSError as exc:
         raise CliError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
     if args.csv:
-        sys.stdout.write(an.csv_report(results, by_phase=args.by_phase))
+        sys.stdout.write(an.csv_report(results, by_phase=args.by_phase, memory=args.memory))
     elif args.json:
-        print(json.dumps({"runs": results, "comparison": an.compare(results)}, default=str))
+        print(json.dumps({"runs": results, "comparison": an.compare(results, args.memory)}, default=str))
     else:
-        sys.stdout.write(an.markdown_report(results))
+        sys.stdout.write(an.markdown_report(results, args.memory))
     return 0

@@ -244,23 +244,27 @@ def _wall_seconds(run: RunData) -> tuple[float | None, str]:
     return None, "unknown"
 
 
-def _checkpoint_peak_bytes(run: RunData) -> int | None:
-    """Peak bytes held in checkpoint levels: Σ levels' ``peak_bytes`` or ``peak_slots`` × snapshot bytes."""
+def _level_stats(run: RunData) -> dict | None:
+    """``{level: {"kind", "peak_bytes"}}`` from the summary's level statistics (``peak_bytes``, or
+    ``peak_slots`` x the run record's ``snapshot_bytes``), None when incomplete."""
     levels = ((run.summary or {}).get("result") or {}).get("levels")
     if not isinstance(levels, dict) or not levels:
         return None
+    kinds = level_kind_map(run.record.get("levels"))
+    kinds.update(level_kind_map(levels))
     snap = run.record.get("snapshot_bytes")
-    total = 0
-    for stats in levels.values():
+    out = {}
+    for name, stats in levels.items():
         if not isinstance(stats, dict):
             return None
         if isinstance(stats.get("peak_bytes"), (int, float)):
-            total += int(stats["peak_bytes"])
+            peak = int(stats["peak_bytes"])
         elif isinstance(stats.get("peak_slots"), int) and isinstance(snap, (int, float)):
-            total += int(stats["peak_slots"] * snap)
+            peak = int(stats["peak_slots"] * snap)
         else:
             return None
-    return total
+        out[name] = {"kind": kinds.get(name, "unknown"), "peak_bytes": peak}
+    return out
 
 
 def _peak_rss(run: RunData) -> dict | None:
@@ -302,13 +306,15 @@ def analyse_run(run: RunData, model: EnergyModel | None = None, *, sacct: bool =
     recompute = _rank_steps(run, "recompute")
     nsteps = run.record.get("steps") if isinstance(run.record.get("steps"), int) else forward
     factor = (forward + recompute) / nsteps if nsteps and forward is not None else None
+    level_stats = _level_stats(run)
     return {"label": run.label, "path": run.path, "run_id": run.run_id, "ranks": run.ranks,
             "ranks_logged": len(run.events), "job_id": job, "record": run.record,
             "phases": rows, "other_joules_model": other_row["joules"], "other_core_seconds": other,
             "wall_seconds": wall, "wall_from": wall_from, "energy": energy, "energy_measured": measured,
             "energy_model": {k: v for k, v in modeled.items() if k != "by_phase"},
             "forward_steps": forward, "recompute_steps": recompute, "steps": nsteps,
-            "recompute_factor": factor, "checkpoint_peak_bytes": _checkpoint_peak_bytes(run),
+            "recompute_factor": factor, "levels": level_stats,
+            "checkpoint_peak_bytes": _level_peak_bytes({"levels": level_stats}, None),
             "peak_rss_bytes": _peak_rss(run),
             "bytes_written": sum(r["bytes"] for r in rows if r["phase"] == "store"),
             "bytes_read": sum(r["bytes"] for r in rows if r["phase"] == "restore"),
@@ -337,17 +343,40 @@ def _pareto(points: list[tuple]) -> list[bool]:
     return flags
 
 
-def memory_metric(results: list[dict]) -> tuple[str, list[float | None]]:
-    """The memory axis for a comparison: checkpoint peak if every run has it, else peak RSS summed over ranks."""
-    if results and all(r["checkpoint_peak_bytes"] is not None for r in results):
-        return "checkpoint peak", [r["checkpoint_peak_bytes"] / MIB for r in results]
-    return "peak RSS, all ranks", [r["peak_rss_bytes"]["sum"] / MIB if r["peak_rss_bytes"] else None
+def _level_peak_bytes(run: dict, kinds: tuple[str, ...] | None) -> int | None:
+    """Peak checkpoint bytes of a run's levels (of ``kinds`` only, if given); None if not logged."""
+    levels = run.get("levels")
+    if levels is None:
+        return None
+    total = 0
+    for stats in levels.values():
+        if kinds is None or stats["kind"] in kinds:
+            total += stats["peak_bytes"]
+    return total
+
+
+MEMORY_METRICS = {"checkpoint": "checkpoint peak, all levels", "ram": "checkpoint peak in RAM",
+                  "rss": "peak RSS, all ranks"}
+
+
+def memory_metric(results: list[dict], which: str = "checkpoint") -> tuple[str, list[float | None]]:
+    """The memory axis of a comparison, in MiB: ``checkpoint`` (peak bytes held on all levels),
+    ``ram`` (on RAM levels only) or ``rss`` (peak resident memory summed over ranks). Checkpoint
+    metrics fall back to ``rss`` when a run did not log its level statistics."""
+    if which not in MEMORY_METRICS:
+        raise AnalyzeError(f"unknown memory metric {which!r} (known: {', '.join(MEMORY_METRICS)})")
+    if which != "rss":
+        kinds = ("ram",) if which == "ram" else None
+        values = [_level_peak_bytes(r, kinds) for r in results]
+        if results and all(v is not None for v in values):
+            return MEMORY_METRICS[which], [v / MIB for v in values]
+    return MEMORY_METRICS["rss"], [r["peak_rss_bytes"]["sum"] / MIB if r["peak_rss_bytes"] else None
                                    for r in results]
 
 
-def compare(results: list[dict]) -> list[dict]:
+def compare(results: list[dict], memory: str = "checkpoint") -> list[dict]:
     """One row per run, with the time-optimal, energy-optimal and Pareto-optimal runs flagged."""
-    mem_name, memory = memory_metric(results)
+    mem_name, memory = memory_metric(results, memory)
     rows = []
     for r, mem in zip(results, memory):
         rows.append({"run": r["label"], "ranks": r["ranks"], "schedule": r["record"].get("schedule"),
@@ -385,7 +414,7 @@ def _md_table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def markdown_report(results: list[dict]) -> str:
+def markdown_report(results: list[dict], memory: str = "checkpoint") -> str:
     """Markdown: a section per run (phase table, problems) and a comparison table."""
     out = ["# hpcadj analyze", ""]
     for r in results:
@@ -437,7 +466,7 @@ def markdown_report(results: list[dict]) -> str:
             out.append("")
             out.extend(f"- {p}" for p in r["problems"])
             out.append("")
-    rows = compare(results)
+    rows = compare(results, memory)
     out.append("## Comparison")
     out.append("")
     mem_name = rows[0]["memory_metric"] if rows else ""
@@ -462,7 +491,7 @@ PHASE_FIELDS = ["run", "phase", "level", "count", "steps", "seconds_sum", "secon
                 "joules_model", "joules_measured_share", "measured_source"]
 
 
-def csv_report(results: list[dict], by_phase: bool = False) -> str:
+def csv_report(results: list[dict], by_phase: bool = False, memory: str = "checkpoint") -> str:
     """CSV: one row per run (the comparison), or with ``by_phase`` one row per run, phase and level."""
     buf = io.StringIO()
     if by_phase:
@@ -476,7 +505,7 @@ def csv_report(results: list[dict], by_phase: bool = False) -> str:
     else:
         writer = csv.DictWriter(buf, fieldnames=COMPARE_FIELDS, lineterminator="\n")
         writer.writeheader()
-        for row in compare(results):
+        for row in compare(results, memory):
             writer.writerow({k: row[k] for k in COMPARE_FIELDS})
     return buf.getvalue()
 
@@ -492,7 +521,7 @@ def check_output_path(path: str) -> None:
         raise AnalyzeError(f"{path}: is a directory")
 
 
-def pareto_plot(results: list[dict], out_path: str) -> None:
+def pareto_plot(results: list[dict], out_path: str, memory: str = "checkpoint") -> None:
     """Two panels, wall time and energy against memory; time-, energy- and Pareto-optimal runs marked.
 
     Written to a temporary file and renamed, so a failure leaves no partial PNG.
@@ -502,7 +531,7 @@ def pareto_plot(results: list[dict], out_path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [c for c in compare(results) if c["memory_MiB"] is not None and c["wall_s"] is not None]
+    rows = [c for c in compare(results, memory) if c["memory_MiB"] is not None and c["wall_s"] is not None]
     if not rows:
         raise AnalyzeError("no run has both a memory figure and a wall time: nothing to plot")
     mem_name = rows[0]["memory_metric"]

@@ -6,6 +6,7 @@ MODELS: dict[str, str] = {
     "heat": "hpcadj.models.heat:HeatModel",
     "burgers": "hpcadj.models.burgers:BurgersModel",
     "wave": "hpcadj.models.wave:WaveModel",
+    "grayscott": "hpcadj.models.grayscott:GrayScottModel",
 }
 
 

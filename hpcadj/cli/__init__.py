@@ -12,7 +12,7 @@ import importlib
 import sys
 
 #: subcommand modules, in ``--help`` order; each has ``add_parser(subparsers)`` and ``main(args)``.
-SUBCOMMANDS = ["run", "gradcheck", "analyze"]
+SUBCOMMANDS = ["run", "gradcheck", "analyze", "plan"]
 
 EXIT_USAGE = 2
 

@@ -1,0 +1,72 @@
+"""Checkpoint plans: pure action streams for the driver (no MPI, no I/O, no numpy).
+
+Use :func:`make_schedule` (what the driver and ``hpcadj run --schedule NAME`` call)::
+
+    plan = make_schedule("multilevel", n_steps, capacities=[8, 64, 1024], costs=profile.vector("time"))
+    for action in plan.actions(): ...
+
+Names: ``store-all``, ``periodic``, ``revolve``, ``multilevel``, ``online``, and ``auto`` (revolve on
+one level, multilevel on two or more). ``capacities`` are slots per level, fastest level first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .actions import (Action, Adjoint, Advance, EndForward, EndReverse, Free, Move, PlanError, Restore,
+                      Store, WorkingStates)
+from .base import Schedule, ScheduleError
+from .costs import CostProfile, LevelCost, OpCosts, default_costs
+from .multilevel import Multilevel
+from .online import OnlineFixed, OnlineSchedule, online_bound
+from .periodic import Periodic
+from .revolve import Revolve, min_forward_steps
+from .simulate import PlanSummary, Simulator, simulate, simulate_online
+from .storeall import StoreAll, store_all_slots
+
+SCHEDULES = ("auto", "store-all", "periodic", "revolve", "multilevel", "online")
+
+
+def make_schedule(name: str, n_steps: int | None, capacities: Sequence[int], costs: OpCosts | None = None,
+                  **options) -> Schedule | OnlineSchedule:
+    """The schedule ``name`` for ``n_steps`` over levels with ``capacities`` slots.
+
+    ``costs`` (default: :func:`default_costs`) matter to ``multilevel`` (and ``auto`` on several
+    levels). ``online`` with ``n_steps=None`` returns an :class:`OnlineSchedule` (step/finish
+    protocol); with a number it is an ordinary plan. ``options`` go to the schedule's constructor
+    (``level=``, ``period=``, ``exact=``). Raises ScheduleError for impossible inputs.
+    """
+    capacities = [int(c) for c in capacities]
+    if name == "online" and n_steps is None:
+        return OnlineSchedule(capacities, **options)
+    if n_steps is None:
+        raise ScheduleError(f"schedule {name!r} needs the number of steps")
+    if name == "auto":
+        name = "revolve" if sum(1 for c in capacities if c > 0) <= 1 else "multilevel"
+    if name == "store-all":
+        if "level" not in options:
+            need = store_all_slots(n_steps)
+            fits = [i for i, c in enumerate(capacities) if c >= need]
+            if not fits:
+                raise ScheduleError(f"store-all needs {need} slots on one level for {n_steps} steps, "
+                                    f"the largest has {max(capacities, default=0)}")
+            options["level"] = fits[0]
+        return StoreAll(n_steps, capacities, **options)
+    if name == "periodic":
+        return Periodic(n_steps, capacities, **options)
+    if name == "revolve":
+        return Revolve(n_steps, capacities, **options)
+    if name == "multilevel":
+        return Multilevel(n_steps, capacities, costs, **options)
+    if name == "online":
+        return OnlineFixed(n_steps, capacities, **options)
+    raise ScheduleError(f"unknown schedule {name!r} (choose from {', '.join(SCHEDULES)})")
+
+
+__all__ = [
+    "Action", "Adjoint", "Advance", "EndForward", "EndReverse", "Free", "Move", "PlanError", "Restore", "Store",
+    "WorkingStates", "Schedule", "ScheduleError", "CostProfile", "LevelCost", "OpCosts", "default_costs",
+    "Multilevel", "OnlineFixed", "OnlineSchedule", "online_bound", "Periodic", "Revolve", "min_forward_steps",
+    "PlanSummary", "Simulator", "simulate", "simulate_online", "StoreAll", "store_all_slots", "SCHEDULES",
+    "make_schedule",
+]

@@ -1,0 +1,141 @@
+"""``hpcadj plan``: what a checkpoint plan costs, without running any physics.
+
+Budgets per level are slots (``--ram 8``) or bytes (``--ram 2GiB``, with ``--snapshot-bytes``). The
+plan runs through the simulator, which checks it and counts forward evaluations, writes, reads and
+peak slots per level; the predicted makespan uses ``--costs PROFILE.json`` or the default costs
+documented in ``hpcadj.checkpoint.schedules.costs``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+
+from . import CliError
+
+LEVEL_OPTIONS = (("ram", "RAM"), ("disk", "node-local disk"), ("pfs", "parallel file system (HDF5)"))
+
+
+def add_parser(subparsers) -> None:
+    from ..checkpoint.schedules import SCHEDULES
+
+    p = subparsers.add_parser("plan", help="summarise a checkpoint plan (no physics)",
+                              description="Plan the checkpoints of an n-step adjoint and print its "
+                                          "forward evaluations, I/O per level and predicted makespan.")
+    p.add_argument("--steps", type=int, required=True, metavar="N", help="number of time steps n")
+    for name, what in LEVEL_OPTIONS:
+        p.add_argument(f"--{name}", metavar="B", default=None,
+                       help=f"{what} budget: slots (8) or bytes (2GiB, 512MB, 1.5e9B)")
+    p.add_argument("--snapshot-bytes", type=int, default=None, metavar="BYTES",
+                   help="bytes of one snapshot, to turn byte budgets into slots")
+    p.add_argument("--schedule", default="auto", choices=SCHEDULES,
+                   help="auto: revolve on one level, multilevel on several (default)")
+    p.add_argument("--costs", metavar="PROFILE.json", default=None,
+                   help="cost profile (forward/adjoint step, write/read per level); default: documented model")
+    p.add_argument("--minimize", choices=("time", "energy"), default="time",
+                   help="what multilevel plans minimise (default: time)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--actions", action="store_true", help="stream the action list first, one per line")
+    p.set_defaults(func=main)
+
+
+def capacities_from(args) -> tuple[list[str], list[int]]:
+    """Level names and slots from --ram/--disk/--pfs (levels up to the slowest one given)."""
+    from ..checkpoint.budget import parse_budget
+
+    given = [(name, getattr(args, name)) for name, _ in LEVEL_OPTIONS]
+    last = max((i for i, (_, value) in enumerate(given) if value is not None), default=-1)
+    if last < 0:
+        raise CliError("give a budget for at least one level: --ram, --disk or --pfs")
+    names, slots = [], []
+    for name, value in given[:last + 1]:
+        names.append(name)
+        if value is None:
+            slots.append(0)
+            continue
+        try:
+            budget = parse_budget(value)
+            if budget.nbytes is not None and args.snapshot_bytes is None:
+                raise ValueError(f"--{name} {value} is in bytes: give --snapshot-bytes")
+            slots.append(budget.to_slots(args.snapshot_bytes))
+        except ValueError as exc:
+            raise CliError(f"--{name}: {exc}") from None
+    if sum(slots) < 1:
+        raise CliError(f"no slot on any level ({', '.join(f'{n} {s}' for n, s in zip(names, slots))}): "
+                       "the budgets cannot hold u_0")
+    return names, slots
+
+
+def load_costs(args, n_levels: int):
+    from ..checkpoint.schedules import CostProfile
+
+    if args.costs is None:
+        return CostProfile.default(n_levels)
+    try:
+        profile = CostProfile.load(args.costs)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if len(profile.levels) < n_levels:
+        raise CliError(f"cost profile {args.costs} has {len(profile.levels)} levels, the plan uses {n_levels}")
+    return profile
+
+
+def action_record(action) -> dict:
+    return {"action": type(action).__name__, **dataclasses.asdict(action)}
+
+
+def main(args) -> int:
+    from ..checkpoint.schedules import PlanError, ScheduleError, Simulator, make_schedule
+
+    if args.steps < 1:
+        raise CliError(f"--steps must be >= 1, got {args.steps}")
+    names, slots = capacities_from(args)
+    profile = load_costs(args, len(names))
+    costs = profile.vector(args.minimize).for_levels(len(names))
+    time_costs = profile.vector("time").for_levels(len(names))
+    start = time.perf_counter()
+    try:
+        schedule = make_schedule(args.schedule, args.steps, slots, costs=costs)
+        sim = Simulator(args.steps, slots)
+        out = sys.stdout
+        for action in schedule.actions():
+            sim.execute(action)
+            if args.actions:
+                out.write((json.dumps(action_record(action)) if args.json else str(action)) + "\n")
+        summary = sim.result(time_costs)
+    except (ScheduleError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+    except PlanError as exc:  # a wrong plan is a bug, not bad input: let it show
+        raise RuntimeError(f"plan {args.schedule} failed its simulation: {exc}") from exc
+    planning_s = time.perf_counter() - start
+    info = {
+        "schedule": schedule.name, "steps": args.steps, "forward_steps": summary.forward_steps,
+        "recompute_factor": summary.recompute_factor, "adjoint_steps": summary.adjoint_steps,
+        "levels": [{"name": name, "slots": s, "writes": w, "reads": r, "peak": p}
+                   for name, s, w, r, p in zip(names, slots, summary.writes, summary.reads, summary.peak)],
+        "predicted_s": summary.predicted, "minimize": args.minimize, "costs_source": profile.source,
+        "costs_file": args.costs, "planning_s": planning_s,
+    }
+    if args.minimize == "energy":
+        info["predicted_j"] = summary.cost(costs)
+    if args.json:
+        print(json.dumps(info))
+    else:
+        print_human(info)
+    return 0
+
+
+def print_human(info: dict) -> None:
+    print(f"schedule {info['schedule']}, {info['steps']} steps")
+    print(f"  forward evaluations {info['forward_steps']} ({info['recompute_factor']:.3f} per step), "
+          f"adjoint steps {info['adjoint_steps']}")
+    print(f"  {'level':<6} {'slots':>8} {'writes':>9} {'reads':>9} {'peak':>8}")
+    for lv in info["levels"]:
+        print(f"  {lv['name']:<6} {lv['slots']:>8} {lv['writes']:>9} {lv['reads']:>9} {lv['peak']:>8}")
+    source = info["costs_file"] or f"default costs ({info['costs_source']})"
+    print(f"  predicted makespan {info['predicted_s']:.6g} s ({source})")
+    if "predicted_j" in info:
+        print(f"  predicted energy {info['predicted_j']:.6g} J")
+    print(f"  planned in {info['planning_s']:.3f} s")

@@ -90,6 +90,22 @@ def test_measured_energy_from_powercap(tmp_path):
     assert summary["energy"]["model"]["source"] == "model"
 
 
+def test_abort_ends_the_rank_file_with_the_error(tmp_path):
+    from hpcadj.telemetry.analyze import load_run
+
+    log = open_run_log(tmp_path / "run", None, RECORD, meter=None)
+    Telemetry(sinks=[log], petsc_events=False).record("forward", t0=0.0, seconds=0.1, steps=1)
+    log.abort("LevelError: ram: all 2 slots are full")
+    log.abort("second call is a no-op")
+    with pytest.warns(RuntimeWarning, match="after the run log was closed"):
+        log({"phase": "store", "t0": 0.0, "seconds": 0.1, "bytes": 8, "level": "ram"})
+    assert log.dropped == 1
+    assert lines(tmp_path / "run" / "rank00000.jsonl")[-1]["error"] == "LevelError: ram: all 2 slots are full"
+    problems = load_run(tmp_path / "run").problems
+    assert "rank00000.jsonl: rank 0 aborted after 1 events: LevelError: ram: all 2 slots are full" in problems
+    assert any("summary.json missing" in p for p in problems)
+
+
 def test_unwritable_log_dir_is_detected_up_front(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

@@ -160,6 +160,8 @@ def _read_rank_file(run: RunData, rank: int, path: str) -> None:
     if rank not in run.ends:
         run.problems.append(f"{name}: no end record: rank {rank} stopped early "
                             f"(killed or crashed) after {len(events)} events")
+    elif run.ends[rank].get("error"):
+        run.problems.append(f"{name}: rank {rank} aborted after {len(events)} events: {run.ends[rank]['error']}")
     elif run.ends[rank].get("events") != len(events):
         run.problems.append(f"{name}: end record counts {run.ends[rank].get('events')} events, "
                             f"{len(events)} read")

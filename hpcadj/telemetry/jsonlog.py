@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 
 from .energy import DEFAULT_POWERCAP_ROOT, EnergyMeter
 from .energy_model import EnergyModel, best_energy, level_kind_map, load_model, model_run_energy
@@ -128,6 +129,7 @@ class RunLog:
         self.meter = meter
         self.model = model
         self.events = 0
+        self.dropped = 0
         self.closed = False
         self.summary: dict | None = None
         self._fh = fh
@@ -149,7 +151,11 @@ class RunLog:
         text = dumps(line) + "\n"
         with self._lock:
             if self.closed:
-                raise RuntimeError("RunLog is closed")
+                self.dropped += 1
+                if self.dropped == 1:
+                    warnings.warn(f"hpcadj: {line['phase']} event after the run log was closed is not "
+                                  "logged (close storage levels before the log)", RuntimeWarning, stacklevel=2)
+                return
             self._fh.write(text)
             self.events += 1
             total = self._totals.setdefault((line["phase"], line["level"]), [0, 0, 0.0, 0])
@@ -188,6 +194,21 @@ class RunLog:
             raise LogDirError(error)
         self.summary = out
         return out
+
+    def abort(self, error: str) -> None:
+        """Not collective: end this rank's file with ``error`` (no summary), e.g. from an ``except``.
+
+        ``hpcadj analyze`` reports the rank as aborted with this message.
+        """
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            self._fh.write(dumps({"type": "end", "run_id": self.run_id, "rank": self.rank,
+                                  "events": self.events, "wall_seconds": time.monotonic() - self._mono0,
+                                  "max_rss_bytes": _peak_rss_bytes(), "time": iso_time(time.time()),
+                                  "error": str(error)}) + "\n")
+            self._fh.close()
 
     def _summary(self, ranks: list[dict], measured: dict | None, result: dict | None) -> dict:
         phases: dict[tuple, dict] = {}

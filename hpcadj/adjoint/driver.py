@@ -11,7 +11,6 @@ from functools import singledispatchmethod
 
 from ..checkpoint.schedules.actions import (Adjoint, Advance, EndForward, EndReverse, Free, Move, PlanError,
                                             Restore, Store, WorkingStates)
-from ..snapshot import snapshot_nbytes
 from ..telemetry import Telemetry
 
 
@@ -57,6 +56,7 @@ class Driver:
         self.n = stepper.n_steps
         if schedule.n_steps != self.n:
             raise PlanError(f"plan is for {schedule.n_steps} steps, the model runs {self.n}")
+        self.snapshot_bytes = sum(f.local_nbytes for f in stepper.snapshot_layout().values())
         u0 = stepper.initial_state()
         self.work = WorkingStates(0, u0)
         self.frontier = 0
@@ -114,20 +114,21 @@ class Driver:
     def _(self, action: Store) -> None:
         level = self._level(action.level)
         snapshot = self.stepper.snapshot(self.work.get(action.n))
-        with self.telemetry.phase("store", step=action.n, nbytes=snapshot_nbytes(snapshot), level=level.name):
+        with self.telemetry.phase("store", step=action.n, nbytes=self.snapshot_bytes, level=level.name):
             level.write(action.n, snapshot)
 
     @execute.register
     def _(self, action: Restore) -> None:
         level = self._level(action.level)
-        with self.telemetry.phase("restore", step=action.n, level=level.name):
+        with self.telemetry.phase("restore", step=action.n, nbytes=self.snapshot_bytes, level=level.name):
             snapshot = level.read(action.n)
         self.work.restored(action.n, self.stepper.restore(snapshot))
 
     @execute.register
     def _(self, action: Move) -> None:
         src, dst = self._level(action.src), self._level(action.dst)
-        with self.telemetry.phase("move", step=action.n, level=f"{src.name}->{dst.name}"):
+        with self.telemetry.phase("move", step=action.n, nbytes=self.snapshot_bytes,
+                                  level=f"{src.name}->{dst.name}"):
             dst.write(action.n, src.read(action.n))
             src.free(action.n)
 

@@ -1,0 +1,70 @@
+"""``hpcadj plan`` through the real command."""
+
+import json
+
+import pytest
+
+from tests.helpers import hpcadj
+
+
+def test_human_summary_for_revolve():
+    proc = hpcadj(["plan", "--steps", "1000", "--ram", "20"], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "forward evaluations 2748 (2.748 per step)" in proc.stdout
+    assert "predicted makespan" in proc.stdout
+
+
+def test_json_summary_three_levels_from_bytes(tmp_path):
+    proc = hpcadj(["plan", "--steps", "500", "--ram", "8MiB", "--disk", "32", "--pfs", "1GiB",
+                   "--snapshot-bytes", str(1024**2), "--json"], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["schedule"] == "multilevel" and info["steps"] == 500
+    assert [lv["name"] for lv in info["levels"]] == ["ram", "disk", "pfs"]
+    assert [lv["slots"] for lv in info["levels"]] == [8, 32, 1024]
+    assert all(lv["peak"] <= lv["slots"] for lv in info["levels"])
+    fwd, writes, reads = info["forward_steps"], [lv["writes"] for lv in info["levels"]], [lv["reads"] for lv in
+                                                                                          info["levels"]]
+    expected = fwd * 1.0 + 500 * 2.0 + sum(c * x for c, x in zip((0.01, 0.2, 1.0), writes)) + sum(
+        c * x for c, x in zip((0.01, 0.2, 1.0), reads))
+    assert info["predicted_s"] == pytest.approx(expected)
+
+
+def test_costs_file_changes_the_plan(tmp_path):
+    profile = {"forward_s": 1.0, "adjoint_s": 1.0, "source": "measured",
+               "levels": [{"name": "ram", "write_s": 0.0, "read_s": 0.0},
+                          {"name": "disk", "write_s": 1e6, "read_s": 1e6}]}
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps(profile))
+    proc = hpcadj(["plan", "--steps", "100", "--ram", "3", "--disk", "50", "--costs", str(path), "--json"],
+                  timeout=120)
+    info = json.loads(proc.stdout)
+    assert info["levels"][1]["writes"] == 0 and info["costs_source"] == "measured"
+
+
+def test_actions_stream():
+    proc = hpcadj(["plan", "--steps", "3", "--ram", "1", "--schedule", "revolve", "--actions"], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:4] == ["Store(n=0, level=0)", "Advance(n0=0, n1=3)", "EndForward()", "Adjoint(n1=3, n0=2)"]
+    proc = hpcadj(["plan", "--steps", "3", "--ram", "1", "--actions", "--json"], timeout=120)
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert records[0] == {"action": "Store", "n": 0, "level": 0}
+    assert records[-2] == {"action": "EndReverse"} and records[-1]["forward_steps"] == 4
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--steps", "0", "--ram", "4"], "--steps must be >= 1"),
+    (["--steps", "10", "--ram", "0", "--disk", "0"], "no slot on any level"),
+    (["--steps", "10", "--ram", "1KiB", "--snapshot-bytes", "4096"], "cannot hold u_0"),
+    (["--steps", "10", "--ram", "4", "--schedule", "nope"], "invalid choice"),
+    (["--steps", "10", "--ram", "2GiB"], "--snapshot-bytes"),
+    (["--steps", "10", "--ram", "lots"], "--ram"),
+    (["--steps", "10"], "at least one level"),
+    (["--steps", "10", "--ram", "2", "--schedule", "store-all"], "store-all needs 9 slots"),
+    (["--steps", "10", "--ram", "2", "--costs", "/nonexistent.json"], "cannot read cost profile"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    proc = hpcadj(["plan", *args], timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr

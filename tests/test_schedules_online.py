@@ -1,0 +1,50 @@
+"""Online checkpointing: the step/finish protocol, the documented bound, and its misuse."""
+
+import math
+
+import pytest
+
+from hpcadj.checkpoint.schedules import (Advance, OnlineSchedule, ScheduleError, make_schedule, online_bound,
+                                         simulate, simulate_online)
+
+
+def offline_minimum(n, s):
+    t = 0
+    while math.comb(s + t, s) < n:
+        t += 1
+    return 1 + t * n - (math.comb(s + t, s + 1) if t >= 1 else 0)
+
+
+def test_bound_holds_and_store_all_regime_is_optimal():
+    for s in range(1, 13):
+        for n in range(1, 260):
+            result = simulate_online(OnlineSchedule([s]), n)
+            assert result.peak[0] <= s
+            assert offline_minimum(n, s) <= result.forward_steps <= online_bound(n, s), (n, s)
+            if n <= s + 1 or s == 1:
+                assert result.forward_steps == offline_minimum(n, s), (n, s)
+
+
+@pytest.mark.parametrize("n, s, ratio", [(1000, 20, 1.05), (10**4, 50, 1.03)])
+def test_close_to_offline_at_realistic_sizes(n, s, ratio):
+    result = simulate(make_schedule("online", n, [s]).actions(), n, [s])
+    assert result.forward_steps <= ratio * offline_minimum(n, s)
+
+
+def test_step_returns_one_advance_and_the_schedule_learns_n_at_finish():
+    plan = make_schedule("online", None, [3])
+    batches = [plan.step() for _ in range(5)]
+    assert [b[-1] for b in batches] == [Advance(i, i + 1) for i in range(5)]
+    rest = list(plan.finish())
+    assert type(rest[0]).__name__ == "EndForward" and type(rest[-1]).__name__ == "EndReverse"
+    with pytest.raises(ScheduleError, match="after finish"):
+        plan.step()
+    with pytest.raises(ScheduleError, match="twice"):
+        plan.finish()
+
+
+def test_finish_before_any_step_and_no_slot_are_errors():
+    with pytest.raises(ScheduleError, match="before any step"):
+        OnlineSchedule([2]).finish()
+    with pytest.raises(ScheduleError, match="at least one slot"):
+        OnlineSchedule([0])

@@ -119,7 +119,7 @@ def test_candidate_dp_agrees_with_the_exact_dp():
 def test_ten_thousand_steps_three_levels_plan_in_under_ten_seconds():
     costs = OpCosts(1.0, 2.0, (0.01, 0.2, 1.0), (0.01, 0.2, 1.0))
     start = time.perf_counter()
-    plan = Multilevel(10**4, [8, 32, 128], costs)
+    plan = Multilevel(10**4, [4, 16, 64], costs)
     assert time.perf_counter() - start < 10
     forward = sum(a.n1 - a.n0 for a in plan.actions() if type(a).__name__ == "Advance")
     assert 10**4 < forward < 3 * 10**4

@@ -6,6 +6,9 @@ One executor dispatches on the action type (``functools.singledispatchmethod``);
 
 from __future__ import annotations
 
+import itertools
+import time
+from collections import deque
 from dataclasses import dataclass, field
 from functools import singledispatchmethod
 
@@ -69,12 +72,47 @@ class Driver:
         with self.telemetry.phase("objective", step=0):
             self.result.J += stepper.objective(0, u0)
         self.finished = False
-        for action in schedule.actions():
+        for action in self._with_prefetch(schedule.actions()):
             self.execute(action)
         if not self.finished:
             raise PlanError("the plan ended without EndReverse")
         self.result.level_stats = [level.stats for level in self.levels]
         return self.result
+
+    LOOKAHEAD = 64
+
+    def _with_prefetch(self, actions):
+        """Yield the actions, first telling a level which snapshot the next Restore will read.
+
+        Every rank sees the same stream, so prefetches (collective on a parallel-HDF5 level) are
+        issued in the same order everywhere.
+        """
+        actions = iter(actions)
+        window = deque(itertools.islice(actions, self.LOOKAHEAD))
+        hinted = None
+        while window:
+            action = window.popleft()
+            window.extend(itertools.islice(actions, 1))
+            yield action
+            restore = next((a for a in window if isinstance(a, Restore)), None)
+            if restore is None or restore is hinted:
+                continue
+            touched = any(isinstance(a, (Store, Free, Move)) and a.n == restore.n
+                          for a in itertools.takewhile(lambda a: a is not restore, window))
+            if not touched and restore.n in self._level(restore.level):
+                self.levels[restore.level].prefetch(restore.n)
+                hinted = restore
+
+    def _timed_io(self, phase: str, level, step: int, operation):
+        """Run a level operation as ``phase``; time it blocked on the level is logged as io_wait."""
+        waited = level.stats.wait_s
+        with self.telemetry.phase(phase, step=step, nbytes=self.snapshot_bytes, level=level.name):
+            result = operation()
+        blocked = level.stats.wait_s - waited
+        if blocked > 0:
+            self.telemetry.record("io_wait", t0=time.time() - blocked, seconds=blocked, step=step,
+                                  level=level.name)
+        return result
 
     def _level(self, index: int):
         try:
@@ -114,14 +152,13 @@ class Driver:
     def _(self, action: Store) -> None:
         level = self._level(action.level)
         snapshot = self.stepper.snapshot(self.work.get(action.n))
-        with self.telemetry.phase("store", step=action.n, nbytes=self.snapshot_bytes, level=level.name):
-            level.write(action.n, snapshot)
+        t = action.n * self.stepper.dt if hasattr(self.stepper, "dt") else None
+        self._timed_io("store", level, action.n, lambda: level.write(action.n, snapshot, time=t))
 
     @execute.register
     def _(self, action: Restore) -> None:
         level = self._level(action.level)
-        with self.telemetry.phase("restore", step=action.n, nbytes=self.snapshot_bytes, level=level.name):
-            snapshot = level.read(action.n)
+        snapshot = self._timed_io("restore", level, action.n, lambda: level.read(action.n))
         self.work.restored(action.n, self.stepper.restore(snapshot))
 
     @execute.register

@@ -12,7 +12,7 @@ import importlib
 import sys
 
 #: subcommand modules, in ``--help`` order; each has ``add_parser(subparsers)`` and ``main(args)``.
-SUBCOMMANDS = ["run", "gradcheck", "analyze", "plan"]
+SUBCOMMANDS = ["run", "gradcheck", "plan", "calibrate", "analyze"]
 
 EXIT_USAGE = 2
 

@@ -3,21 +3,99 @@
 from __future__ import annotations
 
 import json
+import resource
 import time
 
 from . import CliError
 from .common import add_model_arguments, build_model, world
 
+PHASES = ("forward", "recompute", "adjoint", "io_wait")
+
 
 def add_parser(subparsers) -> None:
+    from ..checkpoint.schedules import SCHEDULES
+
     p = subparsers.add_parser("run", help="compute J and its gradient",
                               description="Compute the objective J and dJ/d(controls) with an exact "
-                                          "discrete adjoint. Unknown single-dash options go to PETSc.")
+                                          "discrete adjoint, checkpointing within the given budgets. "
+                                          "Unknown single-dash options go to PETSc.")
     add_model_arguments(p)
+    add_checkpoint_arguments(p, SCHEDULES)
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.add_argument("--gradient-out", metavar="FILE.h5", default=None,
                    help="write the gradients as global datasets grad_<control> (parallel HDF5)")
+    p.add_argument("--log-dir", metavar="DIR", default=None,
+                   help="write JSON-lines telemetry (one file per rank, run.json, summary.json)")
+    p.add_argument("--energy-model", metavar="FILE.toml", default=None,
+                   help="override the energy model's constants ($HPCADJ_ENERGY_MODEL)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
+
+
+def add_checkpoint_arguments(p, schedules) -> None:
+    """Budgets, levels and the plan: shared by run and calibrate."""
+    g = p.add_argument_group("checkpointing")
+    g.add_argument("--schedule", default=None, choices=schedules,
+                   help="checkpoint plan (default: store-all without budgets, else auto)")
+    g.add_argument("--ram", default=None, metavar="B",
+                   help="RAM budget per rank: slots (8) or bytes (2GiB)")
+    g.add_argument("--disk", default=None, metavar="B",
+                   help="node-local disk budget per rank: slots or bytes")
+    g.add_argument("--pfs", default=None, metavar="B",
+                   help="parallel HDF5 file budget (whole file): slots or bytes")
+    g.add_argument("--local-dir", default=None, metavar="DIR",
+                   help="node-local directory (default: $HPCADJ_LOCAL_DIR, $SLURM_TMPDIR, $TMPDIR, /tmp)")
+    g.add_argument("--pfs-file", default=None, metavar="PATH.h5", help="the parallel HDF5 checkpoint file")
+    g.add_argument("--async", dest="async_io", action="store_true", default=True,
+                   help="asynchronous writes and read-ahead on file levels (default)")
+    g.add_argument("--no-async", dest="async_io", action="store_false", help="synchronous file I/O")
+    g.add_argument("--keep-checkpoints", action="store_true", help="keep checkpoint files after the run")
+    g.add_argument("--costs", default=None, metavar="PROFILE.json",
+                   help="cost profile from 'hpcadj calibrate' (else a brief calibration when needed)")
+    g.add_argument("--minimize", default="time", choices=("time", "energy"),
+                   help="what the planner minimises (default: time)")
+
+
+def checkpoint_config(args):
+    from ..adjoint.manager import CheckpointConfig
+
+    return CheckpointConfig(budgets={"ram": args.ram, "disk": args.disk, "pfs": args.pfs},
+                            local_dir=args.local_dir, pfs_file=args.pfs_file, async_io=args.async_io,
+                            keep=args.keep_checkpoints)
+
+
+def load_costs(args):
+    from ..checkpoint.schedules import CostProfile
+
+    if args.costs is None:
+        return None
+    try:
+        return CostProfile.load(args.costs)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+
+def plan_for(args, model, controls, comm, config, note):
+    """Levels in use, the schedule and the cost profile it was chosen with."""
+    from ..adjoint.calibrate import calibrate
+    from ..adjoint.manager import level_slots, make_plan, profile_for
+
+    try:
+        plans = level_slots(config, model.snapshot_layout(), comm, model.n_steps)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    name = args.schedule or ("store-all" if all(b is None for b in config.budgets.values()) else "auto")
+    profile = load_costs(args)
+    if profile is None and name in ("auto", "multilevel") and len(plans) > 1:
+        profile = calibrate(model, controls, comm, plans, config, repeats=2)
+        profile.source = "calibrated"
+        note("no --costs profile given: calibrated step and level costs briefly")
+    profile = profile_for(plans, profile)
+    try:
+        schedule = make_plan(name, model.n_steps, plans, profile, args.minimize)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    return plans, schedule, profile
 
 
 def gradient_norms(result) -> dict:
@@ -40,19 +118,49 @@ def summary(model, comm, result, wall_s: float) -> dict:
     return out
 
 
+def level_summary(comm, plans, levels) -> list[dict]:
+    """Per level: counts, bytes and seconds (bytes summed over ranks, seconds the slowest rank's)."""
+    from ..stack import mpi
+
+    MPI = mpi()
+    out = []
+    for plan, level in zip(plans, levels):
+        s = level.stats
+        out.append({"name": plan.name, "kind": plan.kind, "slots": plan.slots, "writes": s.writes,
+                     "reads": s.reads, "bytes_written": comm.allreduce(s.bytes_written),
+                     "bytes_read": comm.allreduce(s.bytes_read),
+                     "write_s": comm.allreduce(s.write_s, op=MPI.MAX),
+                     "read_s": comm.allreduce(s.read_s, op=MPI.MAX),
+                     "wait_s": comm.allreduce(s.wait_s, op=MPI.MAX), "peak_slots": s.peak_slots})
+    return out
+
+
 def print_human(info: dict) -> None:
-    print(f"hpcadj run: {info['model']} {info['grid']}, {info['steps']} steps, {info['ranks']} rank(s)")
+    print(f"hpcadj run: {info['model']} {info['grid']}, {info['steps']} steps, {info['ranks']} rank(s), "
+          f"schedule {info['schedule']}")
     print(f"  J = {info['J']:.12e}")
     for name, value in info["grad_norms"].items():
         print(f"  |dJ/d{name}| = {value:.12e}")
-    print(f"  forward steps {info['forward_steps']} ({info['recomputed_steps']} recomputed), "
-          f"adjoint steps {info['adjoint_steps']}, wall {info['wall_s']:.3f} s")
+    print(f"  forward steps {info['forward_steps']} ({info['recomputed_steps']} recomputed, "
+          f"factor {info['forward_steps'] / info['steps']:.3f}), adjoint steps {info['adjoint_steps']}, "
+          f"wall {info['wall_s']:.3f} s")
+    unit = "relative units: default costs" if info["costs_source"] == "model" else "s"
+    print(f"  predicted makespan {info['predicted_s']:.3f} ({unit}, minimising {info['minimize']})")
+    for lv in info["levels"]:
+        print(f"  level {lv['name']:<4} ({lv['kind']:<5}) slots {lv['slots']:>6}  peak {lv['peak_slots']:>6}  "
+              f"writes {lv['writes']:>6}  reads {lv['reads']:>6}  "
+              f"{(lv['bytes_written'] + lv['bytes_read']) / 2**20:10.2f} MiB  "
+              f"write {lv['write_s']:.3f} s  read {lv['read_s']:.3f} s")
+    phases = ", ".join(f"{k} {v:.3f} s" for k, v in info["phase_s"].items())
+    print(f"  phases: {phases}; peak RSS {info['peak_rss_bytes'] / 2**20:.1f} MiB")
 
 
 def main(args) -> int:
-    from ..adjoint import compute_gradient
+    from ..adjoint import Driver
+    from ..adjoint.manager import build_levels
     from ..fieldio import check_writable, write_fields
-    from ..telemetry import Telemetry
+    from ..stack import mpi
+    from ..telemetry import LogDirError, SweepProgress, Telemetry, open_run_log
 
     comm = world(args)
     if args.gradient_out:
@@ -62,25 +170,77 @@ def main(args) -> int:
             raise CliError(str(exc)) from None
     model = build_model(args, comm)
     controls = model.default_controls()
+    notes = []
+    config = checkpoint_config(args)
+    plans, schedule, profile = plan_for(args, model, controls, comm, config, notes.append)
+    predicted = _predicted(schedule, plans, profile)
+
+    sinks = []
+    log = None
+    if args.log_dir:
+        record = {**model.describe(), "schedule": schedule.name, "minimize": args.minimize,
+                  "levels": [{"name": p.name, "kind": p.kind, "capacity": p.slots} for p in plans],
+                  "snapshot_bytes": model.snapshot_bytes(), "budgets": config.budgets,
+                  "async_io": config.async_io}
+        try:
+            log = open_run_log(args.log_dir, comm, record, energy_model=args.energy_model)
+        except LogDirError as exc:
+            raise CliError(str(exc)) from None
+        sinks.append(log)
+    progress = SweepProgress(model.n_steps, rank=comm.rank, quiet=args.quiet or args.json)
+    telemetry = Telemetry(sinks=sinks)
+    try:
+        levels = build_levels(plans, model.snapshot_layout(), comm, config)
+    except Exception as exc:
+        if log is not None:
+            log.abort(str(exc))
+        raise CliError(str(exc)) from None
     comm.Barrier()
     t0 = time.perf_counter()
-    result = compute_gradient(model, controls, telemetry=Telemetry())
-    wall_s = comm.allreduce(time.perf_counter() - t0, op=_max(comm))
-    info = summary(model, comm, result, wall_s)
+    try:
+        result = Driver(model, levels, telemetry, progress=progress).run(schedule, controls)
+        for level in levels:
+            level.flush()
+        wall_s = comm.allreduce(time.perf_counter() - t0, op=mpi().MAX)
+        info = summary(model, comm, result, wall_s)
+        info.update(schedule=schedule.name, minimize=args.minimize, predicted_s=predicted,
+                    costs_source=profile.source, levels=level_summary(comm, plans, levels))
+    except Exception as exc:
+        if log is not None:
+            log.abort(f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        for level in levels:
+            level.close()
+        progress.close()
+    phase_s = telemetry.phase_seconds()
+    info["phase_s"] = {k: comm.allreduce(phase_s.get(k, 0.0), op=mpi().MAX) for k in PHASES}
+    info["peak_rss_bytes"] = comm.allreduce(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                                            op=mpi().MAX)
+    if notes:
+        info["notes"] = notes
     if args.gradient_out:
         layouts = {f"grad_{k}": v for k, v in model.control_layout().items()}
         arrays = {f"grad_{k}": v for k, v in model.control_arrays(result.gradient).items()}
         write_fields(args.gradient_out, comm, layouts, arrays,
                      attrs={"J": result.J, "model": model.name, "steps": model.n_steps})
+    if log is not None:
+        summary_out = log.close({**info, "levels": {lv["name"]: lv for lv in info["levels"]}})
+        if "energy" in summary_out:
+            info["energy"] = summary_out["energy"].get("total")
     if comm.rank == 0:
         if args.json:
             print(json.dumps(info))
         else:
+            for note in notes:
+                print(f"hpcadj: {note}")
             print_human(info)
     return 0
 
 
-def _max(comm):
-    from ..stack import mpi
+def _predicted(schedule, plans, profile) -> float:
+    """Predicted makespan (seconds) of the plan under the profile."""
+    from ..checkpoint.schedules import simulate
 
-    return mpi().MAX
+    costs = profile.vector("time")
+    return simulate(schedule.actions(), schedule.n_steps, [p.slots for p in plans], costs).cost(costs)

@@ -1,0 +1,110 @@
+"""The multi-level checkpoint manager's set-up: budgets -> slots -> levels, and the plan to run on them.
+
+Levels are named after their command-line budgets and always ordered fastest first:
+``ram`` (process memory), ``disk`` (node-local files) and ``pfs`` (one parallel HDF5 file). Budgets
+are per rank for ``ram`` and ``disk`` and for the whole file for ``pfs``; a budget in bytes becomes
+slots through the largest rank's snapshot block (or the global snapshot for ``pfs``), so every rank
+derives the same slot counts and hence the same plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..checkpoint.budget import parse_budget
+from ..checkpoint.schedules import CostProfile, ScheduleError, make_schedule, store_all_slots
+from ..checkpoint.storage.factory import make_level
+
+#: (budget / level name, storage kind), fastest first
+LEVELS = (("ram", "ram"), ("disk", "local"), ("pfs", "pfs"))
+
+
+@dataclass
+class CheckpointConfig:
+    """What the user asked for: budgets per level (slots or bytes) and where file levels live."""
+
+    budgets: dict = field(default_factory=dict)  # level name -> "8" | "2GiB" | None
+    local_dir: str | None = None
+    pfs_file: str | None = None
+    async_io: bool = True
+    keep: bool = False
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class LevelPlan:
+    """One level in use: its name, storage kind and slot count."""
+
+    name: str
+    kind: str
+    slots: int
+
+
+def snapshot_slot_bytes(layout, comm) -> dict[str, int]:
+    """Bytes one snapshot costs each level kind's budget (identical on every rank)."""
+    local = sum(f.local_nbytes for f in layout.values())
+    return {"ram": comm.allreduce(local, op=_mpi_max()), "local": comm.allreduce(local, op=_mpi_max()),
+            "pfs": sum(f.global_nbytes for f in layout.values())}
+
+
+def level_slots(config: CheckpointConfig, layout, comm, n_steps: int) -> list[LevelPlan]:
+    """The levels with a positive budget, fastest first; RAM for store-all when no budget is given."""
+    sizes = snapshot_slot_bytes(layout, comm)
+    plans = []
+    for name, kind in LEVELS:
+        text = config.budgets.get(name)
+        if text is None:
+            continue
+        slots = parse_budget(text).to_slots(sizes[kind])
+        if slots > 0:
+            plans.append(LevelPlan(name, kind, slots))
+    if not any(config.budgets.get(name) is not None for name, _ in LEVELS):
+        plans.append(LevelPlan("ram", "ram", store_all_slots(n_steps)))
+    if not plans:
+        raise ValueError("no level has room for one snapshot: raise --ram, --disk or --pfs "
+                         f"(one snapshot is {sizes['ram']} bytes per rank, {sizes['pfs']} bytes in all)")
+    if any(p.kind == "pfs" for p in plans) and not config.pfs_file:
+        raise ValueError("--pfs needs --pfs-file PATH.h5 (on a shared file system)")
+    return plans
+
+
+def build_levels(plans: list[LevelPlan], layout, comm, config: CheckpointConfig):
+    """Create the storage levels (collective: every rank, same order)."""
+    levels = []
+    try:
+        for plan in plans:
+            levels.append(make_level(plan.kind, plan.slots, layout, comm, name=plan.name,
+                                     path=config.pfs_file, local_dir=config.local_dir,
+                                     async_io=config.async_io, keep=config.keep, run_id=config.run_id))
+    except Exception:
+        for level in levels:
+            level.close()
+        raise
+    return levels
+
+
+def profile_for(plans: list[LevelPlan], profile: CostProfile | None) -> CostProfile:
+    """The cost profile restricted to the levels in use, matched by name (defaults where missing)."""
+    default = CostProfile.default(3)
+    source = profile or default
+    by_name = {lv.name: lv for lv in source.levels}
+    fallback = {lv.name: lv for lv in default.levels}
+    levels = [by_name.get(p.name) or fallback[p.name] for p in plans]
+    return CostProfile(forward_s=source.forward_s, adjoint_s=source.adjoint_s, levels=levels,
+                       forward_j=source.forward_j, adjoint_j=source.adjoint_j, source=source.source)
+
+
+def make_plan(name: str, n_steps: int, plans: list[LevelPlan], profile: CostProfile,
+              minimize: str = "time"):
+    """The schedule ``name`` over the levels in use, optimised for ``minimize`` where it plans."""
+    capacities = [p.slots for p in plans]
+    try:
+        return make_schedule(name, n_steps, capacities, costs=profile.vector(minimize))
+    except ScheduleError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _mpi_max():
+    from ..stack import mpi
+
+    return mpi().MAX

@@ -1,0 +1,64 @@
+"""``hpcadj calibrate``: measure a model's step costs and each level's I/O costs into a profile."""
+
+from __future__ import annotations
+
+import json
+
+from . import CliError
+from .common import add_model_arguments, build_model, world
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("calibrate", help="measure step and level costs into a cost profile",
+                              description="Measure, with the current ranks, the forward- and adjoint-step "
+                                          "time of a model and each level's write/read cost per snapshot. "
+                                          "Levels measured: ram and disk, plus pfs with --pfs-file.")
+    add_model_arguments(p)
+    p.add_argument("--out", default=None, metavar="PROFILE.json", help="write the profile here")
+    p.add_argument("--repeats", type=int, default=3, help="measurements per quantity (median; default 3)")
+    p.add_argument("--local-dir", default=None, metavar="DIR", help="node-local directory to measure")
+    p.add_argument("--pfs-file", default=None, metavar="PATH.h5", help="measure parallel HDF5 here")
+    p.add_argument("--no-async", dest="async_io", action="store_false", default=True,
+                   help="do not measure how much of a write asynchronous I/O hides")
+    p.add_argument("--json", action="store_true", help="print the profile as one JSON object")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from ..adjoint.calibrate import calibrate
+    from ..adjoint.manager import CheckpointConfig, LevelPlan
+    from ..fieldio import check_writable
+
+    if args.repeats < 1:
+        raise CliError(f"--repeats must be >= 1, got {args.repeats}")
+    for path in (args.out, args.pfs_file):
+        if path:
+            try:
+                check_writable(path)
+            except ValueError as exc:
+                raise CliError(str(exc)) from None
+    comm = world(args)
+    model = build_model(args, comm)
+    plans = [LevelPlan("ram", "ram", args.repeats), LevelPlan("disk", "local", args.repeats)]
+    if args.pfs_file:
+        plans.append(LevelPlan("pfs", "pfs", args.repeats))
+    config = CheckpointConfig(local_dir=args.local_dir, pfs_file=args.pfs_file, async_io=args.async_io)
+    try:
+        profile = calibrate(model, model.default_controls(), comm, plans, config, repeats=args.repeats)
+    except OSError as exc:
+        raise CliError(str(exc)) from None
+    profile.source = "calibrated"
+    if comm.rank == 0:
+        if args.out:
+            profile.save(args.out)
+        if args.json:
+            print(json.dumps(profile.to_dict()))
+        else:
+            print(f"hpcadj calibrate: {model.name} {model.describe().get('grid', '')}, {comm.size} rank(s)")
+            print(f"  forward step {profile.forward_s * 1e3:.3f} ms, adjoint step {profile.adjoint_s * 1e3:.3f} ms")
+            for lv in profile.levels:
+                print(f"  {lv.name:<4}: write {lv.write_s * 1e3:.3f} ms, read {lv.read_s * 1e3:.3f} ms per "
+                      f"snapshot, async hides {lv.overlap:.0%} of a write")
+            if args.out:
+                print(f"  profile written to {args.out}")
+    return 0

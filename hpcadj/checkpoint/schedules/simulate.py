@@ -66,6 +66,19 @@ class Simulator:
         self.reverse_done = False
         self.next_adjoint = self.n - 1
 
+    @classmethod
+    def resumed(cls, n_steps: int, capacities: Sequence[int], retained: dict[int, int],
+                lam_step: int | None) -> "Simulator":
+        """A simulator in the state a resumed driver starts from (see ``resume.residual_plan``):
+        u_0 held, ``retained`` snapshots (step -> level) stored, lambda at ``lam_step`` if known."""
+        sim = cls(n_steps, capacities)
+        for step, level in retained.items():
+            sim._level(level)[step] = step
+        if lam_step is not None:
+            sim.forward_done = True
+            sim.next_adjoint = lam_step - 1
+        return sim
+
     def _level(self, level: int) -> dict[int, int]:
         if not 0 <= level < len(self.slots):
             raise PlanError(f"level {level} does not exist ({len(self.slots)} levels)")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from .snapshot import Snapshot, SnapshotLayout
 from .stack import h5py
 
@@ -24,6 +26,20 @@ def check_writable(path: str) -> None:
         raise ValueError(f"cannot write {path}: it is a directory")
 
 
+def _write_block(dset, slices, block) -> None:
+    """Write this rank's block inside a collective context; an empty block (a scalar owned by another
+    rank) still joins the collective call, which h5py's ``dset[...] = `` skips and so would deadlock."""
+    if block.size:
+        dset[slices] = block
+        return
+    h5s = h5py().h5s
+    fspace = dset.id.get_space()
+    fspace.select_none()
+    mspace = h5s.create_simple((1,))
+    mspace.select_none()
+    dset.id.write(mspace, fspace, np.zeros(1, dtype=dset.dtype), dxpl=dset._dxpl)
+
+
 def write_fields(path: str, comm, layouts: SnapshotLayout, arrays: Snapshot, attrs: dict | None = None,
                  prefix: str = "") -> None:
     """Collectively write ``arrays`` (this rank's blocks) as datasets ``prefix + name``."""
@@ -35,7 +51,7 @@ def write_fields(path: str, comm, layouts: SnapshotLayout, arrays: Snapshot, att
             layout = layouts[name]
             dset = f.create_dataset(prefix + name, shape=layout.global_shape, dtype=layout.dtype)
             with dset.collective:
-                dset[layout.slices] = arrays[name]
+                _write_block(dset, layout.slices, arrays[name])
     comm.Barrier()
     if comm.rank == 0:
         os.replace(tmp, path)

@@ -29,8 +29,11 @@ def scalar_value(comm, vec) -> float:
 def scalar_add(comm, vec, local_contribution: float) -> None:
     """Add the sum over ranks of ``local_contribution`` into a size-1 Vec (collective)."""
     total = comm.allreduce(float(local_contribution))
+    # getArray on every rank, not only the owner: it bumps the Vec's state everywhere, so no rank
+    # keeps a stale cached norm and skips the allreduce of a later norm()
+    local = vec.getArray()
     if comm.rank == 0:
-        vec.getArray()[0] += total
+        local[0] += total
 
 
 def scalar_layout(comm) -> FieldLayout:

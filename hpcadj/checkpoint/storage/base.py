@@ -114,6 +114,20 @@ class Level(abc.ABC):
         self._held.discard(step)
         self.times.pop(step, None)
 
+    def valid_steps(self) -> set[int]:
+        """Steps whose snapshots are stored and complete: after a fault, what can still be read."""
+        return set(self._held)
+
+    def discard(self, step: int) -> None:
+        """Forget ``step`` after a fault, releasing what it used if possible; never raises."""
+        if step in self._held:
+            try:
+                self._free(step)
+            except (LevelError, OSError):
+                pass
+            self._held.discard(step)
+            self.times.pop(step, None)
+
     def prefetch(self, step: int) -> None:
         """Hint that ``read(step)`` comes soon, so an asynchronous level can start reading it now."""
 

@@ -38,6 +38,30 @@ _shared_lock = threading.Lock()
 _shared: dict = {"worker": None, "users": 0}
 
 
+def _collective(dset, block: np.ndarray, slices, *, write: bool) -> None:
+    """Collectively write ``block`` to (or read it from) ``dset[slices]``.
+
+    An empty block still takes part in the collective call, with empty selections (h5py's
+    high-level selections cannot express it).
+    """
+    if block.size:
+        with dset.collective:
+            if write:
+                dset.write_direct(block, dest_sel=slices)
+            else:
+                dset.read_direct(block, source_sel=slices)
+        return
+    h5 = h5py()
+    dxpl = h5.h5p.create(h5.h5p.DATASET_XFER)
+    dxpl.set_dxpl_mpio(h5.h5fd.MPIO_COLLECTIVE)
+    mspace = h5.h5s.create(h5.h5s.SCALAR)
+    mspace.select_none()
+    fspace = dset.id.get_space()
+    fspace.select_none()
+    dummy = np.zeros(1, dtype=block.dtype)
+    (dset.id.write if write else dset.id.read)(mspace, fspace, dummy, dxpl=dxpl)
+
+
 class PfsLevel(AsyncLevel):
     """Snapshots as global datasets in one parallel-HDF5 file (``driver="mpio"``)."""
 
@@ -156,9 +180,7 @@ class PfsLevel(AsyncLevel):
         for field in self.fields:
             block = np.ascontiguousarray(snapshot[field])
             crcs.append(block_checksum(block))
-            d = g[field]
-            with d.collective:
-                d.write_direct(block, dest_sel=self.layout[field].slices)
+            _collective(g[field], block, self.layout[field].slices, write=True)
         table = np.array(self.comm.allgather(crcs), dtype=np.uint32).reshape(self.size, -1)
         for i, field in enumerate(self.fields):
             g[field].attrs["crc32"] = table[:, i]
@@ -179,9 +201,7 @@ class PfsLevel(AsyncLevel):
         for i, field in enumerate(self.fields):
             lay = self.layout[field]
             arr = np.empty(tuple(lay.shape), dtype=np.dtype(lay.dtype))
-            d = g[field]
-            with d.collective:
-                d.read_direct(arr, source_sel=lay.slices)
+            _collective(g[field], arr, lay.slices, write=False)
             if block_checksum(arr) != expected[i]:
                 bad.append(field)
             snapshot[field] = arr
@@ -212,3 +232,4 @@ class PfsLevel(AsyncLevel):
                 os.remove(self.path)
             except FileNotFoundError:
                 pass
+        self.comm.Barrier()

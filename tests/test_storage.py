@@ -1,0 +1,282 @@
+"""Storage levels in one process: node-local files (async and not), RAM checksums, the factory,
+capacity, async ordering, bounded buffers, prefetch, error propagation and stale-file rejection."""
+
+import os
+import shutil
+import time
+import zlib
+
+import numpy as np
+import pytest
+
+from hpcadj.checkpoint.storage import (CorruptSnapshot, LevelError, LocalLevel, RamLevel,
+                                       make_level, resolve_local_dir)
+from hpcadj.checkpoint.storage.checksum import block_checksum
+from hpcadj.snapshot import FieldLayout
+
+LAYOUT = {"u": FieldLayout((5, 4), (0, 0), (5, 4)),
+          "q": FieldLayout((2, 3, 4), (0, 0, 0), (2, 3, 4), "float32")}
+
+
+def snap(step):
+    """Random bits per step (NaN payloads included): bitwise comparisons mean something."""
+    rng = np.random.default_rng(step)
+    return {k: rng.integers(0, 256, lay.local_nbytes, dtype=np.uint8).view(lay.dtype)
+            .reshape(lay.shape) for k, lay in LAYOUT.items()}
+
+
+def same(a, b):
+    return set(a) == set(b) and all(
+        a[k].dtype == b[k].dtype and a[k].shape == b[k].shape
+        and a[k].tobytes() == b[k].tobytes() for k in a)
+
+
+def local(tmp_path, **kw):
+    return LocalLevel(kw.pop("capacity", 3), LAYOUT, local_dir=str(tmp_path), **kw)
+
+
+def test_checksum_is_zlib_crc32_of_c_order_bytes():
+    a = np.arange(12.0).reshape(3, 4)
+    assert block_checksum(a) == zlib.crc32(a.tobytes())
+    assert block_checksum(a.T) == zlib.crc32(np.ascontiguousarray(a.T).tobytes())
+
+
+def test_local_dir_precedence(monkeypatch):
+    for var in ("HPCADJ_LOCAL_DIR", "SLURM_TMPDIR", "TMPDIR"):
+        monkeypatch.delenv(var, raising=False)
+    assert resolve_local_dir() == "/tmp"
+    monkeypatch.setenv("TMPDIR", "/t")
+    assert resolve_local_dir() == "/t"
+    monkeypatch.setenv("SLURM_TMPDIR", "/s")
+    assert resolve_local_dir() == "/s"
+    monkeypatch.setenv("HPCADJ_LOCAL_DIR", "/h")
+    assert resolve_local_dir() == "/h"
+    assert resolve_local_dir("/explicit") == "/explicit"
+
+
+@pytest.mark.parametrize("async_io", [True, False])
+def test_local_round_trip_bitwise_and_stats(tmp_path, async_io):
+    level = local(tmp_path, async_io=async_io)
+    for step in (0, 3, 7):
+        level.write(step, snap(step), time=step * 0.1)
+    assert same(level.read(3), snap(3)) and same(level.read(0), snap(0))
+    level.free(3)
+    level.write(8, snap(8))
+    assert same(level.read(8), snap(8))
+    level.flush()
+    nbytes = sum(lay.local_nbytes for lay in LAYOUT.values())
+    s = level.stats
+    assert (s.writes, s.reads, s.peak_slots) == (4, 3, 3)
+    assert (s.bytes_written, s.bytes_read) == (4 * nbytes, 3 * nbytes)
+    level.close()
+
+
+def test_capacity_and_duplicates_enforced(tmp_path):
+    level = local(tmp_path, capacity=2)
+    level.write(0, snap(0))
+    level.write(1, snap(1))
+    with pytest.raises(LevelError, match="full"):
+        level.write(2, snap(2))
+    with pytest.raises(LevelError, match="already stored"):
+        level.write(1, snap(1))
+    with pytest.raises(LevelError, match="not stored"):
+        level.read(5)
+    level.free(0)
+    level.write(2, snap(2))
+    assert same(level.read(2), snap(2))
+    level.close()
+
+
+def test_layout_mismatch_rejected(tmp_path):
+    level = local(tmp_path)
+    bad = snap(0)
+    bad["u"] = bad["u"][:4]
+    with pytest.raises(LevelError, match="layout"):
+        level.write(0, bad)
+    level.close()
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "delete", "grow"])
+@pytest.mark.parametrize("async_io", [True, False])
+def test_local_damage_detected(tmp_path, damage, async_io):
+    level = local(tmp_path, async_io=async_io)
+    level.write(4, snap(4))
+    level.flush()
+    path = level.path(4)
+    if damage == "delete":
+        os.remove(path)
+    elif damage == "truncate":
+        os.truncate(path, os.path.getsize(path) - 1)
+    elif damage == "grow":
+        with open(path, "ab") as f:
+            f.write(b"\0")
+    else:
+        with open(path, "r+b") as f:
+            f.seek(-40, os.SEEK_END)
+            b = f.read(1)
+            f.seek(-40, os.SEEK_END)
+            f.write(bytes([b[0] ^ 0x10]))
+    with pytest.raises(CorruptSnapshot) as info:
+        level.read(4)
+    assert (info.value.level, info.value.step, info.value.ranks) == ("local", 4, (0,))
+    level.close()
+
+
+def test_stale_file_of_another_run_never_read(tmp_path):
+    old = local(tmp_path, run_id="old-run", keep=True)
+    old.write(3, snap(3))
+    old.close()
+    new = local(tmp_path, run_id="new-run")
+    assert new.directory != old.directory
+    new.write(3, snap(30))
+    assert same(new.read(3), snap(30))
+    shutil.copyfile(old.path(3), new.path(3))
+    with pytest.raises(CorruptSnapshot, match="another run"):
+        new.read(3)
+    new.close()
+    reused = local(tmp_path, run_id="old-run")
+    assert os.path.exists(reused.path(3))
+    reused.write(3, snap(31))
+    assert same(reused.read(3), snap(31))
+    reused.close()
+
+
+def test_files_removed_at_close_unless_kept(tmp_path):
+    level = local(tmp_path)
+    level.write(1, snap(1))
+    level.write(2, snap(2))
+    level.close()
+    assert os.listdir(tmp_path) == []
+    kept = local(tmp_path, keep=True, run_id="keepme")
+    kept.write(1, snap(1))
+    kept.close()
+    assert os.listdir(os.path.join(tmp_path, "hpcadj-keepme", "rank0")) == ["step_00000001.snap"]
+
+
+def test_unwritable_directory_raises_at_construction(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_bytes(b"x")
+    with pytest.raises(LevelError, match="not usable"):
+        LocalLevel(1, LAYOUT, local_dir=str(blocker))
+
+
+def test_failed_atomic_write_leaves_no_snapshot(tmp_path, monkeypatch):
+    level = local(tmp_path, async_io=False, fsync=True)
+
+    def refuse(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(LevelError, match="No space left"):
+        level.write(5, snap(5))
+    monkeypatch.undo()
+    assert os.listdir(level.directory) == []
+    level.close()
+
+
+class SlowLocal(LocalLevel):
+    """A node-local level whose writes take ``delay`` seconds on the I/O thread."""
+
+    delay = 0.15
+
+    def _store(self, step, snapshot, t):
+        time.sleep(self.delay)
+        return super()._store(step, snapshot, t)
+
+
+def test_async_write_returns_early_then_read_waits_for_it(tmp_path):
+    level = SlowLocal(3, LAYOUT, local_dir=str(tmp_path))
+    buffer = snap(1)
+    t0 = time.perf_counter()
+    level.write(1, buffer)
+    assert time.perf_counter() - t0 < SlowLocal.delay / 2
+    for a in buffer.values():
+        a[...] = 0
+    assert same(level.read(1), snap(1))
+    assert level.stats.wait_s > SlowLocal.delay / 2
+    assert level.stats.write_s >= SlowLocal.delay
+    level.close()
+
+
+def test_in_flight_copies_are_bounded(tmp_path):
+    level = SlowLocal(6, LAYOUT, local_dir=str(tmp_path), queue_depth=2, prefetch_depth=1)
+    t0 = time.perf_counter()
+    for step in range(4):
+        level.write(step, snap(step))
+    assert time.perf_counter() - t0 >= SlowLocal.delay
+    assert level.stats.wait_s > 0
+    level.prefetch(0)
+    level.prefetch(1)
+    assert level.stats.prefetches == 1
+    assert same(level.read(0), snap(0))
+    level.flush()
+    assert 2 <= level.stats.peak_buffers <= 3
+    level.close()
+
+
+def test_prefetch_reads_ahead(tmp_path):
+    level = local(tmp_path)
+    level.write(2, snap(2))
+    level.prefetch(2)
+    level.flush()
+    read_s = level.stats.read_s
+    assert read_s > 0 and level.stats.bytes_read > 0
+    assert same(level.read(2), snap(2))
+    assert level.stats.read_s == read_s and level.stats.prefetch_hits == 1
+    level.prefetch(9)
+    assert level.stats.prefetches == 1
+    level.close()
+
+
+class FailingLocal(LocalLevel):
+    """Writes of step 13 fail on the I/O thread."""
+
+    def _store(self, step, snapshot, t):
+        if step == 13:
+            raise OSError(5, "Input/output error (injected)")
+        return super()._store(step, snapshot, t)
+
+
+def test_io_thread_error_raised_at_next_call(tmp_path):
+    level = FailingLocal(3, LAYOUT, local_dir=str(tmp_path))
+    level.write(13, snap(13))
+    deadline = time.monotonic() + 5
+    while level._worker.failure is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(LevelError, match="injected") as info:
+        level.write(14, snap(14))
+    assert isinstance(info.value.__cause__, OSError)
+    level.close()
+    assert os.listdir(tmp_path) == []
+    assert not level._worker._thread.is_alive()
+
+
+def test_io_thread_error_not_lost_at_close(tmp_path):
+    level = FailingLocal(3, LAYOUT, local_dir=str(tmp_path))
+    level.write(12, snap(12))
+    level.write(13, snap(13))
+    with pytest.raises(LevelError, match="injected"):
+        level.close()
+    assert os.listdir(tmp_path) == []
+    assert not level._worker._thread.is_alive()
+
+
+def test_ram_verify_detects_corruption():
+    level = RamLevel(2, LAYOUT, verify=True)
+    level.write(0, snap(0))
+    assert same(level.read(0), snap(0))
+    stored = level.read(0)["u"]
+    stored.flags.writeable = True
+    stored.view(np.uint8)[0, 0] ^= 1
+    with pytest.raises(CorruptSnapshot):
+        level.read(0)
+
+
+def test_factory_kinds(tmp_path):
+    ram = make_level("ram", 2, LAYOUT)
+    assert isinstance(ram, RamLevel) and ram.capacity == 2
+    loc = make_level("local", 2, LAYOUT, local_dir=str(tmp_path), run_id="f1", async_io=False)
+    assert isinstance(loc, LocalLevel) and not loc.async_io and loc.run_id == "f1"
+    loc.close()
+    with pytest.raises(ValueError, match="unknown level kind"):
+        make_level("tape", 1, LAYOUT)

@@ -89,8 +89,8 @@ class WaveModel(Stepper):
         self.source = tuple(self._axis_index(axis, frac) for axis, frac in enumerate(self._source_position()))
         self._source_local = self._locate(self.source)
         self.receivers = self._receiver_nodes()
-        self._receivers_local = [(k, self._locate(node)) for k, node in enumerate(self.receivers)]
-        self._receivers_local = [(k, loc) for k, loc in self._receivers_local if loc is not None]
+        located = [(k, self._locate(node)) for k, node in enumerate(self.receivers)]
+        self._receivers_local = [(k, loc) for k, loc in located if loc is not None]
         self._controls = None
         self.observed_path = observed
         if observed is not None:

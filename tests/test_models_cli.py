@@ -1,0 +1,79 @@
+"""`hpcadj run --model burgers|wave|grayscott` under mpirun -n 1, 2, 3: the JSON keys, the snapshot size,
+and J and every gradient field (written with --gradient-out) invariant across rank counts."""
+
+import numpy as np
+import pytest
+
+from .helpers import hpcadj, hpcadj_json
+
+CASES = {
+    # model: (grid, steps, controls, relative tolerance across rank counts)
+    "burgers": ("12x9", 6, ["nu", "u0"], 1e-13),
+    "wave": ("14x12", 20, ["c", "u0"], 1e-13),
+    "grayscott": ("10x9", 4, ["F", "k", "u0"], 1e-10),
+}
+KEYS = {"model", "grid", "steps", "ranks", "J", "grad_norm", "forward_steps", "adjoint_steps",
+        "snapshot_bytes", "wall_s"}
+
+
+def _read(path):
+    from hpcadj.stack import h5py
+
+    with h5py().File(path, "r") as f:
+        return {name: np.array(f[name][...]) for name in f}
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("model", sorted(CASES))
+def test_run_json_and_rank_invariance(model, tmp_path):
+    grid, steps, controls, rtol = CASES[model]
+    runs, fields = {}, {}
+    for nranks in (1, 2, 3):
+        out = tmp_path / f"grad{nranks}.h5"
+        runs[nranks] = hpcadj_json(["run", "--model", model, "--grid", grid, "--steps", str(steps),
+                                    "--gradient-out", str(out)], nranks)
+        fields[nranks] = _read(out)
+    info = runs[1]
+    assert KEYS | {f"grad_{c}_norm" for c in controls if c != "u0"} <= set(info)
+    assert (info["model"], info["grid"], info["steps"]) == (model, grid, steps)
+    assert info["forward_steps"] == info["adjoint_steps"] == steps
+    nx, ny = (int(n) for n in grid.split("x"))
+    assert info["snapshot_bytes"] == 2 * nx * ny * 8  # two float64 fields per grid point
+    assert sorted(fields[1]) == sorted(f"grad_{c}" for c in controls)
+    assert np.isclose(info["grad_norm"], np.linalg.norm(fields[1]["grad_u0"]), rtol=1e-12)
+    for nranks in (2, 3):
+        assert runs[nranks]["ranks"] == nranks
+        assert abs(runs[nranks]["J"] - info["J"]) <= rtol * abs(info["J"])
+        for name, field in fields[1].items():
+            assert np.max(np.abs(field)) > 0, name
+            assert np.max(np.abs(fields[nranks][name] - field)) <= rtol * np.max(np.abs(field)), (nranks, name)
+
+
+@pytest.mark.timeout(120)
+def test_wave_3d_and_observed_options(tmp_path):
+    info = hpcadj_json(["run", "--model", "wave", "--grid", "8x7x9", "--steps", "10"], 2)
+    assert info["grid"] == "8x7x9" and info["snapshot_bytes"] == 2 * 8 * 7 * 9 * 8 and info["J"] > 0
+    explicit = hpcadj_json(["run", "--model", "wave", "--grid", "14x12", "--steps", "10",
+                            "--observed-from-model"])
+    default = hpcadj_json(["run", "--model", "wave", "--grid", "14x12", "--steps", "10"])
+    assert explicit["J"] == default["J"]
+    stronger = hpcadj_json(["run", "--model", "wave", "--grid", "14x12", "--steps", "10", "--anomaly", "0.2"])
+    assert stronger["J"] > default["J"]
+    both = hpcadj(["run", "--model", "wave", "--observed", str(tmp_path / "x.h5"), "--observed-from-model"])
+    assert both.returncode != 0 and "not both" in both.stderr
+    missing = hpcadj(["run", "--model", "wave", "--grid", "14x12", "--observed", str(tmp_path / "none.h5")])
+    assert missing.returncode != 0 and "not found" in missing.stderr
+
+
+@pytest.mark.timeout(120)
+def test_gradcheck_passes_for_each_model():
+    for model, (grid, steps, _controls, _rtol) in CASES.items():
+        info = hpcadj_json(["gradcheck", "--model", model, "--grid", grid, "--steps", str(steps)], 2)
+        assert info["passed"], info
+
+
+def test_help_lists_every_model():
+    proc = hpcadj(["run", "--help"])
+    assert proc.returncode == 0
+    for model in ("heat", "burgers", "wave", "grayscott"):
+        assert model in proc.stdout

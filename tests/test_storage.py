@@ -12,6 +12,7 @@ import pytest
 from hpcadj.checkpoint.storage import (CorruptSnapshot, LevelError, LocalLevel, RamLevel,
                                        make_level, resolve_local_dir)
 from hpcadj.checkpoint.storage.checksum import block_checksum
+from hpcadj.checkpoint.storage.pfs import contiguous_in_file
 from hpcadj.snapshot import FieldLayout
 
 LAYOUT = {"u": FieldLayout((5, 4), (0, 0), (5, 4)),
@@ -280,3 +281,15 @@ def test_factory_kinds(tmp_path):
     loc.close()
     with pytest.raises(ValueError, match="unknown level kind"):
         make_level("tape", 1, LAYOUT)
+
+
+@pytest.mark.parametrize("start,shape,expected", [
+    ((2, 0, 0), (3, 5, 4), True),     # slowest-axis split: whole planes
+    ((1, 2, 0), (1, 2, 4), True),     # part of one plane, whole rows
+    ((0, 2, 0), (3, 2, 4), False),    # middle-axis split: strided
+    ((0, 0, 1), (1, 1, 2), True),     # part of one row
+    ((0, 0, 1), (1, 2, 2), False),
+    ((0, 0, 0), (0, 5, 4), True),     # empty
+])
+def test_contiguous_in_file(start, shape, expected):
+    assert contiguous_in_file((6, 5, 4), start, shape) is expected

@@ -55,11 +55,12 @@ def _make(kind, comm, tmp, layout, **kw):
                       path=os.path.join(tmp, "ck.h5"), **kw)
 
 
-@pytest.mark.parametrize("kind", ["local", "pfs"])
+@pytest.mark.parametrize("kind,collective", [("local", None), ("pfs", "auto"), ("pfs", "always")])
 @pytest.mark.parametrize("async_io", [True, False])
-def test_round_trip_bitwise_with_reuse_and_prefetch(comm, shared_tmp, kind, async_io):
+def test_round_trip_bitwise_with_reuse_and_prefetch(comm, shared_tmp, kind, collective, async_io):
     layout = _layout(comm)
-    level = _make(kind, comm, shared_tmp, layout, async_io=async_io)
+    extra = {"collective": collective} if collective else {}
+    level = _make(kind, comm, shared_tmp, layout, async_io=async_io, **extra)
     assert level.async_io == async_io and MPI.Query_thread() == MPI.THREAD_MULTIPLE
     for step in (0, 4, 9):
         level.write(step, _snapshot(step, layout), time=0.5 * step)

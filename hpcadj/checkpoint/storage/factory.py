@@ -15,12 +15,12 @@ def make_level(kind: str, capacity: int, layout: SnapshotLayout, comm=None, *,
                path: str | None = None, local_dir: str | None = None, async_io: bool = True,
                keep: bool = False, run_id: str | None = None, fsync: bool = False,
                name: str | None = None, queue_depth: int = 2, prefetch_depth: int = 1,
-               verify: bool = False) -> Level:
+               verify: bool = False, collective: str = "auto") -> Level:
     """A ``ram``, ``local`` (node-local files) or ``pfs`` (parallel HDF5 at ``path``) level.
 
     Collective: every rank of ``comm`` must call it (file levels agree on a run id and check their
     directory/file on all ranks). ``async_io`` applies to file levels; ``verify`` to RAM (file
-    levels always verify). ``comm`` may be an mpi4py or petsc4py communicator, or None (serial).
+    levels always verify); ``collective`` (auto|always|never) is the HDF5 level's raw-data mode. ``comm`` may be an mpi4py or petsc4py communicator, or None (serial).
     """
     if comm is not None and hasattr(comm, "tompi4py"):
         comm = comm.tompi4py()
@@ -32,7 +32,7 @@ def make_level(kind: str, capacity: int, layout: SnapshotLayout, comm=None, *,
     if kind == "local":
         return LocalLevel(capacity, layout, comm, local_dir=local_dir, **opts)
     if kind == "pfs":
-        return PfsLevel(capacity, layout, comm, path, **opts)
+        return PfsLevel(capacity, layout, comm, path, collective=collective, **opts)
     raise ValueError(f"unknown level kind {kind!r}; expected one of {', '.join(KINDS)}")
 
 

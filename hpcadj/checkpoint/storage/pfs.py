@@ -9,6 +9,11 @@ Layout of the file (``format = "hpcadj-checkpoints-1"``)::
                               rank), rank_starts and rank_shapes (nranks x ndim)
     /snapshots/step_<n>       hard link to the slot group holding step n (removed when freed)
 
+Raw data moves with collective MPI-IO (``with dset.collective:``) for fields whose rank blocks are
+strided in the file (2-D/3-D decompositions: two-phase I/O turns many small pieces into large
+writes); where every rank's block is one contiguous run (slowest-axis decompositions) each rank
+writes its run independently, which measured faster here (``collective="auto"``; "always"/"never"
+force one mode). Metadata calls are always made by every rank in the same order.
 Reusing slot datasets keeps the file at capacity x snapshot size, and a write costs no dataset
 creation (a collective metadata operation); the step links keep it readable by step number.
 Every HDF5 call of every PfsLevel of the process runs on one shared FIFO I/O thread (HDF5 is not
@@ -38,12 +43,31 @@ _shared_lock = threading.Lock()
 _shared: dict = {"worker": None, "users": 0}
 
 
-def _collective(dset, block: np.ndarray, slices, *, write: bool) -> None:
-    """Collectively write ``block`` to (or read it from) ``dset[slices]``.
+def contiguous_in_file(global_shape, start, shape) -> bool:
+    """Whether a block is one contiguous run of the C-ordered global array (or empty)."""
+    if 0 in shape:
+        return True
+    axes = [k for k in range(len(shape)) if shape[k] != global_shape[k]]
+    if not axes:
+        return True
+    k = axes[-1]
+    return all(n == 1 for n in shape[:k]) and all(
+        shape[j] == global_shape[j] for j in range(k + 1, len(shape)))
 
-    An empty block still takes part in the collective call, with empty selections (h5py's
-    high-level selections cannot express it).
+
+def _transfer(dset, block: np.ndarray, slices, *, write: bool, collective: bool) -> None:
+    """Write ``block`` to (or read it from) ``dset[slices]``, collectively or independently.
+
+    In collective mode an empty block still takes part in the call, with empty selections (h5py's
+    high-level selections cannot express it); independently it is simply skipped.
     """
+    if not collective:
+        if block.size:
+            if write:
+                dset.write_direct(block, dest_sel=slices)
+            else:
+                dset.read_direct(block, source_sel=slices)
+        return
     if block.size:
         with dset.collective:
             if write:
@@ -71,7 +95,7 @@ class PfsLevel(AsyncLevel):
     def __init__(self, capacity: int, layout: SnapshotLayout, comm=None, path: str | None = None,
                  *, run_id: str | None = None, keep: bool = False, fsync: bool = False,
                  async_io: bool = True, queue_depth: int = 2, prefetch_depth: int = 1,
-                 name: str = "pfs"):
+                 collective: str = "auto", name: str = "pfs"):
         MPI = mpi()
         if comm is None:
             comm = MPI.COMM_WORLD
@@ -101,6 +125,11 @@ class PfsLevel(AsyncLevel):
                 raise LevelError(f"{name}: ranks disagree on the global shape/dtype of {f!r}")
             self._ranks[f] = (np.array([s for _, _, s, _ in everyone], dtype=np.int64),
                               np.array([n for _, _, _, n in everyone], dtype=np.int64))
+        if collective not in ("auto", "always", "never"):
+            raise ValueError(f"collective must be auto, always or never, not {collective!r}")
+        self._collective = {f: collective == "always" or (collective == "auto" and not all(
+            contiguous_in_file(lay.global_shape, s, n) for s, n in zip(*self._ranks[f])))
+            for f, lay in ((f, layout[f]) for f in self.fields)}
         self._file = None
         self._groups: dict[int, object] = {}
         self._free_slots: list[int] = []
@@ -180,7 +209,8 @@ class PfsLevel(AsyncLevel):
         for field in self.fields:
             block = np.ascontiguousarray(snapshot[field])
             crcs.append(block_checksum(block))
-            _collective(g[field], block, self.layout[field].slices, write=True)
+            _transfer(g[field], block, self.layout[field].slices, write=True,
+                      collective=self._collective[field])
         table = np.array(self.comm.allgather(crcs), dtype=np.uint32).reshape(self.size, -1)
         for i, field in enumerate(self.fields):
             g[field].attrs["crc32"] = table[:, i]
@@ -201,7 +231,7 @@ class PfsLevel(AsyncLevel):
         for i, field in enumerate(self.fields):
             lay = self.layout[field]
             arr = np.empty(tuple(lay.shape), dtype=np.dtype(lay.dtype))
-            _collective(g[field], arr, lay.slices, write=False)
+            _transfer(g[field], arr, lay.slices, write=False, collective=self._collective[field])
             if block_checksum(arr) != expected[i]:
                 bad.append(field)
             snapshot[field] = arr

@@ -14,7 +14,29 @@ from functools import singledispatchmethod
 
 from ..checkpoint.schedules.actions import (Adjoint, Advance, EndForward, EndReverse, Free, Move, PlanError,
                                             Restore, Store, WorkingStates)
+from ..checkpoint.schedules.base import ScheduleError
+from ..checkpoint.schedules.resume import residual_plan
+from ..checkpoint.storage.base import LevelError
 from ..telemetry import Telemetry
+
+
+class StopRequested(Exception):
+    """The run was asked to stop (SIGTERM/SIGUSR1); its state was made durable first."""
+
+
+class Unrecoverable(RuntimeError):
+    """A storage fault left no way to finish the gradient (nothing fits): a clear error, no result."""
+
+
+@dataclass
+class ResumePoint:
+    """Where a resumed run starts: the forward frontier and J there, and lambda_m if reverse had begun."""
+
+    frontier: int
+    J: float
+    lam_step: int | None = None
+    lam: object = None            # PETSc Vec, lambda at lam_step
+    grad: dict | None = None      # control name -> PETSc Vec, gradient accumulated so far
 
 
 @dataclass
@@ -43,17 +65,36 @@ class Driver:
     levels : sequence of Level
         Level k of the plan is ``levels[k]``.
     telemetry : Telemetry, optional
-        Receives every phase (forward, recompute, adjoint, objective, store, restore, move).
+        Receives every phase (forward, recompute, adjoint, objective, store, restore, move, fault).
+    costs : OpCosts, optional
+        What re-plans after a storage fault minimise.
+    durability : object, optional
+        Makes progress durable: ``forward_point(driver, level)`` after a store at the frontier,
+        ``reverse_point(driver)`` after an adjoint step, ``stop(driver)`` before a requested stop.
+    should_stop : callable, optional
+        Polled after every action; when it returns True (on every rank alike) the run stops.
     """
 
-    def __init__(self, stepper, levels, telemetry: Telemetry | None = None, progress=None):
+    def __init__(self, stepper, levels, telemetry: Telemetry | None = None, progress=None, *,
+                 costs=None, durability=None, should_stop=None):
         self.stepper = stepper
         self.levels = list(levels)
         self.telemetry = telemetry or Telemetry(petsc_events=False)
         self.progress = progress
+        self.costs = costs
+        self.durability = durability
+        self.should_stop = should_stop
+        self.comm = stepper.comm
+        self.faults: list[str] = []
+        self.capacities = [level.capacity for level in self.levels]
 
-    def run(self, schedule, controls) -> GradientResult:
-        """Execute every action of ``schedule`` with ``controls``; return J and the gradient."""
+    def run(self, schedule, controls, resume: ResumePoint | None = None) -> GradientResult:
+        """Execute every action of ``schedule`` with ``controls``; return J and the gradient.
+
+        With ``resume`` the driver starts from that point (``schedule`` is then the residual plan).
+        A snapshot found corrupt or missing, or a level that fails to write, makes the driver
+        re-plan the rest from what is still valid; the gradient stays bitwise the same.
+        """
         stepper = self.stepper
         stepper.set_controls(controls)
         self.n = stepper.n_steps
@@ -62,22 +103,79 @@ class Driver:
         self.snapshot_bytes = sum(f.local_nbytes for f in stepper.snapshot_layout().values())
         u0 = stepper.initial_state()
         self.work = WorkingStates(0, u0)
-        self.frontier = 0
-        self.lam = None
-        self.lam_step = None
         self.grad = {name: vec.duplicate() for name, vec in controls.items()}
         for vec in self.grad.values():
             vec.set(0.0)
         self.result = GradientResult(J=0.0, gradient=self.grad)
-        with self.telemetry.phase("objective", step=0):
-            self.result.J += stepper.objective(0, u0)
+        if resume is None:
+            self.frontier, self.lam, self.lam_step = 0, None, None
+            with self.telemetry.phase("objective", step=0):
+                self.result.J += stepper.objective(0, u0)
+        else:
+            self.frontier, self.result.J = resume.frontier, resume.J
+            self.lam, self.lam_step = resume.lam, resume.lam_step
+            if resume.grad is not None:
+                for name, vec in resume.grad.items():
+                    vec.copy(self.grad[name])
         self.finished = False
-        for action in self._with_prefetch(schedule.actions()):
-            self.execute(action)
-        if not self.finished:
-            raise PlanError("the plan ended without EndReverse")
+        actions = schedule.actions()
+        while not self.finished:
+            try:
+                for action in self._with_prefetch(actions):
+                    self.execute(action)
+                    if self.should_stop is not None and not self.finished and self._agree(self.should_stop()):
+                        if self.durability is not None:
+                            self.durability.stop(self)
+                        raise StopRequested(f"stopped at forward step {self.frontier}, "
+                                            f"adjoint step {self.lam_step}")
+                if not self.finished:
+                    raise PlanError("the plan ended without EndReverse")
+            except LevelError as fault:
+                actions = self._replan(fault)
         self.result.level_stats = [level.stats for level in self.levels]
         return self.result
+
+    def _agree(self, flag: bool) -> bool:
+        """True on every rank if ``flag`` is True on any rank."""
+        from ..stack import mpi
+
+        return bool(self.comm.allreduce(bool(flag), op=mpi().LOR))
+
+    def _replan(self, fault: LevelError):
+        """After a storage fault: keep the snapshots valid on every rank, plan the rest from them."""
+        self.faults.append(str(fault))
+        self.telemetry.record("fault", t0=time.time(), seconds=0.0, step=self.lam_step,
+                              level=getattr(fault, "level", None))
+        retained, capacities = {}, []
+        top = self.n if self.lam_step is None else self.lam_step
+        for index, level in enumerate(self.levels):
+            write_failed = getattr(fault, "writing", False) and getattr(fault, "level", None) == level.name
+            try:
+                level.flush()
+            except LevelError:
+                write_failed = True
+            valid = sorted(level.valid_steps())
+            common = set(valid)
+            for other in self.comm.allgather(valid):
+                common &= set(other)
+            for step in valid:
+                if step not in common or step >= top:
+                    level.discard(step)
+            for step in common:
+                if step < top:
+                    retained[step] = index
+            # a level that failed a write on any rank takes no new snapshots
+            full = self._agree(write_failed)
+            occupied = sum(1 for lv in retained.values() if lv == index)
+            capacities.append(occupied if full else min(self.capacities[index], level.capacity))
+        self.capacities = capacities
+        self.work = WorkingStates(0, self.stepper.initial_state())
+        try:
+            plan = list(residual_plan(self.n, capacities, retained, lam_step=self.lam_step,
+                                      costs=self.costs))
+        except ScheduleError as exc:
+            raise Unrecoverable(f"storage fault ({fault}) and no plan fits what is left: {exc}") from None
+        return iter(plan)
 
     LOOKAHEAD = 64
 
@@ -104,10 +202,23 @@ class Driver:
                 hinted = restore
 
     def _timed_io(self, phase: str, level, step: int, operation):
-        """Run a level operation as ``phase``; time it blocked on the level is logged as io_wait."""
+        """Run a level operation as ``phase`` and agree on its success across ranks.
+
+        A failure on any rank raises LevelError on every rank (so all re-plan together); time
+        blocked on the level is logged as io_wait.
+        """
         waited = level.stats.wait_s
+        error = None
         with self.telemetry.phase(phase, step=step, nbytes=self.snapshot_bytes, level=level.name):
-            result = operation()
+            try:
+                result = operation()
+            except LevelError as exc:
+                error, result = exc, None
+        if self._agree(error is not None):
+            if error is None:
+                error = LevelError(f"{level.name}: step {step} failed on another rank")
+            error.level, error.writing = level.name, phase == "store"
+            raise error
         blocked = level.stats.wait_s - waited
         if blocked > 0:
             self.telemetry.record("io_wait", t0=time.time() - blocked, seconds=blocked, step=step,
@@ -154,6 +265,8 @@ class Driver:
         snapshot = self.stepper.snapshot(self.work.get(action.n))
         t = action.n * self.stepper.dt if hasattr(self.stepper, "dt") else None
         self._timed_io("store", level, action.n, lambda: level.write(action.n, snapshot, time=t))
+        if self.durability is not None and action.n == self.frontier and self.lam_step is None:
+            self.durability.forward_point(self, level)
 
     @execute.register
     def _(self, action: Restore) -> None:
@@ -164,10 +277,9 @@ class Driver:
     @execute.register
     def _(self, action: Move) -> None:
         src, dst = self._level(action.src), self._level(action.dst)
-        with self.telemetry.phase("move", step=action.n, nbytes=self.snapshot_bytes,
-                                  level=f"{src.name}->{dst.name}"):
-            dst.write(action.n, src.read(action.n))
-            src.free(action.n)
+        snapshot = self._timed_io("restore", src, action.n, lambda: src.read(action.n))
+        self._timed_io("store", dst, action.n, lambda: dst.write(action.n, snapshot))
+        src.free(action.n)
 
     @execute.register
     def _(self, action: Free) -> None:
@@ -198,6 +310,8 @@ class Driver:
         self.work.adjoint_done(action.n0)
         if self.progress is not None:
             self.progress.adjoint(1)
+        if self.durability is not None:
+            self.durability.reverse_point(self)
 
     @execute.register
     def _(self, action: EndReverse) -> None:

@@ -68,14 +68,19 @@ def level_slots(config: CheckpointConfig, layout, comm, n_steps: int) -> list[Le
     return plans
 
 
-def build_levels(plans: list[LevelPlan], layout, comm, config: CheckpointConfig):
-    """Create the storage levels (collective: every rank, same order)."""
+def build_levels(plans: list[LevelPlan], layout, comm, config: CheckpointConfig, attach: bool = False):
+    """Create the storage levels (collective: every rank, same order).
+
+    With ``attach`` the file levels reopen the snapshots an earlier run with the same run id left.
+    """
     levels = []
     try:
         for plan in plans:
+            options = {"attach": True} if attach and plan.kind != "ram" else {}
             levels.append(make_level(plan.kind, plan.slots, layout, comm, name=plan.name,
                                      path=config.pfs_file, local_dir=config.local_dir,
-                                     async_io=config.async_io, keep=config.keep, run_id=config.run_id))
+                                     async_io=config.async_io, keep=config.keep, run_id=config.run_id,
+                                     **options))
     except Exception:
         for level in levels:
             level.close()

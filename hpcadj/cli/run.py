@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import resource
+import signal
+import sys
 import time
 
 from . import CliError
 from .common import add_model_arguments, build_model, world
 
 PHASES = ("forward", "recompute", "adjoint", "io_wait")
+EXIT_FAILED = 1
+EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped on request, state durable, resume with --resume
 
 
 def add_parser(subparsers) -> None:
@@ -29,6 +34,13 @@ def add_parser(subparsers) -> None:
     p.add_argument("--energy-model", metavar="FILE.toml", default=None,
                    help="override the energy model's constants ($HPCADJ_ENERGY_MODEL)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    r = p.add_argument_group("restart")
+    r.add_argument("--run-dir", default=None, metavar="DIR",
+                   help="keep a manifest and durable adjoint states here, so the run can be resumed")
+    r.add_argument("--resume", action="store_true",
+                   help="continue the run recorded in --run-dir (same arguments) from its newest durable point")
+    r.add_argument("--durable-every", type=int, default=10, metavar="K",
+                   help="make progress durable every K durable stores / adjoint steps (default 10)")
     p.set_defaults(func=main)
 
 
@@ -156,63 +168,146 @@ def print_human(info: dict) -> None:
 
 
 def main(args) -> int:
-    from ..adjoint import Driver
     from ..adjoint.manager import build_levels
-    from ..fieldio import check_writable, write_fields
-    from ..stack import mpi
-    from ..telemetry import LogDirError, SweepProgress, Telemetry, open_run_log
+    from ..fieldio import check_writable
+    from ..telemetry import LogDirError, Telemetry, open_run_log
 
     comm = world(args)
-    if args.gradient_out:
-        try:
-            check_writable(args.gradient_out)
-        except ValueError as exc:
-            raise CliError(str(exc)) from None
+    for path in (args.gradient_out,):
+        if path:
+            try:
+                check_writable(path)
+            except ValueError as exc:
+                raise CliError(str(exc)) from None
+    if args.resume and not args.run_dir:
+        raise CliError("--resume needs --run-dir DIR (the directory of the run to continue)")
+    if args.durable_every < 1:
+        raise CliError(f"--durable-every must be >= 1, got {args.durable_every}")
     model = build_model(args, comm)
     controls = model.default_controls()
     notes = []
     config = checkpoint_config(args)
+    rundir = open_run_directory(args, model, controls, comm, config)
     plans, schedule, profile = plan_for(args, model, controls, comm, config, notes.append)
     predicted = _predicted(schedule, plans, profile)
 
-    sinks = []
     log = None
     if args.log_dir:
         record = {**model.describe(), "schedule": schedule.name, "minimize": args.minimize,
                   "levels": [{"name": p.name, "kind": p.kind, "capacity": p.slots} for p in plans],
                   "snapshot_bytes": model.snapshot_bytes(), "budgets": config.budgets,
-                  "async_io": config.async_io}
+                  "async_io": config.async_io, "resumed": args.resume}
         try:
-            log = open_run_log(args.log_dir, comm, record, energy_model=args.energy_model)
+            log = open_run_log(args.log_dir, comm, record, energy_model=args.energy_model,
+                               overwrite=args.resume)
         except LogDirError as exc:
             raise CliError(str(exc)) from None
-        sinks.append(log)
-    progress = SweepProgress(model.n_steps, rank=comm.rank, quiet=args.quiet or args.json)
-    telemetry = Telemetry(sinks=sinks)
+    telemetry = Telemetry(sinks=[log] if log is not None else [])
     try:
-        levels = build_levels(plans, model.snapshot_layout(), comm, config)
+        levels = build_levels(plans, model.snapshot_layout(), comm, config, attach=args.resume)
     except Exception as exc:
         if log is not None:
             log.abort(str(exc))
         raise CliError(str(exc)) from None
-    comm.Barrier()
-    t0 = time.perf_counter()
     try:
-        result = Driver(model, levels, telemetry, progress=progress).run(schedule, controls)
-        for level in levels:
-            level.flush()
-        wall_s = comm.allreduce(time.perf_counter() - t0, op=mpi().MAX)
-        info = summary(model, comm, result, wall_s)
-        info.update(schedule=schedule.name, minimize=args.minimize, predicted_s=predicted,
-                    costs_source=profile.source, levels=level_summary(comm, plans, levels))
-    except Exception as exc:
+        outcome = execute(args, model, controls, comm, levels, schedule, profile, rundir, telemetry)
+    except BaseException as exc:
         if log is not None:
             log.abort(f"{type(exc).__name__}: {exc}")
         raise
+    if isinstance(outcome, int):
+        if log is not None:
+            log.close({"status": "stopped" if outcome == EXIT_STOPPED else "failed"})
+        return outcome
+    result, wall_s = outcome
+    info = summary(model, comm, result, wall_s)
+    info.update(schedule=schedule.name, minimize=args.minimize, predicted_s=predicted,
+                costs_source=profile.source, levels=level_summary(comm, plans, levels),
+                resumed=args.resume)
+    finish(args, model, comm, result, info, telemetry, notes, log)
+    return 0
+
+
+def open_run_directory(args, model, controls, comm, config):
+    """The run directory (None without --run-dir); on --resume, the level set-up it recorded."""
+    from ..adjoint.restart import RunDirectory, RunDirError, controls_fingerprint
+    from ..checkpoint.storage.base import agree_run_id
+
+    if not args.run_dir:
+        return None
+    identity = {**model.describe(), "controls": controls_fingerprint(controls, comm)}
+    rundir = RunDirectory(args.run_dir, comm)
+    try:
+        if args.resume:
+            setup = rundir.open(identity)["setup"]
+            config.run_id = setup["run_id"]
+            config.local_dir = config.local_dir or setup.get("local_dir")
+            config.pfs_file = config.pfs_file or setup.get("pfs_file")
+        else:
+            config.run_id = agree_run_id(comm)
+            rundir.create(identity, {"run_id": config.run_id, "local_dir": config.local_dir,
+                                     "pfs_file": config.pfs_file})
+    except RunDirError as exc:
+        raise CliError(str(exc)) from None
+    config.keep = True  # snapshots must outlive a crash; removed when the run completes
+    return rundir
+
+
+def execute(args, model, controls, comm, levels, schedule, profile, rundir, telemetry):
+    """Run the gradient (resumed where asked). Returns (result, wall_s), or an exit status."""
+    from ..adjoint import Driver
+    from ..adjoint.driver import StopRequested, Unrecoverable
+    from ..adjoint.restart import Durability, resume_point
+    from ..stack import mpi
+    from ..telemetry import SweepProgress
+
+    costs = profile.vector(args.minimize)
+    point = None
+    if args.resume:
+        resumed, point = resume_point(rundir, model, controls, levels, costs)
+        schedule = resumed or schedule
+    durability = Durability(rundir, model, levels, args.durable_every) if rundir else None
+    stop = StopFlag()
+    progress = SweepProgress(model.n_steps, rank=comm.rank, quiet=args.quiet or args.json)
+    driver = Driver(model, levels, telemetry, progress=progress, costs=costs, durability=durability,
+                    should_stop=stop)
+    comm.Barrier()
+    t0 = time.perf_counter()
+    stopped = False
+    try:
+        with stop.installed():
+            result = driver.run(schedule, controls, resume=point)
+        for level in levels:
+            level.flush()
+        wall_s = comm.allreduce(time.perf_counter() - t0, op=mpi().MAX)
+    except StopRequested as exc:
+        stopped = True
+        if comm.rank == 0:
+            print(f"hpcadj: {exc}; state is durable in {args.run_dir or 'memory only (no --run-dir)'}; "
+                  f"continue with --resume", file=sys.stderr, flush=True)
+        return EXIT_STOPPED
+    except Unrecoverable as exc:
+        if comm.rank == 0:
+            print(f"hpcadj: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
     finally:
         for level in levels:
+            if stopped:
+                level.keep = True
+            elif rundir is not None:
+                level.keep = args.keep_checkpoints
             level.close()
         progress.close()
+    if durability is not None:
+        durability.finished()
+    return result, wall_s
+
+
+def finish(args, model, comm, result, info, telemetry, notes, log) -> None:
+    """Gradient file, log summary and the printed summary."""
+    from ..fieldio import write_fields
+    from ..stack import mpi
+
     phase_s = telemetry.phase_seconds()
     info["phase_s"] = {k: comm.allreduce(phase_s.get(k, 0.0), op=mpi().MAX) for k in PHASES}
     info["peak_rss_bytes"] = comm.allreduce(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
@@ -235,7 +330,30 @@ def main(args) -> int:
             for note in notes:
                 print(f"hpcadj: {note}")
             print_human(info)
-    return 0
+
+
+class StopFlag:
+    """Set by SIGTERM or SIGUSR1 (SLURM's --signal): the driver stops after the current action."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+    def __init__(self):
+        self.requested = False
+
+    def __call__(self) -> bool:
+        return self.requested
+
+    def _handle(self, signum, frame):
+        self.requested = True
+
+    @contextlib.contextmanager
+    def installed(self):
+        previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def _predicted(schedule, plans, profile) -> float:

@@ -107,3 +107,22 @@ def _segment(a: int, base_level: int, sub: list[Action], keep_end_forward: bool)
     else:
         yield Free(a, base_level)
     yield from body
+
+
+class Residual:
+    """:func:`residual_plan` as a schedule object (``n_steps``, ``capacities``, ``actions()``)."""
+
+    name = "residual"
+
+    def __init__(self, n_steps: int, capacities: Sequence[int], retained: Mapping[int, int], *,
+                 lam_step: int | None, costs: OpCosts | None = None):
+        self.n_steps = int(n_steps)
+        self.capacities = tuple(int(c) for c in capacities)
+        self.retained = dict(retained)
+        self.lam_step = lam_step
+        self.costs = costs
+        list(self.actions())  # plan once now: impossible inputs raise ScheduleError here
+
+    def actions(self) -> Iterator[Action]:
+        return residual_plan(self.n_steps, self.capacities, self.retained, lam_step=self.lam_step,
+                             costs=self.costs)

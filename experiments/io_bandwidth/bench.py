@@ -1,0 +1,192 @@
+"""Parallel-HDF5 snapshot write bandwidth against ``dd ... conv=fsync``, and how much write time
+asynchronous I/O hides behind compute. Run under mpirun (2 ranks); rank 0 prints and writes the CSV.
+
+    mpirun -n 2 .venv/bin/python experiments/io_bandwidth/bench.py --dir /tmp --out results.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI  # first: MPI_THREAD_MULTIPLE, so the HDF5 level may run asynchronously
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+
+from hpcadj.checkpoint.storage import make_level  # noqa: E402
+from hpcadj.snapshot import FieldLayout  # noqa: E402
+
+comm = MPI.COMM_WORLD
+
+
+def layout_for(mib_per_rank: float) -> dict:
+    """One float64 field of shape (rows, 1024), rows split evenly over the ranks."""
+    rows = max(1, int(mib_per_rank * 2**20 / 8 / 1024))
+    return {"u": FieldLayout((rows * comm.size, 1024), (rows * comm.rank, 0), (rows, 1024))}
+
+
+def snapshot(layout, step):
+    lay = layout["u"]
+    return {"u": np.full(lay.shape, float(step)) + np.arange(lay.shape[1])}
+
+
+def timed(fn) -> float:
+    """Wall seconds of ``fn`` on all ranks (dirty pages synced and a barrier before, max over ranks)."""
+    os.sync()
+    comm.Barrier()
+    t0 = time.perf_counter()
+    fn()
+    return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+
+
+def pfs_bandwidth(path, layout, count, collective) -> tuple[float, int]:
+    """Seconds and bytes to write ``count`` snapshots, close the file and fsync it once, as
+    ``dd conv=fsync`` syncs once at the end."""
+    level = make_level("pfs", count, layout, comm, path=path, keep=True, async_io=False,
+                       collective=collective)
+
+    data = snapshot(layout, 0)
+
+    def run():
+        for step in range(count):
+            level.write(step, data)
+        level.close()
+        if comm.rank == 0:
+            fd = os.open(path, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+
+    seconds = timed(run)
+    if comm.rank == 0:
+        os.remove(path)
+    return seconds, count * layout["u"].global_nbytes
+
+
+def dd_bandwidth(path, nbytes) -> float:
+    """Seconds for rank 0's ``dd`` to write ``nbytes`` sequentially with a final fsync."""
+    seconds = 0.0
+    if comm.rank == 0:
+        t0 = time.perf_counter()
+        subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=4M", f"count={nbytes // 2**22}",
+                        "conv=fsync"], check=True, capture_output=True)
+        seconds = time.perf_counter() - t0
+        os.remove(path)
+    return comm.bcast(seconds, root=0)
+
+
+def busy(seconds: float, work: str) -> None:
+    """The compute stand-in: sleep, or numpy arithmetic on a 4 MiB array for ``seconds``."""
+    if work == "sleep":
+        time.sleep(seconds)
+        return
+    a = np.random.default_rng(0).random(2**19)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        a = np.sqrt(a * a + 1.0) - 0.5
+
+
+def hiding(kind, args, layout, work) -> dict:
+    """Hidden fraction of write time: 1 - (async wall - compute) / (sync wall - compute), with the
+    compute per step ``compute_factor`` x the write time per step of a synchronous loop."""
+    steps = args.steps
+    opts = dict(local_dir=args.dir, path=os.path.join(args.dir, "hide.h5"))
+
+    compute_s = 0.0
+
+    def run(async_io):
+        nonlocal compute_s
+        level = make_level(kind, steps, layout, comm, async_io=async_io, **opts) if async_io is not None else None
+
+        data = snapshot(layout, 0)
+
+        def loop():
+            for step in range(steps):
+                busy(compute_s, work)
+                if level is not None:
+                    level.write(step, data)
+            if level is not None:
+                level.flush()
+
+        seconds = timed(loop)
+        if level is not None:
+            level.close()
+        return seconds, level
+
+    write_only, _ = run(False)
+    write_s = write_only / steps
+    compute_s = args.compute_factor * write_s
+    compute_only, _ = run(None)
+    sync_wall, sync_level = run(False)
+    async_wall, async_level = run(True)
+    exposed_sync = sync_wall - compute_only
+    exposed_async = async_wall - compute_only
+    return {"kind": kind, "work": work, "steps": steps, "write_s_per_snapshot": write_s,
+            "compute_s_per_step": compute_s, "compute_only_s": compute_only,
+            "sync_wall_s": sync_wall, "async_wall_s": async_wall,
+            "async_wait_s": comm.allreduce(async_level.stats.wait_s, op=MPI.MAX),
+            "hidden_fraction": 1.0 - exposed_async / exposed_sync if exposed_sync > 0 else float("nan")}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dir", default="/tmp", help="directory on the disk under test")
+    p.add_argument("--mib-per-rank", type=float, default=64.0, help="snapshot MiB per rank (bandwidth)")
+    p.add_argument("--count", type=int, default=6, help="snapshots per bandwidth measurement")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved pfs/dd repetitions")
+    p.add_argument("--hide-mib-per-rank", type=float, default=16.0, help="snapshot MiB per rank (hiding)")
+    p.add_argument("--steps", type=int, default=12, help="steps per hiding run")
+    p.add_argument("--compute-factor", type=float, default=1.2, help="compute per step / write time")
+    p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results.csv"))
+    args = p.parse_args()
+    rows = []
+
+    layout = layout_for(args.mib_per_rank)
+    ratios = {"auto": [], "always": []}
+    for rep in range(args.repeats):
+        for mode in ratios:
+            seconds, nbytes = pfs_bandwidth(os.path.join(args.dir, "bw.h5"), layout, args.count, mode)
+            dd_s = dd_bandwidth(os.path.join(args.dir, "dd.bin"), nbytes)
+            pfs, dd = nbytes / seconds / 1e6, nbytes / dd_s / 1e6
+            ratios[mode].append(pfs / dd)
+            rows.append({"measurement": "bandwidth", "collective": mode, "repeat": rep,
+                         "ranks": comm.size, "bytes": nbytes, "pfs_s": seconds, "dd_s": dd_s,
+                         "pfs_MBps": pfs, "dd_MBps": dd, "ratio": pfs / dd})
+
+    hide_layout = layout_for(args.hide_mib_per_rank)
+    hides = []
+    for kind in ("pfs", "local"):
+        for work in ("sleep", "numpy"):
+            h = hiding(kind, args, hide_layout, work)
+            hides.append(h)
+            rows.append({"measurement": "async_hiding", "ranks": comm.size, **h})
+
+    if comm.rank == 0:
+        fields = []
+        for r in rows:
+            fields += [k for k in r if k not in fields]
+        with open(args.out, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            w.writerows(rows)
+        print(f"ranks {comm.size}, {args.count} snapshots of {layout['u'].global_nbytes / 2**20:.0f} MiB")
+        for r in rows[:2 * args.repeats]:
+            print(f"  collective={r['collective']:6s} pfs {r['pfs_MBps']:.0f} MB/s, "
+                  f"dd {r['dd_MBps']:.0f} MB/s, ratio {r['ratio']:.2f}")
+        for mode, values in ratios.items():
+            print(f"parallel-HDF5 (collective={mode}) / dd conv=fsync bandwidth ratio, median of "
+                  f"{args.repeats}: {statistics.median(values):.2f}")
+        for h in hides:
+            print(f"async hiding {h['kind']:5s} compute={h['work']:5s}: write {h['write_s_per_snapshot']*1e3:.1f} ms, "
+                  f"compute {h['compute_s_per_step']*1e3:.1f} ms/step, sync {h['sync_wall_s']:.2f} s, "
+                  f"async {h['async_wall_s']:.2f} s, compute-only {h['compute_only_s']:.2f} s, "
+                  f"hidden {100 * h['hidden_fraction']:.0f} %")
+
+
+if __name__ == "__main__":
+    main()

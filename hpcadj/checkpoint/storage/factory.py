@@ -20,7 +20,8 @@ def make_level(kind: str, capacity: int, layout: SnapshotLayout, comm=None, *,
 
     Collective: every rank of ``comm`` must call it (file levels agree on a run id and check their
     directory/file on all ranks). ``async_io`` applies to file levels; ``verify`` to RAM (file
-    levels always verify); ``collective`` (auto|always|never) is the HDF5 level's raw-data mode. ``comm`` may be an mpi4py or petsc4py communicator, or None (serial).
+    levels always verify); ``collective`` (auto|always|never) is the HDF5 level's raw-data mode.
+    ``comm`` may be an mpi4py or petsc4py communicator, or None (serial).
     """
     if comm is not None and hasattr(comm, "tompi4py"):
         comm = comm.tompi4py()

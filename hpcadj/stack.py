@@ -29,6 +29,9 @@ def petsc(options: list[str] | None = None):
     global _petsc
     if _petsc is not None:
         return _petsc
+    # MPI must be initialised by mpi4py (THREAD_MULTIPLE), not by PETSc (which asks for less):
+    # the background HDF5 I/O thread needs it.
+    mpi()
     try:
         import petsc4py
     except ImportError:

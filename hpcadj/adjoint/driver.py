@@ -7,6 +7,8 @@ One executor dispatches on the action type (``functools.singledispatchmethod``);
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -18,6 +20,18 @@ from ..checkpoint.schedules.base import ScheduleError
 from ..checkpoint.schedules.resume import residual_plan
 from ..checkpoint.storage.base import LevelError
 from ..telemetry import Telemetry
+
+
+INJECT_KILL = "HPCADJ_INJECT_KILL"
+
+
+def _injected_kill(rank: int) -> int | None:
+    """Fault injection for tests: ``HPCADJ_INJECT_KILL=RANK:K`` kills that rank (SIGKILL) after action K."""
+    spec = os.environ.get(INJECT_KILL)
+    if not spec:
+        return None
+    target, after = spec.split(":")
+    return int(after) if int(target) == rank else None
 
 
 class StopRequested(Exception):
@@ -87,6 +101,8 @@ class Driver:
         self.comm = stepper.comm
         self.faults: list[str] = []
         self.capacities = [level.capacity for level in self.levels]
+        self.actions_done = 0
+        self._kill_after = _injected_kill(self.comm.rank)
 
     def run(self, schedule, controls, resume: ResumePoint | None = None) -> GradientResult:
         """Execute every action of ``schedule`` with ``controls``; return J and the gradient.
@@ -123,6 +139,9 @@ class Driver:
             try:
                 for action in self._with_prefetch(actions):
                     self.execute(action)
+                    self.actions_done += 1
+                    if self.actions_done == self._kill_after:
+                        os.kill(os.getpid(), signal.SIGKILL)
                     if self.should_stop is not None and not self.finished and self._agree(self.should_stop()):
                         if self.durability is not None:
                             self.durability.stop(self)

@@ -219,8 +219,9 @@ def main(args) -> int:
         if log is not None:
             log.close({"status": "stopped" if outcome == EXIT_STOPPED else "failed"})
         return outcome
-    result, wall_s = outcome
+    result, wall_s, driver = outcome
     info = summary(model, comm, result, wall_s)
+    info.update(actions=driver.actions_done, faults=driver.faults)
     info.update(schedule=schedule.name, minimize=args.minimize, predicted_s=predicted,
                 costs_source=profile.source, levels=level_summary(comm, plans, levels),
                 resumed=args.resume)
@@ -254,7 +255,7 @@ def open_run_directory(args, model, controls, comm, config):
 
 
 def execute(args, model, controls, comm, levels, schedule, profile, rundir, telemetry):
-    """Run the gradient (resumed where asked). Returns (result, wall_s), or an exit status."""
+    """Run the gradient (resumed where asked). Returns (result, wall_s, driver), or an exit status."""
     from ..adjoint import Driver
     from ..adjoint.driver import StopRequested, Unrecoverable
     from ..adjoint.restart import Durability, resume_point
@@ -300,7 +301,7 @@ def execute(args, model, controls, comm, levels, schedule, profile, rundir, tele
         progress.close()
     if durability is not None:
         durability.finished()
-    return result, wall_s
+    return result, wall_s, driver
 
 
 def finish(args, model, comm, result, info, telemetry, notes, log) -> None:

@@ -14,8 +14,16 @@ DEMO_RANKS ?= 2
 setup:
 	@bash scripts/setup.sh
 
+DEMO_DIR := out/demo
+
+# A three-level gradient (RAM + node-local disk + parallel HDF5) on 2 ranks, logged and analysed.
+# Gray-Scott's Newton solves make a step dear enough that the planner uses all three levels.
 demo: setup
-	$(MPIRUN) -n $(DEMO_RANKS) $(HPCADJ) run --model heat --grid 128x128 --steps 100 --dt 1e-4 --theta 0.5
+	@rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)/local
+	$(MPIRUN) -n $(DEMO_RANKS) $(HPCADJ) run --model grayscott --grid 48x48 --steps 40 \
+	    --ram 2 --disk 2 --pfs 6 --local-dir $(DEMO_DIR)/local --pfs-file $(DEMO_DIR)/checkpoints.h5 \
+	    --log-dir $(DEMO_DIR)/logs --gradient-out $(DEMO_DIR)/gradient.h5
+	$(HPCADJ) analyze $(DEMO_DIR)/logs --markdown
 
 test: setup
 	@bash scripts/run-tests.sh

@@ -1,0 +1,162 @@
+"""Shared plumbing for the studies in experiments/: launching ``hpcadj run`` under mpirun, the
+machine description, medians, CSV output. Each study's ``run.py`` imports this file by path.
+
+Nothing here is part of the library; it only calls the public CLI and API.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = ROOT / ".venv" / "bin" / "python"
+HPCADJ = ROOT / ".venv" / "bin" / "hpcadj"
+
+
+def mpi_env() -> dict:
+    env = dict(os.environ)
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1", HDF5_USE_FILE_LOCKING="FALSE",
+               PYTHONUNBUFFERED="1")
+    return env
+
+
+def mpirun(ranks: int, argv: list[str], timeout: float = 900, env: dict | None = None) -> str:
+    """Run ``argv`` under ``mpirun --oversubscribe -n ranks``; return stdout (raise with stderr on failure)."""
+    cmd = ["mpirun", "--oversubscribe", "-n", str(ranks), *map(str, argv)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env or mpi_env(),
+                          cwd=ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def hpcadj_run(ranks: int, args: list[str], timeout: float = 900, env: dict | None = None) -> dict:
+    """``mpirun -n ranks hpcadj run ARGS --json --quiet`` -> its JSON object."""
+    out = mpirun(ranks, [HPCADJ, "run", *map(str, args), "--json", "--quiet"], timeout, env)
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"no JSON from hpcadj run {' '.join(map(str, args))}:\n{out[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def hpcadj_cmd(ranks: int, sub: str, args: list[str], timeout: float = 900) -> str:
+    return mpirun(ranks, [HPCADJ, sub, *map(str, args)], timeout)
+
+
+def machine() -> dict:
+    """nproc, CPU model, load average at the time of the call."""
+    model = "unknown"
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+            if line.startswith("Model name"):
+                model = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "cpu": model, "loadavg_1m": round(os.getloadavg()[0], 2),
+            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M")}
+
+
+def median(values):
+    return statistics.median(values)
+
+
+def scratch(prefix: str) -> str:
+    return tempfile.mkdtemp(prefix=f"hpcadj-{prefix}-")
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    keys: list[str] = []
+    for row in rows:
+        for key in row:
+            if key not in keys:
+                keys.append(key)
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=keys)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+
+
+def markdown_table(rows: list[dict], keys: list[str]) -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return str(v)
+    out = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    out += ["| " + " | ".join(fmt(r.get(k, "")) for k in keys) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def run_configs(configs: list[tuple[str, list]], ranks: int, repeats: int, timeout: float = 900,
+                env: dict | None = None) -> tuple[list[dict], list[dict]]:
+    """Run every ``(label, hpcadj run args)`` ``repeats`` times, rotating the order each repeat so
+    drifting machine load does not favour one configuration. Returns (raw rows, one median row per
+    label): wall_s, the phases and peak RSS are medians; counts are taken from the first run (they
+    are deterministic)."""
+    raw = []
+    for rep in range(repeats):
+        shift = rep % len(configs)
+        for label, args in configs[shift:] + configs[:shift]:
+            tmp = scratch("run")
+            args = [os.path.join(tmp, "logs") if a == "@LOGDIR" else os.path.join(tmp, "ckpt.h5")
+                    if a == "@PFSFILE" else tmp if a == "@LOCALDIR" else a for a in args]
+            try:
+                info = hpcadj_run(ranks, args, timeout, env)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            info["label"], info["repeat"] = label, rep
+            raw.append(info)
+            log(f"  [{rep}] {label:28s} wall {info['wall_s']:8.3f} s  fwd {info['forward_steps']:5d}  "
+                f"rss {info['peak_rss_bytes'] / 2**20:7.1f} MiB")
+    summary = []
+    for label, _ in configs:
+        rs = [r for r in raw if r["label"] == label]
+        first = rs[0]
+        row = {"label": label, "schedule": first["schedule"], "ranks": first["ranks"],
+               "forward_steps": first["forward_steps"], "recomputed_steps": first["recomputed_steps"],
+               "adjoint_steps": first["adjoint_steps"],
+               "wall_s": median([r["wall_s"] for r in rs]),
+               "wall_min_s": min(r["wall_s"] for r in rs), "wall_max_s": max(r["wall_s"] for r in rs),
+               "peak_rss_mib": median([r["peak_rss_bytes"] for r in rs]) / 2**20,
+               "snapshot_bytes": first["snapshot_bytes"], "J": first["J"], "grad_norm": first["grad_norm"],
+               "repeats": len(rs)}
+        for phase in ("forward", "recompute", "adjoint", "io_wait"):
+            row[f"{phase}_s"] = median([r["phase_s"][phase] for r in rs])
+        for lv in first["levels"]:
+            name = lv["name"]
+            row[f"{name}_slots"] = lv["slots"]
+            row[f"{name}_writes"] = lv["writes"]
+            row[f"{name}_reads"] = lv["reads"]
+            row[f"{name}_peak_slots"] = lv["peak_slots"]
+            row[f"{name}_write_s"] = median([next(x for x in r["levels"] if x["name"] == name)["write_s"] for r in rs])
+            row[f"{name}_read_s"] = median([next(x for x in r["levels"] if x["name"] == name)["read_s"] for r in rs])
+            row[f"{name}_wait_s"] = median([next(x for x in r["levels"] if x["name"] == name)["wait_s"] for r in rs])
+        if "energy" in first and first["energy"]:
+            row["energy_j"] = median([r["energy"]["joules"] for r in rs])
+            row["energy_source"] = first["energy"].get("source")
+        summary.append(row)
+    return raw, summary

@@ -1,0 +1,19 @@
+# Reproducible studies in experiments/ (see experiments/README.md). Included from the Makefile;
+# not part of `make test`. `make experiments` runs every study at its --quick size (about
+# 10-15 minutes on a 2-core VM) and writes the CSV/PNG into $(EXPERIMENTS_OUT) so the committed,
+# full-size results in experiments/<study>/ stay untouched; `make experiment-<study>
+# EXPERIMENTS_OUT=` (empty) reruns one study at full size in place.
+EXPERIMENTS := overhead memory_time recompute_vs_store levels scaling vs_petsc energy_plan
+EXPERIMENTS_OUT ?= build/experiments
+EXPERIMENT_FLAGS ?= --quick
+EXP_PY ?= .venv/bin/python
+
+.PHONY: experiments $(addprefix experiment-,$(subst _,-,$(EXPERIMENTS)))
+
+experiments: $(addprefix experiment-,$(subst _,-,$(EXPERIMENTS)))
+
+define experiment_rule
+experiment-$(subst _,-,$(1)): setup
+	$(EXP_PY) experiments/$(1)/run.py $(EXPERIMENT_FLAGS) $(if $(EXPERIMENTS_OUT),--out $(EXPERIMENTS_OUT)/$(1))
+endef
+$(foreach e,$(EXPERIMENTS),$(eval $(call experiment_rule,$(e))))

@@ -209,6 +209,19 @@ class SlurmCluster:
             return []
         return [parse_record(line) for line in proc.stdout.splitlines() if "JobId=" in line]
 
+    def wait_until(self, job: str, predicate, timeout: float = 120, what: str = "condition"):
+        """Poll ``scontrol show job`` until ``predicate(records)`` is true; returns the records."""
+        deadline = time.monotonic() + timeout
+        records: list[dict[str, str]] = []
+        while time.monotonic() < deadline:
+            records = self.jobs(job)
+            if records and predicate(records):
+                return records
+            self.check_daemons()
+            time.sleep(0.25)
+        summary = "; ".join(f"{r.get('JobId')} {r.get('JobState')} {r.get('Reason')}" for r in records)
+        raise TimeoutError(f"job {job}: {what} not reached after {timeout} s: {summary}\n{self.log_tails()}")
+
     def state(self, job: str) -> str | None:
         records = self.jobs(job)
         return records[0].get("JobState") if records else None
@@ -216,16 +229,8 @@ class SlurmCluster:
     def wait(self, job: str, timeout: float = 120, states=FINAL_STATES) -> list[dict[str, str]]:
         """Wait until every record of ``job`` (each array task) is in ``states``; TimeoutError with the
         records and daemon log tails otherwise."""
-        deadline = time.monotonic() + timeout
-        records: list[dict[str, str]] = []
-        while time.monotonic() < deadline:
-            records = self.jobs(job)
-            if records and all(r.get("JobState") in states for r in records):
-                return records
-            self.check_daemons()
-            time.sleep(0.5)
-        summary = "; ".join(f"{r.get('JobId')} {r.get('JobState')} {r.get('Reason')}" for r in records)
-        raise TimeoutError(f"job {job} not in {sorted(states)} after {timeout} s: {summary}\n{self.log_tails()}")
+        return self.wait_until(job, lambda records: all(r.get("JobState") in states for r in records),
+                               timeout, f"every task in {sorted(states)}")
 
     def check_daemons(self) -> None:
         dead = {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
@@ -262,7 +267,8 @@ class SlurmCluster:
             time.sleep(0.25)
         if message is None:
             return False
-        raise SlurmUnavailable(f"{message} within {timeout} s\n{self.log_tails()}")
+        # Installed but not starting is a failure to report, not a reason to skip.
+        raise RuntimeError(f"{message} within {timeout} s\n{self.log_tails()}")
 
     def _scontrol_ok(self, args: list[str]) -> bool:
         try:
@@ -333,9 +339,14 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP O
 
 
 if __name__ == "__main__":
+    import sys
+
+    # Stop cleanly on SIGTERM and SIGINT (a background job of a script ignores SIGINT otherwise).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with SlurmCluster(keep=True) as cluster:
         print(f"export SLURM_CONF={cluster.conf}\n# Ctrl-C stops the cluster", flush=True)
         try:
             signal.pause()
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, SystemExit):
             pass

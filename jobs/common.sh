@@ -22,6 +22,15 @@ hpcadj_die() { hpcadj_log "error: $*"; exit 2; }
 # hpcadj_init KIND: read the configuration, check it, install the signal traps.
 hpcadj_init() {
     HPCADJ_KIND=$1
+    # A site's environment (module load ..., source venv/bin/activate) in one file, sourced here so
+    # the three scripts need no editing. Module scripts often use unset variables: no -u meanwhile.
+    if [[ -n ${HPCADJ_ENV:-} ]]; then
+        [[ -r $HPCADJ_ENV ]] || hpcadj_die "HPCADJ_ENV=$HPCADJ_ENV is not a readable file"
+        set +u
+        # shellcheck source=/dev/null
+        source "$HPCADJ_ENV"
+        set -u
+    fi
     HPCADJ=${HPCADJ:-hpcadj}
     HPCADJ_LAUNCHER=${HPCADJ_LAUNCHER:-mpirun}
     HPCADJ_REQUEUE=${HPCADJ_REQUEUE:-1}
@@ -251,12 +260,15 @@ hpcadj_unit() {
 }
 
 # hpcadj_finish RC: end the job. 0: COMPLETE in the job folder. 75: STOPPED, then requeue so the
-# next start resumes (unless HPCADJ_REQUEUE=0 or HPCADJ_MAX_REQUEUE restarts were used).
+# next start resumes, when the stop was asked for with SIGUSR1 (to the batch shell or to the ranks);
+# not after SIGTERM, nor with HPCADJ_REQUEUE=0, nor after HPCADJ_MAX_REQUEUE restarts.
 # Anything else: FAILED (or STOPPED when a stop was requested) and that status. Never returns.
 hpcadj_finish() {
     local rc=$1 dir=$HPCADJ_JOB_DIR
     if ((rc == 0)); then
-        # A folder that is also a run's folder already has its COMPLETE; a series gets its own here.
+        # A folder that is also a run's folder already has its COMPLETE; a series gets its own here,
+        # replacing the STOPPED of an earlier attempt.
+        rm -f "$dir/STOPPED" "$dir/FAILED"
         [[ -e $dir/COMPLETE ]] || _hpcadj_mark "$dir" COMPLETE "rc=0"
         hpcadj_history "job complete"
         hpcadj_log "complete: $dir"
@@ -266,6 +278,10 @@ hpcadj_finish() {
         local requeue=no why=""
         if [[ -z ${SLURM_JOB_ID:-} ]]; then
             why="not a SLURM job"
+        elif [[ $HPCADJ_STOP_SIGNAL == TERM || $HPCADJ_STOP_SIGNAL == INT ]]; then
+            # SIGTERM reaches the batch shell when SLURM itself ends the job: scancel, the time limit
+            # without an earlier USR1, preemption. A cancelled job must stay cancelled.
+            why="SIG$HPCADJ_STOP_SIGNAL: SLURM is ending this job (scancel, time limit or preemption)"
         elif [[ $HPCADJ_REQUEUE != 1 ]]; then
             why="HPCADJ_REQUEUE=$HPCADJ_REQUEUE"
         elif ((HPCADJ_ATTEMPT >= HPCADJ_MAX_REQUEUE)); then

@@ -196,6 +196,32 @@ def test_scaling_job_strong_and_weak(cluster, submit_dir):
     assert all(float(r["wall_s"]) > 0 and float(r["efficiency"]) > 0 for r in rows)
 
 
+def wait_for_time_loop(cluster, job: str, job_dir: Path, submit_dir: Path) -> None:
+    """Until the run's time loop runs (its first forward-phase events are logged), not in start-up."""
+    rank_log = job_dir / "rank00000.jsonl"
+    deadline = time.monotonic() + WAIT
+    while not (rank_log.is_file() and '"forward"' in rank_log.read_text(errors="replace")):
+        assert time.monotonic() < deadline, f"the run never started\n{batch_output(submit_dir)}"
+        assert cluster.state(job) in ("PENDING", "RUNNING", "CONFIGURING"), batch_output(submit_dir)
+        time.sleep(0.2)
+
+
+def test_cancelled_job_is_not_requeued(cluster, submit_dir):
+    """A plain scancel (SIGTERM to the batch shell and every process) ends the job for good."""
+    env = job_env(submit_dir, HPCADJ_GRID="32x32", HPCADJ_STEPS=3000, HPCADJ_RAM=8)
+    job = cluster.sbatch(["--ntasks=2", str(JOBS / "gradient.sbatch")], env=env, cwd=submit_dir)
+    job_dir = submit_dir / "hpcadj-jobs" / f"gradient-{job}"
+    wait_for_time_loop(cluster, job, job_dir, submit_dir)
+    cluster.run(["scancel", job])
+    (record,) = cluster.wait(job, WAIT)
+    assert record["JobState"] == "CANCELLED" and record["Restarts"] == "0", record
+    time.sleep(1)  # the batch shell writes its marker within SLURM's KillWait
+    assert not (job_dir / "COMPLETE").exists() and not (job_dir / "result.json").exists()
+    stopped = marker(job_dir / "STOPPED")
+    assert stopped["reason"] == "SIGTERM received" and stopped["requeue"] == "no", stopped
+    assert "requeue\n" not in (job_dir / "history.log").read_text()
+
+
 def test_gradient_job_stopped_requeued_and_resumed(cluster, submit_dir):
     """SIGUSR1 to the batch shell (what --signal=B:USR1@120 sends): the run stops with status 75, the
     job writes STOPPED and requeues itself; its next start resumes and ends with the same gradient as
@@ -204,14 +230,7 @@ def test_gradient_job_stopped_requeued_and_resumed(cluster, submit_dir):
     env = job_env(submit_dir, **args)
     job = cluster.sbatch(["--ntasks=2", str(JOBS / "gradient.sbatch")], env=env, cwd=submit_dir)
     job_dir = submit_dir / "hpcadj-jobs" / f"gradient-{job}"
-    rank_log = job_dir / "rank00000.jsonl"
-
-    # Stop once the time loop runs (its first forward-phase events are logged), not during start-up.
-    deadline = time.monotonic() + WAIT
-    while not (rank_log.is_file() and '"forward"' in rank_log.read_text(errors="replace")):
-        assert time.monotonic() < deadline, f"the run never started\n{batch_output(submit_dir)}"
-        assert cluster.state(job) in ("PENDING", "RUNNING", "CONFIGURING"), batch_output(submit_dir)
-        time.sleep(0.2)
+    wait_for_time_loop(cluster, job, job_dir, submit_dir)
     cluster.run(["scancel", "--signal=USR1", "--batch", job])
 
     # Requeued: pending again (held until a begin time ~2 min ahead) with one restart counted.

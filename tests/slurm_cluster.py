@@ -300,7 +300,8 @@ class SlurmCluster:
         conf = f"""\
 # Written by tests/slurm_cluster.py: a private single-node cluster in {b}.
 ClusterName=hpcadjtest
-SlurmctldHost={self.host}
+# Loopback addresses: the test needs no DNS or /etc/hosts entry for this host name.
+SlurmctldHost={self.host}(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 SlurmctldPort={ctld_port}
@@ -332,7 +333,7 @@ KillWait=5
 InactiveLimit=0
 # At least 2 CPUs even on a 1-core machine, so 2-rank jobs can be scheduled.
 SlurmdParameters=config_overrides
-NodeName={self.host} CPUs={self.cpus} RealMemory=4000 State=UNKNOWN
+NodeName={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=4000 State=UNKNOWN
 PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """
         self.conf.write_text(conf)

@@ -151,7 +151,8 @@ def test_files_removed_at_close_unless_kept(tmp_path):
     kept = local(tmp_path, keep=True, run_id="keepme")
     kept.write(1, snap(1))
     kept.close()
-    assert os.listdir(os.path.join(tmp_path, "hpcadj-keepme", "rank0")) == ["step_00000001.snap"]
+    assert sorted(os.listdir(os.path.join(tmp_path, "hpcadj-keepme", "rank0"))) == [
+        "LAYOUT.json", "step_00000001.snap"]
 
 
 def test_unwritable_directory_raises_at_construction(tmp_path):
@@ -171,7 +172,7 @@ def test_failed_atomic_write_leaves_no_snapshot(tmp_path, monkeypatch):
     with pytest.raises(LevelError, match="No space left"):
         level.write(5, snap(5))
     monkeypatch.undo()
-    assert os.listdir(level.directory) == []
+    assert os.listdir(level.directory) == ["LAYOUT.json"]
     level.close()
 
 
@@ -242,7 +243,7 @@ def test_io_thread_error_raised_at_next_call(tmp_path):
     level = FailingLocal(3, LAYOUT, local_dir=str(tmp_path))
     level.write(13, snap(13))
     deadline = time.monotonic() + 5
-    while level._worker.failure is None and time.monotonic() < deadline:
+    while level.failure is None and time.monotonic() < deadline:
         time.sleep(0.01)
     with pytest.raises(LevelError, match="injected") as info:
         level.write(14, snap(14))

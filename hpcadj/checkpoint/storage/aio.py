@@ -15,9 +15,16 @@ Design (the same for node-local files and parallel HDF5):
   Memory beyond the slots is therefore bounded by ``queue_depth + prefetch_depth`` snapshots.
 - ``read`` waits for its prefetch, or queues a read behind everything already queued (so a
   pending write of the same step lands first). Time blocked goes to ``stats.wait_s``.
-- A failed write/free poisons the level: later queued tasks are skipped and the next call on the
-  caller's thread (or ``flush``/``close``) raises :class:`LevelError` chained to the original error.
-  A failed read is that read's error only. ``close`` drains the queue, closes, joins the thread.
+- A failed write poisons the level until the next ``flush``: queued tasks behind it are skipped
+  (writes skipped so are failed too), the next ``write`` raises :class:`LevelError` chained to the
+  original error with ``.step`` (the failing step) and ``.writing = True``, and ``flush`` raises it
+  once, purges the failed steps and un-poisons the level. Completed snapshots stay readable
+  (``valid_steps()`` lists them). ``free``, ``discard`` and ``prefetch`` never raise for I/O
+  failures, and their queueing never depends on failure state, so on a collective level every rank
+  queues the same tasks; on the parallel-HDF5 level write failures are agreed inside the task, so
+  every rank poisons at the same task and skips the same ones. A failed read is that read's error
+  only; a snapshot found corrupt (agreed on every rank) leaves ``valid_steps()``.
+  ``close`` drains the queue, closes, joins the thread.
 - Read failures are agreed over the level's duplicated communicator, so every rank raises the same
   :class:`CorruptSnapshot` (or :class:`LevelError`) naming the failing ranks.
 """
@@ -36,18 +43,21 @@ from .base import CorruptSnapshot, Level, LevelError
 
 
 class IOThread:
-    """A daemon thread running submitted callables one at a time, in submission order."""
+    """A daemon thread running submitted callables one at a time, in submission order.
+
+    Failures are handed to the caller through each task's future; skipping tasks after a failure
+    is the level's business (several levels may share one thread).
+    """
 
     def __init__(self, name: str):
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self.failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, fn, *, poison: bool = True, always: bool = False) -> Future:
-        """Queue ``fn``; its exception poisons the thread if ``poison``; ``always`` runs it anyway."""
+    def submit(self, fn) -> Future:
+        """Queue ``fn``; its outcome lands in the returned future."""
         future: Future = Future()
-        self._queue.put((fn, future, poison, always))
+        self._queue.put((fn, future))
         return future
 
     def _run(self) -> None:
@@ -55,22 +65,21 @@ class IOThread:
             item = self._queue.get()
             if item is None:
                 return
-            fn, future, poison, always = item
+            fn, future = item
             future.set_running_or_notify_cancel()
-            if self.failure is not None and not always:
-                future.set_exception(LevelError("skipped after an earlier background I/O failure"))
-                continue
             try:
                 future.set_result(fn())
             except BaseException as exc:  # handed to the caller's thread through the future
-                if poison and self.failure is None:
-                    self.failure = exc
                 future.set_exception(exc)
 
     def stop(self) -> None:
         """Let queued tasks finish, then end and join the thread."""
         self._queue.put(None)
         self._thread.join()
+
+
+class Skipped(LevelError):
+    """A queued task not run because an earlier write of the level failed (until ``flush``)."""
 
 
 def _completed(fn) -> Future:
@@ -87,9 +96,10 @@ class AsyncLevel(Level):
     """A level whose storage operations run on a FIFO I/O thread (or inline when not ``async_io``).
 
     Subclasses implement ``_store(step, snapshot, time) -> bytes``, ``_load(step) -> snapshot``
-    (raising :class:`CorruptSnapshot` for this rank's bad block), ``_drop(step)`` and
-    ``_shutdown()``; all run on the I/O thread. ``_agree_on_thread`` says whether read failures
-    are agreed on the I/O thread (levels doing collective I/O there) or on the caller's thread.
+    (raising :class:`CorruptSnapshot` for this rank's bad block), ``_drop(step)`` (tolerating a
+    step that never landed) and ``_shutdown()``; all run on the I/O thread. ``_agree_on_thread``
+    says whether read failures are agreed on the I/O thread (levels doing collective I/O there) or
+    on the caller's thread.
     """
 
     _agree_on_thread = False
@@ -111,7 +121,12 @@ class AsyncLevel(Level):
         self._prefetched: dict[int, Future] = {}
         self._pool: list[Snapshot] = []
         self._closed = False
+        # failure state: set on the I/O thread, cleared by flush() on the caller's thread
+        self._poisoned = False
+        self.failure: BaseException | None = None   # first write failure since the last flush
+        self.failure_step: int | None = None
         self._failure_reported = False
+        self._bad: set[int] = set()                 # steps written but not valid (failed, skipped, corrupt)
 
     # -- caller-side API ---------------------------------------------------------------------
 
@@ -120,7 +135,11 @@ class AsyncLevel(Level):
         self._validate(snapshot)
         t = self.times.get(step)
         if not self.async_io:
-            self._submit(lambda: self._write_task(step, snapshot, t, staged=False)).result()
+            future = self._submit(lambda: self._write_task(step, snapshot, t, staged=False),
+                                  write=step)
+            if future.exception() is not None:
+                self._failure_reported = True
+                raise self._write_error(future.exception())
             return
         t0 = _time.perf_counter()
         with self._cond:
@@ -135,52 +154,95 @@ class AsyncLevel(Level):
         t0 = _time.perf_counter()
         copy = self._stage(snapshot, spare)
         self.stats.stage_s += _time.perf_counter() - t0
-        self._submit(lambda: self._write_task(step, copy, t, staged=True))
+        self._submit(lambda: self._write_task(step, copy, t, staged=True), write=step,
+                     staged=copy)
 
     def _read(self, step: int) -> Snapshot:
-        self._check()
+        if self._closed:
+            raise LevelError(f"{self.name}: level is closed")
         future = self._prefetched.pop(step, None)
         if future is not None:
             self.stats.prefetch_hits += 1
         else:
-            future = self._submit(lambda: self._read_task(step), poison=False)
-        outcome = self._wait(future)
+            future = self._submit(lambda: self._read_task(step), read=step)
+        try:
+            outcome = self._wait(future)
+        except Skipped as exc:  # not read: a write failed before it; not this snapshot's fault
+            if self._agree_on_thread:
+                raise self._write_error(exc) from exc
+            outcome = (None, exc)
         if self._agree_on_thread:
             return outcome
         return self._agreed(step, outcome)
 
     def _free(self, step: int) -> None:
-        self._check()
+        if self._closed:
+            raise LevelError(f"{self.name}: level is closed")
         self._prefetched.pop(step, None)
-        future = self._submit(lambda: self._drop(step))
-        if not self.async_io:
-            future.result()
+        self._bad.discard(step)
+        self._submit(lambda: self._drop(step), always=True)
+
+    def discard(self, step: int) -> None:
+        """Forget ``step`` in any state (pending, prefetched, failed, corrupt); never raises."""
+        try:
+            self._prefetched.pop(step, None)
+            held = step in self._held
+            self._held.discard(step)
+            self._bad.discard(step)
+            self.times.pop(step, None)
+            if held and not self._closed:
+                self._submit(lambda: self._drop(step), always=True)
+        except Exception:  # noqa: BLE001 - discarding after a fault must not fault again
+            pass
+
+    def valid_steps(self) -> set[int]:
+        """Steps held whose writes completed and whose snapshots were not found corrupt."""
+        if not self._closed:
+            self._drain()
+        return {s for s in self._held if s not in self._bad}
 
     def prefetch(self, step: int) -> None:
-        """Queue a read of ``step`` now (asynchronous levels; at most ``prefetch_depth`` held)."""
-        self._check()
-        if (not self.async_io or step not in self._held or step in self._prefetched
-                or len(self._prefetched) >= self.prefetch_depth):
+        """Queue a read of ``step`` now (asynchronous levels; at most ``prefetch_depth`` held).
+
+        Never raises for I/O failures (a failed prefetch is the later read's error).
+        """
+        if (self._closed or not self.async_io or step not in self._held
+                or step in self._prefetched or len(self._prefetched) >= self.prefetch_depth):
             return
-        self._prefetched[step] = self._submit(lambda: self._read_task(step), poison=False)
+        self._prefetched[step] = self._submit(lambda: self._read_task(step), read=step)
         self.stats.prefetches += 1
         with self._cond:
             self._note_buffers()
 
     def flush(self) -> None:
-        """Block until every queued operation has run; raise a background failure if one occurred."""
-        self._check()
-        if self._worker is not None:
-            try:
-                self._wait(self._worker.submit(lambda: None, poison=False))
-            except LevelError:
-                pass
-        self._check()
+        """Block until every queued operation has run; then, once, raise a write failure.
+
+        After a failure the failed and skipped steps leave the level (``valid_steps`` no longer
+        lists them, their files are removed) and the level takes tasks again.
+        """
+        if self._closed:
+            raise LevelError(f"{self.name}: level is closed")
+        self._drain()
+        failure, step = self.failure, self.failure_step
+        self._poisoned = False
+        self.failure, self.failure_step = None, None
+        self._failure_reported = False
+        purge = sorted(s for s in self._bad if s in self._held)
+        self._bad.clear()
+        for bad in purge:  # failed writes: never readable; corrupt: unusable
+            self._held.discard(bad)
+            self.times.pop(bad, None)
+            self._prefetched.pop(bad, None)
+            self._submit(lambda bad=bad: self._drop(bad), always=True)
+        if purge:
+            self._drain()
+        if failure is not None:
+            raise self._write_error(failure, step)
 
     def close(self) -> None:
         """Drain the queue, release files (removing them unless kept), join the I/O thread.
 
-        Raises a background failure not reported before, after cleaning up.
+        Raises a write failure not reported before, after cleaning up.
         """
         if self._closed:
             return
@@ -198,13 +260,12 @@ class AsyncLevel(Level):
             if self.comm is not None:
                 self.comm.Free()
                 self.comm = None
-        failure = self._worker.failure if self._worker is not None else None
+        failure = self.failure
         if failure is not None and not self._failure_reported:
             self._failure_reported = True
-            raise LevelError(f"{self.name}: background I/O failed on rank {self.rank}: "
-                             f"{failure}") from failure
+            raise self._write_error(failure)
         exc = shutdown.exception()
-        if exc is not None and failure is None:
+        if exc is not None:
             raise LevelError(f"{self.name}: closing failed on rank {self.rank}: {exc}") from exc
 
     # -- helpers -----------------------------------------------------------------------------
@@ -217,19 +278,59 @@ class AsyncLevel(Level):
         """Called by ``close`` after the shutdown task is queued: end and join the I/O thread."""
         self._worker.stop()
 
+    def _write_error(self, failure: BaseException, step: int | None = None) -> LevelError:
+        """The LevelError reporting a failed write: ``.step``, ``.writing = True``, ``.level``."""
+        if step is None:
+            step = self.failure_step if self.failure_step is not None else getattr(failure, "step", None)
+        if isinstance(failure, Skipped) and self.failure is not None:
+            failure = self.failure
+        exc = LevelError(f"{self.name}: writing step {step} failed on rank {self.rank}: {failure}")
+        exc.__cause__ = failure
+        exc.step, exc.writing, exc.level = step, True, self.name
+        return exc
+
     def _check(self) -> None:
+        """Raise if closed, or if a write failed since the last flush (the level is poisoned)."""
         if self._closed:
             raise LevelError(f"{self.name}: level is closed")
-        failure = self._worker.failure if self._worker is not None else None
+        failure = self.failure
         if failure is not None:
             self._failure_reported = True
-            raise LevelError(f"{self.name}: background I/O failed on rank {self.rank}: "
-                             f"{failure}") from failure
+            raise self._write_error(failure)
 
-    def _submit(self, fn, *, poison: bool = True, always: bool = False) -> Future:
+    def _drain(self) -> None:
+        """Wait until every task queued so far has run (never raises)."""
+        if self._worker is not None:
+            self._wait(self._worker.submit(lambda: None))
+
+    def _submit(self, fn, *, write: int | None = None, read: int | None = None,
+                always: bool = False, staged: Snapshot | None = None) -> Future:
+        """Queue ``fn`` (or run it now when synchronous), skipping it while the level is poisoned.
+
+        A failing write poisons the level: until ``flush`` every later task but ``always`` ones
+        (free, discard, shutdown) is skipped with :class:`Skipped`, skipped writes count as failed.
+        """
+        def task():
+            if self._poisoned and not always:
+                if write is not None:
+                    self._bad.add(write)
+                    if staged is not None:
+                        self._release(staged)
+                raise Skipped(f"{self.name}: step {write if write is not None else read} skipped "
+                              f"after a failed write of step {self.failure_step}")
+            try:
+                return fn()
+            except BaseException as exc:
+                if write is not None:
+                    self._bad.add(write)
+                    if self.failure is None:
+                        self.failure, self.failure_step = exc, write
+                    self._poisoned = True
+                raise
+
         if self._worker is None:
-            return _completed(fn)
-        return self._worker.submit(fn, poison=poison, always=always)
+            return _completed(task)
+        return self._worker.submit(task)
 
     def _wait(self, future: Future):
         """The future's result; seconds blocked go to ``stats.wait_s``."""
@@ -267,16 +368,20 @@ class AsyncLevel(Level):
                 raise LevelError(f"{self.name}: field {key!r} is {a.dtype}{tuple(a.shape)}, "
                                  f"layout says {lay.dtype}{tuple(lay.shape)}")
 
+    def _release(self, snapshot: Snapshot) -> None:
+        """A staged write buffer is free again: back to the pool, wake a blocked writer."""
+        with self._cond:
+            self._inflight -= 1
+            self._pool.append(snapshot)
+            self._cond.notify_all()
+
     def _write_task(self, step: int, snapshot: Snapshot, t, *, staged: bool) -> None:
         t0 = _time.perf_counter()
         try:
             nbytes = self._store(step, snapshot, t)
         finally:
             if staged:
-                with self._cond:
-                    self._inflight -= 1
-                    self._pool.append(snapshot)
-                    self._cond.notify_all()
+                self._release(snapshot)
         self._account(written=nbytes, write_s=_time.perf_counter() - t0)
 
     def _read_task(self, step: int):
@@ -284,8 +389,11 @@ class AsyncLevel(Level):
         snapshot, exc = None, None
         try:
             snapshot = self._load(step)
-        except Exception as e:  # agreed with the other ranks before it is raised
+        except CorruptSnapshot as e:  # agreed with the other ranks before it is raised
             exc = e
+        except Exception as e:  # an unreadable block is a lost snapshot too
+            exc = CorruptSnapshot(self.name, step, [self.rank], f"{type(e).__name__}: {e}")
+            exc.__cause__ = e
         self._account(read=snapshot_nbytes(snapshot) if snapshot else 0,
                       read_s=_time.perf_counter() - t0)
         if self._agree_on_thread:
@@ -293,7 +401,10 @@ class AsyncLevel(Level):
         return snapshot, exc
 
     def _agreed(self, step: int, outcome) -> Snapshot:
-        """Return the snapshot if every rank read its block, else raise the same error on all."""
+        """Return the snapshot if every rank read its block, else raise the same error on all.
+
+        A snapshot corrupt on any rank is marked invalid on every rank (``valid_steps``).
+        """
         snapshot, exc = outcome
         code = 0 if exc is None else (1 if isinstance(exc, CorruptSnapshot) else 2)
         mine = (code, "" if exc is None else getattr(exc, "reason", None) or str(exc))
@@ -302,6 +413,8 @@ class AsyncLevel(Level):
         if not bad:
             return snapshot
         reasons = "; ".join(f"rank {r}: {states[r][1]}" for r in bad)
+        if any(states[r][0] == 1 for r in bad):
+            self._bad.add(step)
         if all(states[r][0] == 1 for r in bad):
             raise CorruptSnapshot(self.name, step, bad, reasons) from exc
         raise LevelError(f"{self.name}: reading step {step} failed ({reasons})") from exc

@@ -15,13 +15,19 @@ def make_level(kind: str, capacity: int, layout: SnapshotLayout, comm=None, *,
                path: str | None = None, local_dir: str | None = None, async_io: bool = True,
                keep: bool = False, run_id: str | None = None, fsync: bool = False,
                name: str | None = None, queue_depth: int = 2, prefetch_depth: int = 1,
-               verify: bool = False, collective: str = "auto") -> Level:
+               verify: bool = False, collective: str = "auto", attach: bool = False) -> Level:
     """A ``ram``, ``local`` (node-local files) or ``pfs`` (parallel HDF5 at ``path``) level.
 
     Collective: every rank of ``comm`` must call it (file levels agree on a run id and check their
     directory/file on all ranks). ``async_io`` applies to file levels; ``verify`` to RAM (file
     levels always verify); ``collective`` (auto|always|never) is the HDF5 level's raw-data mode.
     ``comm`` may be an mpi4py or petsc4py communicator, or None (serial).
+
+    ``attach=True`` (``local`` and ``pfs``; ignored for ``ram``) reopens the snapshots an earlier
+    process left under the same ``run_id`` and ``local_dir``/``path``, verifies each (checksums and
+    headers stored in the files) and holds the valid ones (``valid_steps()``); invalid, partial and
+    temporary files are removed. The pfs level attaches on any rank count; the local level refuses
+    another rank count or layout.
     """
     if comm is not None and hasattr(comm, "tompi4py"):
         comm = comm.tompi4py()
@@ -31,9 +37,9 @@ def make_level(kind: str, capacity: int, layout: SnapshotLayout, comm=None, *,
     opts = dict(run_id=run_id, keep=keep, fsync=fsync, async_io=async_io, name=name,
                 queue_depth=queue_depth, prefetch_depth=prefetch_depth)
     if kind == "local":
-        return LocalLevel(capacity, layout, comm, local_dir=local_dir, **opts)
+        return LocalLevel(capacity, layout, comm, local_dir=local_dir, attach=attach, **opts)
     if kind == "pfs":
-        return PfsLevel(capacity, layout, comm, path, collective=collective, **opts)
+        return PfsLevel(capacity, layout, comm, path, collective=collective, attach=attach, **opts)
     raise ValueError(f"unknown level kind {kind!r}; expected one of {', '.join(KINDS)}")
 
 

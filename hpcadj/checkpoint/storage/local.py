@@ -6,11 +6,17 @@ ranks. A file is written under a temporary name and renamed into place (optional
 first), so a partial file is never taken for a snapshot.
 
 File format (little endian): 8 bytes magic ``HPCADJS1``, uint64 header length, a UTF-8 JSON header
-(``run_id``, ``nonce``, ``rank``, ``step``, ``time``, ``checksum: "crc32"`` and per field ``name``,
-``dtype``, ``shape``, ``nbytes``, ``crc32``), then each field's raw C-order bytes in header order.
-A read checks the header's run id, per-level nonce, step and rank (a stale file from another run is
-rejected), the sizes (truncation) and the CRC-32 of every block against the one recorded when it
-was written.
+(``run_id``, ``nonce``, ``rank``, ``nranks``, ``step``, ``time``, ``checksum: "crc32"`` and per field
+``name``, ``dtype``, ``shape``, ``start``, ``global_shape``, ``nbytes``, ``crc32``), then each
+field's raw C-order bytes in header order. A read checks the header's run id, nonce, step and rank
+(a stale file from another run is rejected), the sizes (truncation) and the CRC-32 of every block
+against the one recorded when it was written.
+
+Each rank directory also holds ``LAYOUT.json`` (rank count, this rank's blocks), written when the
+level is created. ``attach=True`` (a restart with the same run id and ``local_dir``) refuses a rank
+directory written by another rank count or layout, removes temporary and invalid files, verifies
+every snapshot file against the CRCs in its own header, and holds the steps valid on every rank
+(the nonce and CRCs of the file's header are adopted, so later reads check them again).
 """
 
 from __future__ import annotations
@@ -67,7 +73,7 @@ class LocalLevel(AsyncLevel):
     def __init__(self, capacity: int, layout: SnapshotLayout | None, comm=None, *,
                  local_dir: str | None = None, run_id: str | None = None, keep: bool = False,
                  fsync: bool = False, async_io: bool = True, queue_depth: int = 2,
-                 prefetch_depth: int = 1, name: str = "local"):
+                 prefetch_depth: int = 1, name: str = "local", attach: bool = False):
         super().__init__(name, capacity, layout, comm, async_io=async_io,
                          queue_depth=queue_depth, prefetch_depth=prefetch_depth)
         self.keep = bool(keep)
@@ -78,16 +84,123 @@ class LocalLevel(AsyncLevel):
         self.directory = os.path.join(self.run_dir, f"rank{self.rank}")
         self._nonce = uuid.uuid4().hex
         self._crc: dict[int, dict[str, int]] = {}
+        self._nonces: dict[int, str] = {}  # adopted from files of an earlier process (attach)
+        self.attach_note: str | None = None
         problem = self._probe()
-        problems = self.comm.allgather(problem) if self.comm is not None else [problem]
+        problems = self._gather(problem)
         failed = [(r, p) for r, p in enumerate(problems) if p]
         if failed:
-            if self._worker is not None:
-                self._release_worker()
-            self._closed = True
+            self._abandon()
             detail = "; ".join(f"rank {r}: {p}" for r, p in failed)
             raise LevelError(f"{name}: node-local directory is not usable ({detail}); choose "
                              f"another with local_dir/--local-dir or $HPCADJ_LOCAL_DIR")
+        problem = self._layout_problem() if attach else None
+        problems = self._gather(problem)
+        failed = [(r, p) for r, p in enumerate(problems) if p]
+        if failed:
+            self._abandon()
+            detail = "; ".join(f"rank {r}: {p}" for r, p in failed)
+            raise LevelError(f"{name}: cannot attach the node-local snapshots of run {self.run_id} "
+                             f"on {self.size} rank(s): {detail}; attach the parallel-HDF5 level "
+                             f"instead (node-local files need the same rank count and layout)")
+        try:
+            self._write_layout(replace=not attach)
+        except OSError as exc:
+            problem = f"{self.directory}: {exc.strerror or exc}"
+        failed = [(r, p) for r, p in enumerate(self._gather(problem)) if p]
+        if failed:
+            self._abandon()
+            detail = "; ".join(f"rank {r}: {p}" for r, p in failed)
+            raise LevelError(f"{name}: node-local directory is not usable ({detail})")
+        if attach:
+            self._attach()
+
+    def _gather(self, value):
+        return self.comm.allgather(value) if self.comm is not None else [value]
+
+    def _abandon(self) -> None:
+        if self._worker is not None:
+            self._release_worker()
+        self._closed = True
+
+    def _layout_record(self) -> dict:
+        fields = {} if self.layout is None else {
+            k: {"dtype": np.dtype(v.dtype).str, "shape": [int(n) for n in v.shape],
+                "start": [int(n) for n in v.start], "global_shape": [int(n) for n in v.global_shape]}
+            for k, v in sorted(self.layout.items())}
+        return {"run_id": self.run_id, "nranks": self.size, "rank": self.rank, "fields": fields}
+
+    def _layout_path(self) -> str:
+        return os.path.join(self.directory, "LAYOUT.json")
+
+    def _write_layout(self, replace: bool) -> None:
+        if not replace and os.path.exists(self._layout_path()):
+            return
+        tmp = self._layout_path() + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self._layout_record(), f)
+        os.replace(tmp, self._layout_path())
+
+    def _layout_problem(self) -> str | None:
+        """Why this rank cannot attach its directory (another rank count or block), else None."""
+        try:
+            others = [e for e in os.listdir(self.run_dir) if e.startswith("rank")
+                      and e[4:].isdigit() and int(e[4:]) >= self.size]
+        except FileNotFoundError:
+            others = []
+        if others:
+            return f"{self.run_dir} holds {', '.join(sorted(others))}: written by more ranks"
+        try:
+            with open(self._layout_path()) as f:
+                saved = json.load(f)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            return f"{self._layout_path()} is unreadable ({exc})"
+        mine = self._layout_record()
+        if saved.get("nranks") != mine["nranks"]:
+            return f"written by {saved.get('nranks')} rank(s), attaching on {mine['nranks']}"
+        if saved.get("fields") != mine["fields"]:
+            return f"{self._layout_path()}: this rank's blocks differ from the ones written"
+        return None
+
+    def _attach(self) -> None:
+        """Hold the snapshot files an earlier process left that are valid on every rank."""
+        found: dict[int, tuple] = {}
+        for entry in sorted(os.listdir(self.directory)):
+            path = os.path.join(self.directory, entry)
+            if entry.endswith(".tmp") or entry.startswith(".probe-"):
+                _remove(path)
+                continue
+            if not (entry.startswith("step_") and entry.endswith(".snap")):
+                continue
+            try:
+                step = int(entry[5:-5])
+                header, crcs = self._verify_file(path, step)
+            except (ValueError, CorruptSnapshot, OSError):
+                _remove(path)
+                continue
+            found[step] = (header, crcs)
+        common = set(found)
+        for other in self._gather(sorted(found)):
+            common &= set(other)
+        for step in sorted(found):
+            header, crcs = found[step]
+            if step not in common:
+                _remove(self.path(step))
+                continue
+            self._crc[step] = crcs
+            self._nonces[step] = header["nonce"]
+            self._held.add(step)
+            self.times[step] = header.get("time")
+        dropped = len(found) - len(common)
+        self.attach_note = (f"attached {len(common)} snapshot(s) of run {self.run_id}"
+                            + (f", removed {dropped} not valid on every rank" if dropped else ""))
+
+    def _verify_file(self, path: str, step: int):
+        """(header, CRCs) of a snapshot file of this run, rank and layout; CorruptSnapshot if not."""
+        snapshot, header = self._read_file(path, step, nonce=None, expected=None)
+        return header, {f["name"]: f["crc32"] for f in header["fields"]}
 
     def _probe(self) -> str | None:
         """Create this rank's directory and write a probe file; the reason on failure."""
@@ -110,9 +223,11 @@ class LocalLevel(AsyncLevel):
         crcs = {k: block_checksum(a) for k, a in blocks.items()}
         header = json.dumps({
             "format": "hpcadj-snapshot-1", "run_id": self.run_id, "nonce": self._nonce,
-            "rank": self.rank, "step": int(step), "time": t, "checksum": ALGORITHM,
+            "rank": self.rank, "nranks": self.size, "step": int(step), "time": t,
+            "checksum": ALGORITHM,
             "fields": [{"name": k, "dtype": a.dtype.str, "shape": list(a.shape),
-                        "nbytes": int(a.nbytes), "crc32": crcs[k]} for k, a in blocks.items()],
+                        **self._block_info(k), "nbytes": int(a.nbytes), "crc32": crcs[k]}
+                       for k, a in blocks.items()],
         }).encode()
         final = self.path(step)
         tmp = os.path.join(self.directory, f".step_{step:08d}.snap.tmp")
@@ -136,14 +251,30 @@ class LocalLevel(AsyncLevel):
             raise LevelError(f"{self.name}: writing step {step} on rank {self.rank} to {final} "
                              f"failed: {exc}") from exc
         self._crc[step] = crcs
+        self._nonces.pop(step, None)
         return sum(a.nbytes for a in blocks.values())
+
+    def _block_info(self, key: str) -> dict:
+        if self.layout is None or key not in self.layout:
+            return {}
+        lay = self.layout[key]
+        return {"start": [int(n) for n in lay.start],
+                "global_shape": [int(n) for n in lay.global_shape]}
 
     def _corrupt(self, step: int, reason: str) -> CorruptSnapshot:
         return CorruptSnapshot(self.name, step, [self.rank], reason)
 
     def _load(self, step: int) -> Snapshot:
-        path = self.path(step)
         expected = self._crc.get(step)
+        if expected is None:
+            raise self._corrupt(step, "no checksum recorded (the write did not complete)")
+        snapshot, _ = self._read_file(self.path(step), step,
+                                      nonce=self._nonces.get(step, self._nonce), expected=expected)
+        return snapshot
+
+    def _read_file(self, path: str, step: int, *, nonce: str | None, expected: dict | None):
+        """Read and verify a snapshot file: (snapshot, header). ``nonce=None`` accepts any nonce
+        (attach), ``expected=None`` checks the CRCs of the file's own header only."""
         try:
             f = open(path, "rb", buffering=0)
         except FileNotFoundError:
@@ -160,13 +291,26 @@ class LocalLevel(AsyncLevel):
                 if _read_exact(f, memoryview(raw)) < length:
                     raise ValueError("truncated header")
                 header = json.loads(raw)
+                if not isinstance(header, dict) or not isinstance(header.get("fields"), list):
+                    raise ValueError("no field list")
             except ValueError as exc:
                 raise self._corrupt(step, f"{path}: bad header ({exc})") from None
-            mine = (self.run_id, self._nonce, self.rank, int(step))
-            theirs = tuple(header.get(k) for k in ("run_id", "nonce", "rank", "step"))
-            if theirs != mine:
+            mine = (self.run_id, self.rank, int(step))
+            theirs = tuple(header.get(k) for k in ("run_id", "rank", "step"))
+            if theirs != mine or (nonce is not None and header.get("nonce") != nonce):
                 raise self._corrupt(step, f"{path} belongs to another run or step "
-                                          f"(run {theirs[0]}, step {theirs[3]})")
+                                          f"(run {theirs[0]}, step {theirs[2]})")
+            if nonce is None:  # attach: the file must match this rank's layout exactly
+                if header.get("nranks") != self.size:
+                    raise self._corrupt(step, f"{path} was written by {header.get('nranks')} ranks")
+                for field in header["fields"]:
+                    info = self._block_info(field.get("name"))
+                    lay = (self.layout or {}).get(field.get("name"))
+                    if lay is None or any(field.get(k) != v for k, v in info.items()) or \
+                            list(field.get("shape", ())) != [int(n) for n in lay.shape] or \
+                            np.dtype(field.get("dtype")) != np.dtype(lay.dtype):
+                        raise self._corrupt(step, f"{path}: field {field.get('name')!r} does not "
+                                                  f"match this rank's block")
             snapshot: Snapshot = {}
             for field in header["fields"]:
                 name = field["name"]
@@ -174,35 +318,49 @@ class LocalLevel(AsyncLevel):
                 if _read_exact(f, memoryview(arr.reshape(-1).view(np.uint8))) < arr.nbytes:
                     raise self._corrupt(step, f"{path} is truncated in field {name!r}")
                 crc = block_checksum(arr)
-                if crc != field["crc32"] or expected is None or crc != expected.get(name):
+                if crc != field["crc32"] or (expected is not None and crc != expected.get(name)):
                     raise self._corrupt(step, f"checksum mismatch in field {name!r} of {path}")
                 snapshot[name] = arr
             if f.read(1):
                 raise self._corrupt(step, f"{path} has trailing bytes")
-        if expected is None or set(snapshot) != set(expected):
+        wanted = set(expected) if expected is not None else set(self.layout or snapshot)
+        if set(snapshot) != wanted:
             raise self._corrupt(step, f"{path} holds fields {sorted(snapshot)}")
-        return snapshot
+        return snapshot, header
 
     def _drop(self, step: int) -> None:
         self._crc.pop(step, None)
+        self._nonces.pop(step, None)
         try:
             os.remove(self.path(step))
         except FileNotFoundError:
             pass
 
     def _shutdown(self) -> None:
+        """Remove this level's files unless kept (best effort: a read-only directory keeps them)."""
         if self.keep:
             return
         for step in list(self._crc):
-            self._drop(step)
+            try:
+                self._drop(step)
+            except OSError:
+                pass
         try:
-            leftovers = [e for e in os.listdir(self.directory) if e.endswith(".snap.tmp")]
-        except FileNotFoundError:
+            leftovers = [e for e in os.listdir(self.directory)
+                         if e.endswith(".tmp") or e == "LAYOUT.json"]
+        except OSError:
             leftovers = []
         for entry in leftovers:
-            os.remove(os.path.join(self.directory, entry))
+            _remove(os.path.join(self.directory, entry))
         for d in (self.directory, self.run_dir):
             try:
                 os.rmdir(d)
             except OSError:
                 pass
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass

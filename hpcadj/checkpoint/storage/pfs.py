@@ -16,6 +16,20 @@ writes its run independently, which measured faster here (``collective="auto"``;
 force one mode). Metadata calls are always made by every rank in the same order.
 Reusing slot datasets keeps the file at capacity x snapshot size, and a write costs no dataset
 creation (a collective metadata operation); the step links keep it readable by step number.
+Failures: a write's success is agreed over the level's communicator inside the write task (after
+the raw data, again after the metadata), so when one rank's write fails every rank fails the same
+step, poisons at the same task and skips the same ones: no rank is left in a collective call.
+With ``keep`` (restartable runs) the file is flushed (``H5Fflush``) after every write, so a killed
+run leaves a file whose step links and CRC tables describe complete snapshots.
+
+Attach (``attach=True``, a restart with the same run id and path): the file is reopened, its
+format, run id and fields checked (another run's file is refused), and every linked snapshot
+verified against the per-rank CRC-32 table stored with each dataset, on any rank count: old rank
+block ``r`` is checked by new rank ``r % size`` and verdicts are agreed, so a snapshot is held only
+if every old block checks out. Invalid links are removed. When the rank layout differs, each rank
+records the CRC of its new block, and a slot written again gets the new rank tables. A file that
+cannot be opened at all is replaced by an empty one (``attach_note`` says so).
+
 Every HDF5 call of every PfsLevel of the process runs on one shared FIFO I/O thread (HDF5 is not
 thread-safe and h5py serialises calls on a global lock, so two threads doing collective HDF5 I/O
 could deadlock across ranks), on a duplicate of the level's communicator. Asynchronous I/O needs
@@ -95,7 +109,7 @@ class PfsLevel(AsyncLevel):
     def __init__(self, capacity: int, layout: SnapshotLayout, comm=None, path: str | None = None,
                  *, run_id: str | None = None, keep: bool = False, fsync: bool = False,
                  async_io: bool = True, queue_depth: int = 2, prefetch_depth: int = 1,
-                 collective: str = "auto", name: str = "pfs"):
+                 collective: str = "auto", name: str = "pfs", attach: bool = False):
         MPI = mpi()
         if comm is None:
             comm = MPI.COMM_WORLD
@@ -135,18 +149,24 @@ class PfsLevel(AsyncLevel):
         self._free_slots: list[int] = []
         self._slot_of: dict[int, int] = {}
         self._crc: dict[int, list[int]] = {}
-        opened = self._submit(self._open, poison=False)
+        self._foreign: set[int] = set()  # attached slots whose rank tables are another layout's
+        self._next_slot = 0
+        self.attach_note: str | None = None
+        opened = self._submit(self._attach_file if attach else self._open)
         problem = None
         try:
             opened.result()
         except Exception as exc:
-            problem = f"{type(exc).__name__}: {exc}"
+            problem = f"{type(exc).__name__}: {exc}" if not isinstance(exc, LevelError) else str(exc)
         problems = self.comm.allgather(problem)
         failed = [(r, p) for r, p in enumerate(problems) if p]
         if failed:
+            if self._file is not None:
+                self._submit(self._shutdown, always=True).exception()
             self._abandon()
             detail = "; ".join(f"rank {r}: {p}" for r, p in failed)
-            raise LevelError(f"{name}: cannot create the parallel-HDF5 file {self.path} ({detail})")
+            what = "attach" if attach else "create"
+            raise LevelError(f"{name}: cannot {what} the parallel-HDF5 file {self.path} ({detail})")
 
     def _abandon(self) -> None:
         """Give up during construction: release the I/O thread, mark closed."""
@@ -173,6 +193,9 @@ class PfsLevel(AsyncLevel):
 
     def _open(self) -> None:
         h5 = h5py()
+        self._groups.clear()
+        self._free_slots.clear()
+        self._next_slot = 0
         f = h5.File(self.path, "w", driver="mpio", comm=self.comm)
         self._file = f
         f.attrs["format"] = FORMAT
@@ -187,7 +210,11 @@ class PfsLevel(AsyncLevel):
         g = self._groups.get(slot)
         if g is not None:
             return g
-        g = self._file["slots"].create_group(f"slot_{slot:04d}")
+        name = f"slot_{slot:04d}"
+        if name in self._file["slots"]:  # created by a write that failed later
+            g = self._groups[slot] = self._file["slots"][name]
+            return g
+        g = self._file["slots"].create_group(name)
         for field in self.fields:
             lay = self.layout[field]
             d = g.create_dataset(field, shape=tuple(lay.global_shape), dtype=np.dtype(lay.dtype))
@@ -199,29 +226,84 @@ class PfsLevel(AsyncLevel):
         self._groups[slot] = g
         return g
 
+    def _write_block(self, dset, block: np.ndarray, slices, collective: bool) -> None:
+        """Write this rank's block of one field (a hook fault-injection tests replace)."""
+        _transfer(dset, block, slices, write=True, collective=collective)
+
+    def _agree_write(self, step: int, slot: int, error, stage: str, value=None):
+        """Every rank's ``value``, or the same LevelError on every rank if any rank failed."""
+        mine = value if error is None else ("failed", f"{type(error).__name__}: {error}")
+        states = self.comm.allgather(mine)
+        bad = [r for r, v in enumerate(states) if isinstance(v, tuple)]
+        if not bad:
+            return states
+        if slot not in self._free_slots:
+            self._free_slots.append(slot)
+            self._free_slots.sort()
+        detail = "; ".join(f"rank {r}: {states[r][1]}" for r in bad)
+        raise LevelError(f"{self.name}: writing step {step} ({stage}) to {self.path} failed on "
+                         f"rank(s) {', '.join(map(str, bad))}: {detail}") from error
+
     def _store(self, step: int, snapshot: Snapshot, t) -> int:
+        if step in self._slot_of:  # a stale record of the same step (never after a clean free)
+            self._drop(step)
         if self._free_slots:
             slot = self._free_slots.pop(0)
         else:
-            slot = len(self._groups)
-        g = self._group(slot)
-        crcs = []
-        for field in self.fields:
-            block = np.ascontiguousarray(snapshot[field])
-            crcs.append(block_checksum(block))
-            _transfer(g[field], block, self.layout[field].slices, write=True,
-                      collective=self._collective[field])
-        table = np.array(self.comm.allgather(crcs), dtype=np.uint32).reshape(self.size, -1)
-        for i, field in enumerate(self.fields):
-            g[field].attrs["crc32"] = table[:, i]
-        g.attrs["step"] = int(step)
-        g.attrs["time"] = math.nan if t is None else float(t)
-        self._file["snapshots"][f"step_{step}"] = g
-        if self.fsync:
-            self._file.flush()
+            slot = self._next_slot
+            self._next_slot += 1
+        crcs, error = [], None
+        try:
+            g = self._group(slot)
+            g.attrs["step"] = -1
+            if slot in self._foreign:  # an attached slot laid out by another rank count
+                for field in self.fields:
+                    g[field].attrs["rank_starts"], g[field].attrs["rank_shapes"] = self._ranks[field]
+                self._foreign.discard(slot)
+            for field in self.fields:
+                block = np.ascontiguousarray(snapshot[field])
+                crcs.append(block_checksum(block))
+                self._write_block(g[field], block, self.layout[field].slices,
+                                  self._collective[field])
+        except Exception as exc:  # agreed below, so no rank waits on a failed one
+            error = exc
+        table = self._agree_write(step, slot, error, "data", crcs)
+        table = np.array(table, dtype=np.uint32).reshape(self.size, -1)
+        link = f"step_{step}"
+        try:
+            for i, field in enumerate(self.fields):
+                g[field].attrs["crc32"] = table[:, i]
+            g.attrs["step"] = int(step)
+            g.attrs["time"] = math.nan if t is None else float(t)
+            if link in self._file["snapshots"]:
+                del self._file["snapshots"][link]
+            self._file["snapshots"][link] = g
+            if self.fsync or self.keep:
+                self._file.flush()
+        except Exception as exc:
+            error = exc
+        try:
+            self._agree_write(step, slot, error, "metadata", 0)
+        except LevelError:
+            try:
+                if link in self._file["snapshots"]:
+                    del self._file["snapshots"][link]
+            except Exception:  # noqa: BLE001 - the file is failing; the agreed error says so
+                pass
+            raise
         self._slot_of[step] = slot
         self._crc[step] = crcs
         return sum(snapshot[f].nbytes for f in self.fields)
+
+    def locate(self, step: int, field: str) -> tuple[str, int, int]:
+        """(file, byte offset, item size) of ``field``'s data for ``step``: where a test damages it.
+
+        Not collective; waits for queued I/O. The dataset is contiguous and C-ordered.
+        """
+        def find():
+            d = self._groups[self._slot_of[step]][field]
+            return self.path, int(d.id.get_offset()), int(d.dtype.itemsize)
+        return self._submit(find, always=True).result()
 
     def _load(self, step: int) -> Snapshot:
         g = self._groups[self._slot_of[step]]
@@ -241,12 +323,155 @@ class PfsLevel(AsyncLevel):
         return snapshot
 
     def _drop(self, step: int) -> None:
-        slot = self._slot_of.pop(step)
+        slot = self._slot_of.pop(step, None)
         self._crc.pop(step, None)
-        del self._file["snapshots"][f"step_{step}"]
+        if slot is None:  # the write never landed
+            return
+        link = f"step_{step}"
+        if link in self._file["snapshots"]:
+            del self._file["snapshots"][link]
         self._groups[slot].attrs["step"] = -1
         self._free_slots.append(slot)
         self._free_slots.sort()
+
+    # -- attach ------------------------------------------------------------------------------
+
+    def _attach_file(self) -> None:
+        """Reopen the file of this run, verify every linked snapshot, hold the valid ones."""
+        h5 = h5py()
+        exists = self.comm.bcast(os.path.isfile(self.path) if self.rank == 0 else None, root=0)
+        if not exists:
+            self._open()
+            self.attach_note = f"no file {self.path} to attach: started empty"
+            return
+        f, problem = None, None
+        try:
+            f = h5.File(self.path, "r+", driver="mpio", comm=self.comm)
+            fmt = f.attrs.get("format")
+            run_id = f.attrs.get("run_id")
+            fmt = fmt.decode() if isinstance(fmt, bytes) else fmt
+            run_id = run_id.decode() if isinstance(run_id, bytes) else run_id
+            fields = sorted(x.decode() if isinstance(x, bytes) else str(x)
+                            for x in f.attrs.get("fields", []))
+            if fmt != FORMAT or "slots" not in f or "snapshots" not in f:
+                problem = "broken"
+            elif run_id != self.run_id:
+                problem = f"the file belongs to run {run_id}, not {self.run_id}"
+            elif fields != self.fields:
+                problem = f"the file holds fields {fields}, this run has {self.fields}"
+        except Exception as exc:  # noqa: BLE001 - an unreadable file after a crash: start over
+            problem = f"broken ({type(exc).__name__}: {exc})"
+        problems = self.comm.allgather(problem)
+        problem = next((p for p in problems if p), None)
+        if problem is not None:
+            if f is not None:
+                f.close()
+            if not problem.startswith("broken"):
+                raise LevelError(problem)
+            self._open()
+            self.attach_note = f"{self.path} could not be attached ({problem}): started empty"
+            return
+        self._file = f
+        f.attrs["nranks"] = self.size
+        slots = {}
+        for name in sorted(f["slots"]):
+            if name.startswith("slot_") and name[5:].isdigit():
+                slots[int(name[5:])] = f["slots"][name]
+        self._next_slot = max(slots, default=-1) + 1
+        ids = {g.id: k for k, g in slots.items()}
+        linked: dict[int, int] = {}
+        stale: list[str] = []
+        for link in sorted(f["snapshots"]):
+            g = f["snapshots"][link]
+            k = ids.get(g.id)
+            try:
+                step = int(link[5:])
+            except ValueError:
+                step = None
+            if k is None or step is None or not link.startswith("step_") or \
+                    int(g.attrs.get("step", -1)) != step or k in linked.values():
+                stale.append(link)
+            else:
+                linked[step] = k
+        bad = set(self._verify_attached(linked, slots))
+        for other in self.comm.allgather(sorted(bad)):
+            bad |= set(other)
+        for link in stale:
+            del f["snapshots"][link]
+        for k, g in slots.items():
+            self._groups[k] = g
+            if any(not np.array_equal(np.asarray(g[field].attrs.get("rank_starts", [])),
+                                      self._ranks[field][0])
+                   or not np.array_equal(np.asarray(g[field].attrs.get("rank_shapes", [])),
+                                         self._ranks[field][1]) for field in self.fields):
+                self._foreign.add(k)
+        held = {step: k for step, k in linked.items() if step not in bad}
+        for step, k in sorted(linked.items()):
+            if step in bad:
+                del f["snapshots"][f"step_{step}"]
+        for k, g in slots.items():
+            if k not in held.values():
+                g.attrs["step"] = -1
+                self._free_slots.append(k)
+        for step, k in sorted(held.items()):
+            g = slots[k]
+            self._slot_of[step] = k
+            self._crc[step] = self._my_crcs(g, k)
+            self._held.add(step)
+            t = float(g.attrs.get("time", math.nan))
+            self.times[step] = None if math.isnan(t) else t
+        f.flush()
+        self.attach_note = (f"attached {len(held)} snapshot(s) of run {self.run_id} from "
+                            f"{self.path}" + (f", dropped {len(bad)} failing verification"
+                                              if bad else ""))
+
+    def _verify_attached(self, linked: dict, slots: dict) -> list[int]:
+        """Steps whose share of old rank blocks checked here fails (structure or CRC)."""
+        failed = []
+        for step, k in sorted(linked.items()):
+            g = slots[k]
+            try:
+                for field in self.fields:
+                    d = g[field]
+                    lay = self.layout[field]
+                    if tuple(d.shape) != tuple(lay.global_shape) or d.dtype != np.dtype(lay.dtype):
+                        raise ValueError("shape or dtype")
+                    crc = np.asarray(d.attrs["crc32"]).reshape(-1)
+                    starts = np.asarray(d.attrs["rank_starts"]).reshape(len(crc), -1)
+                    shapes = np.asarray(d.attrs["rank_shapes"]).reshape(len(crc), -1)
+                    covered = 0
+                    for r in range(len(crc)):
+                        covered += int(np.prod(shapes[r]))
+                        if r % self.size != self.rank:
+                            continue
+                        sel = tuple(slice(int(a), int(a) + int(n)) for a, n in zip(starts[r], shapes[r]))
+                        block = np.empty(tuple(int(n) for n in shapes[r]), dtype=d.dtype)
+                        if block.size:
+                            d.read_direct(block, source_sel=sel)
+                        if block_checksum(block) != int(crc[r]):
+                            raise ValueError(f"old rank {r}'s block fails its CRC")
+                    if covered != int(np.prod(lay.global_shape)):
+                        raise ValueError("rank blocks do not cover the array")
+            except Exception:  # noqa: BLE001 - any defect makes the snapshot invalid
+                failed.append(step)
+        return failed
+
+    def _my_crcs(self, g, k: int) -> list[int]:
+        """This rank's block CRCs of a verified attached slot (read anew if the layout changed)."""
+        out = []
+        for field in self.fields:
+            d = g[field]
+            starts, shapes = self._ranks[field]
+            crc = np.asarray(d.attrs["crc32"]).reshape(-1)
+            if k not in self._foreign and len(crc) == self.size:
+                out.append(int(crc[self.rank]))
+                continue
+            lay = self.layout[field]
+            block = np.empty(tuple(lay.shape), dtype=np.dtype(lay.dtype))
+            if block.size:
+                d.read_direct(block, source_sel=lay.slices)
+            out.append(block_checksum(block))
+        return out
 
     def _shutdown(self) -> None:
         if self._file is not None:

@@ -294,3 +294,147 @@ def test_factory_kinds(tmp_path):
 ])
 def test_contiguous_in_file(start, shape, expected):
     assert contiguous_in_file((6, 5, 4), start, shape) is expected
+
+
+# -- faults the re-planner relies on, and attach -------------------------------------------------
+
+class FailFrom(LocalLevel):
+    """Writes of steps >= ``fail_from`` fail on the I/O thread with ENOSPC."""
+
+    fail_from = 10 ** 9
+
+    def _store(self, step, snapshot, t):
+        if step >= self.fail_from:
+            raise OSError(28, "No space left on device (injected)")
+        return super()._store(step, snapshot, t)
+
+
+@pytest.mark.parametrize("async_io", [True, False], ids=["async", "sync"])
+def test_failed_write_keeps_completed_snapshots_and_flush_raises_once(tmp_path, async_io):
+    level = FailFrom(6, LAYOUT, local_dir=str(tmp_path), async_io=async_io)
+    level.fail_from = 3
+    level.write(1, snap(1))
+    level.write(2, snap(2))
+    raised = []
+    for step in (3, 4):  # async: 3 fails in the background, 4 is refused or skipped
+        try:
+            level.write(step, snap(step))
+        except LevelError as exc:
+            raised.append(exc)
+    if not async_io:
+        assert raised and raised[0].step == 3 and raised[0].writing is True
+    with pytest.raises(LevelError, match="No space left") as info:
+        level.flush()
+    assert info.value.step == 3 and info.value.writing is True
+    level.flush()  # once
+    assert level.valid_steps() == {1, 2}
+    assert level.occupied == 2
+    assert same(level.read(1), snap(1)) and same(level.read(2), snap(2))
+    assert sorted(os.listdir(level.directory)) == ["LAYOUT.json", "step_00000001.snap",
+                                                   "step_00000002.snap"]
+    try:  # the device is still full: raised here (sync) or in the background (async)
+        level.write(5, snap(5))
+    except LevelError:
+        pass
+    with pytest.raises(LevelError):
+        level.flush()
+    level.flush()
+    assert level.valid_steps() == {1, 2}
+    level.free(1)
+    level.close()
+    assert os.listdir(tmp_path) == []
+
+
+def test_discard_never_raises_in_any_state(tmp_path):
+    level = FailFrom(6, LAYOUT, local_dir=str(tmp_path))
+    level.fail_from = 5
+    for step in range(1, 6):
+        level.write(step, snap(step))
+    level.prefetch(1)
+    os.remove(level.path(2))
+    level.discard(1)   # prefetched
+    level.discard(2)   # file missing
+    level.discard(5)   # failed write (possibly still pending)
+    level.discard(3)
+    level.discard(99)  # never stored
+    with pytest.raises(LevelError):
+        level.flush()
+    assert level.valid_steps() == {4}
+    assert same(level.read(4), snap(4))
+    level.close()
+    level.discard(4)   # closed
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "truncate", "delete"])
+def test_corrupt_snapshot_leaves_valid_steps_and_level_usable(tmp_path, damage):
+    level = local(tmp_path)
+    level.write(1, snap(1))
+    level.write(2, snap(2))
+    level.flush()
+    path = level.path(2)
+    if damage == "corrupt":
+        with open(path, "r+b") as f:
+            f.seek(-3, os.SEEK_END)
+            b = f.read(1)
+            f.seek(-3, os.SEEK_END)
+            f.write(bytes([b[0] ^ 0x40]))
+    elif damage == "truncate":
+        os.truncate(path, os.path.getsize(path) - 5)
+    else:
+        os.remove(path)
+    with pytest.raises(CorruptSnapshot):
+        level.read(2)
+    assert level.valid_steps() == {1}
+    level.flush()
+    assert level.occupied == 1 and not os.path.exists(path)
+    level.write(2, snap(2))
+    assert same(level.read(2), snap(2)) and same(level.read(1), snap(1))
+    level.close()
+
+
+def test_attach_holds_valid_files_and_removes_the_rest(tmp_path):
+    first = local(tmp_path, capacity=6, keep=True, run_id="r1")
+    for step in (0, 3, 5, 7):
+        first.write(step, snap(step), time=step * 0.5)
+    first.flush()
+    d = first.directory
+    first.close()  # keep: files stay (a killed process leaves the same)
+    with open(os.path.join(d, "step_00000005.snap"), "r+b") as f:  # damage 5, truncate 7
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)[0]
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last ^ 0x01]))
+    os.truncate(os.path.join(d, "step_00000007.snap"), 100)
+    open(os.path.join(d, ".step_00000009.snap.tmp"), "wb").write(b"partial")
+    shutil.copy(os.path.join(d, "step_00000003.snap"), os.path.join(d, "step_00000004.snap"))
+    again = make_level("local", 6, LAYOUT, local_dir=str(tmp_path), run_id="r1", attach=True)
+    expected = {0, 3}  # 4 is a copy of 3: its header names step 3
+    assert again.valid_steps() == expected
+    assert same(again.read(0), snap(0)) and same(again.read(3), snap(3))
+    assert again.times[3] == 1.5
+    assert sorted(os.listdir(d)) == ["LAYOUT.json"] + [f"step_{s:08d}.snap" for s in sorted(expected)]
+    again.write(4, snap(4))
+    assert same(again.read(4), snap(4))
+    again.keep = True  # set after construction: honoured by close
+    again.close()
+    assert "step_00000004.snap" in os.listdir(d)
+    third = make_level("local", 6, LAYOUT, local_dir=str(tmp_path), run_id="r1", attach=True)
+    assert third.valid_steps() == expected | {4}
+    third.close()
+    assert not os.path.exists(d)
+
+
+def test_attach_refuses_another_rank_layout(tmp_path):
+    first = local(tmp_path, keep=True, run_id="r2")
+    first.write(1, snap(1))
+    first.close()
+    os.makedirs(os.path.join(tmp_path, "hpcadj-r2", "rank1"))  # as if 2 ranks had written
+    with pytest.raises(LevelError, match="more ranks"):
+        make_level("local", 3, LAYOUT, local_dir=str(tmp_path), run_id="r2", attach=True)
+    os.rmdir(os.path.join(tmp_path, "hpcadj-r2", "rank1"))
+    other = {"u": FieldLayout((5, 4), (0, 0), (5, 4)), "q": FieldLayout((2, 3, 4), (0, 0, 0), (2, 3, 4))}
+    with pytest.raises(LevelError, match="blocks differ"):
+        make_level("local", 3, other, local_dir=str(tmp_path), run_id="r2", attach=True)
+    ok = make_level("local", 3, LAYOUT, local_dir=str(tmp_path), run_id="r2", attach=True)
+    assert ok.valid_steps() == {1}
+    ok.close()

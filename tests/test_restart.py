@@ -94,3 +94,38 @@ def test_manifest_records_a_complete_run(tmp_path):
     assert manifest["status"] == "complete" and manifest["ranks"] == 2
     assert manifest["durable"]["phase"] == "reverse" and manifest["durable"]["lam_step"] == 0
     assert not (tmp_path / "ck.h5").exists(), "checkpoint file must be removed when the run completes"
+
+
+def test_sigusr1_stops_cleanly_with_status_75_then_resumes(reference, tmp_path):
+    """SLURM's --signal=B:USR1: the run finishes its step, makes its state durable, exits 75."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from .helpers import HPCADJ, ROOT, mpi_env
+
+    ref_info, ref = reference
+    rundir, local = tmp_path / "run", tmp_path / "local"
+    local.mkdir()
+    args = [*BASE, *LEVELS, "--pfs-file", str(tmp_path / "ck.h5"), "--local-dir", str(local),
+            "--run-dir", str(rundir)]
+    slow = {"HPCADJ_TEST_STEP_DELAY": "0.05"}  # make each step slow enough to be caught mid-run
+    proc = subprocess.Popen(["mpirun", "--oversubscribe", "-n", "2", HPCADJ, *args], cwd=ROOT,
+                            env=mpi_env(slow), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    time.sleep(4.0)
+    os.kill(proc.pid, signal.SIGUSR1)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    assert proc.returncode == 75, (proc.returncode, out, err)
+    assert "continue with --resume" in err and out.strip() == ""
+    manifest = json.loads((rundir / "manifest.json").read_text())
+    assert manifest["status"] == "stopped"
+    info = hpcadj_json([*args, "--resume", "--gradient-out", str(tmp_path / "g.h5")], 2, timeout=240)
+    assert info["J"] == ref_info["J"]
+    for name, field in ref.items():
+        assert np.array_equal(gradients(tmp_path / "g.h5")[name], field), name

@@ -23,6 +23,7 @@ from ..telemetry import Telemetry
 
 
 INJECT_KILL = "HPCADJ_INJECT_KILL"
+INJECT_DELAY = "HPCADJ_TEST_STEP_DELAY"
 
 
 def _injected_kill(rank: int) -> int | None:
@@ -103,6 +104,7 @@ class Driver:
         self.capacities = [level.capacity for level in self.levels]
         self.actions_done = 0
         self._kill_after = _injected_kill(self.comm.rank)
+        self._step_delay = float(os.environ.get(INJECT_DELAY, 0.0))
 
     def run(self, schedule, controls, resume: ResumePoint | None = None) -> GradientResult:
         """Execute every action of ``schedule`` with ``controls``; return J and the gradient.
@@ -140,6 +142,8 @@ class Driver:
                 for action in self._with_prefetch(actions):
                     self.execute(action)
                     self.actions_done += 1
+                    if self._step_delay:
+                        time.sleep(self._step_delay)
                     if self.actions_done == self._kill_after:
                         os.kill(os.getpid(), signal.SIGKILL)
                     if self.should_stop is not None and not self.finished and self._agree(self.should_stop()):

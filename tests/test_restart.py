@@ -71,7 +71,7 @@ def test_resume_on_another_rank_count_from_the_hdf5_level(reference, tmp_path):
 def test_run_directory_of_another_configuration_is_refused(tmp_path):
     rundir = tmp_path / "rd"
     hpcadj_json([*BASE, "--ram", "3", "--run-dir", str(rundir)], 1)
-    proc = hpcadj([*BASE[:5], "24x16", *BASE[6:], "--ram", "3", "--run-dir", str(rundir), "--resume"])
+    proc = hpcadj([*BASE[:4], "24x16", *BASE[5:], "--ram", "3", "--run-dir", str(rundir), "--resume"])
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "another configuration" in lines[0] and "grid" in lines[0], proc.stderr

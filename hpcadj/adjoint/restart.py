@@ -110,13 +110,12 @@ class RunDirectory:
 
     @staticmethod
     def _identity_mismatch(saved: dict, current: dict) -> str | None:
-        for key in sorted(set(saved) | set(current)):
-            if key == "controls":
-                if not _same_fingerprint(saved.get(key, []), current.get(key, [])):
-                    return "run directory belongs to a run with different controls"
-            elif saved.get(key) != current.get(key):
+        for key in sorted((set(saved) | set(current)) - {"controls"}):
+            if saved.get(key) != current.get(key):
                 return (f"run directory belongs to another configuration: {key} was "
                         f"{saved.get(key)!r}, now {current.get(key)!r}")
+        if not _same_fingerprint(saved.get("controls", []), current.get("controls", [])):
+            return "run directory belongs to another configuration: the controls differ"
         return None
 
     # -- writing ---------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import resource
 import signal
@@ -172,6 +171,8 @@ def main(args) -> int:
     from ..fieldio import check_writable
     from ..telemetry import LogDirError, Telemetry, open_run_log
 
+    stop = StopFlag()
+    stop.install()  # from the start: a SIGUSR1 during set-up must not kill the run either
     comm = world(args)
     for path in (args.gradient_out,):
         if path:
@@ -210,7 +211,7 @@ def main(args) -> int:
             log.abort(str(exc))
         raise CliError(str(exc)) from None
     try:
-        outcome = execute(args, model, controls, comm, levels, schedule, profile, rundir, telemetry)
+        outcome = execute(args, model, controls, comm, levels, schedule, profile, rundir, telemetry, stop)
     except BaseException as exc:
         if log is not None:
             log.abort(f"{type(exc).__name__}: {exc}")
@@ -254,7 +255,7 @@ def open_run_directory(args, model, controls, comm, config):
     return rundir
 
 
-def execute(args, model, controls, comm, levels, schedule, profile, rundir, telemetry):
+def execute(args, model, controls, comm, levels, schedule, profile, rundir, telemetry, stop):
     """Run the gradient (resumed where asked). Returns (result, wall_s, driver), or an exit status."""
     from ..adjoint import Driver
     from ..adjoint.driver import StopRequested, Unrecoverable
@@ -268,7 +269,6 @@ def execute(args, model, controls, comm, levels, schedule, profile, rundir, tele
         resumed, point = resume_point(rundir, model, controls, levels, costs)
         schedule = resumed or schedule
     durability = Durability(rundir, model, levels, args.durable_every) if rundir else None
-    stop = StopFlag()
     progress = SweepProgress(model.n_steps, rank=comm.rank, quiet=args.quiet or args.json)
     driver = Driver(model, levels, telemetry, progress=progress, costs=costs, durability=durability,
                     should_stop=stop)
@@ -276,8 +276,7 @@ def execute(args, model, controls, comm, levels, schedule, profile, rundir, tele
     t0 = time.perf_counter()
     stopped = False
     try:
-        with stop.installed():
-            result = driver.run(schedule, controls, resume=point)
+        result = driver.run(schedule, controls, resume=point)
         for level in levels:
             level.flush()
         wall_s = comm.allreduce(time.perf_counter() - t0, op=mpi().MAX)
@@ -347,14 +346,9 @@ class StopFlag:
     def _handle(self, signum, frame):
         self.requested = True
 
-    @contextlib.contextmanager
-    def installed(self):
-        previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
-        try:
-            yield self
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+    def install(self) -> None:
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._handle)
 
 
 def _predicted(schedule, plans, profile) -> float:

@@ -252,7 +252,7 @@ class PfsLevel(AsyncLevel):
         else:
             slot = self._next_slot
             self._next_slot += 1
-        crcs, error = [], None
+        crcs, error, g = [], None, None
         try:
             g = self._group(slot)
             g.attrs["step"] = -1
@@ -260,13 +260,24 @@ class PfsLevel(AsyncLevel):
                 for field in self.fields:
                     g[field].attrs["rank_starts"], g[field].attrs["rank_shapes"] = self._ranks[field]
                 self._foreign.discard(slot)
-            for field in self.fields:
-                block = np.ascontiguousarray(snapshot[field])
-                crcs.append(block_checksum(block))
-                self._write_block(g[field], block, self.layout[field].slices,
-                                  self._collective[field])
         except Exception as exc:  # agreed below, so no rank waits on a failed one
             error = exc
+        for field in self.fields if error is None or g is not None else ():
+            if error is None:
+                block = np.ascontiguousarray(snapshot[field])
+                crcs.append(block_checksum(block))
+                try:
+                    self._write_block(g[field], block, self.layout[field].slices,
+                                      self._collective[field])
+                except Exception as exc:  # noqa: BLE001 - agreed below
+                    error = exc
+            elif self._collective[field]:  # failed before: still join the collective call, empty
+                try:
+                    empty = np.empty((0,) * len(self.layout[field].shape),
+                                     dtype=np.dtype(self.layout[field].dtype))
+                    _transfer(g[field], empty, None, write=True, collective=True)
+                except Exception:  # noqa: BLE001 - the first error is the one reported
+                    pass
         table = self._agree_write(step, slot, error, "data", crcs)
         table = np.array(table, dtype=np.uint32).reshape(self.size, -1)
         link = f"step_{step}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -226,7 +225,8 @@ def test_gradient_job_stopped_requeued_and_resumed(cluster, submit_dir):
     """SIGUSR1 to the batch shell (what --signal=B:USR1@120 sends): the run stops with status 75, the
     job writes STOPPED and requeues itself; its next start resumes and ends with the same gradient as
     an uninterrupted run."""
-    args = dict(HPCADJ_GRID="32x32", HPCADJ_STEPS=3000, HPCADJ_RAM=8, HPCADJ_DISK=16, HPCADJ_PFS=32)
+    # Long enough to be caught mid-run (about 10 s on a loaded 2-core VM), short enough to run twice.
+    args = dict(HPCADJ_GRID="32x32", HPCADJ_STEPS=1500, HPCADJ_RAM=4, HPCADJ_DISK=32, HPCADJ_PFS=8)
     env = job_env(submit_dir, **args)
     job = cluster.sbatch(["--ntasks=2", str(JOBS / "gradient.sbatch")], env=env, cwd=submit_dir)
     job_dir = submit_dir / "hpcadj-jobs" / f"gradient-{job}"
@@ -247,13 +247,13 @@ def test_gradient_job_stopped_requeued_and_resumed(cluster, submit_dir):
     # Skip the requeue hold, then the second attempt must pass --resume and complete.
     cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
     assert_completed(cluster, job, submit_dir)
-    result = assert_complete_run(job_dir, ranks=2, steps=3000)
+    result = assert_complete_run(job_dir, ranks=2, steps=1500)
     assert marker(job_dir / "COMPLETE")["resumed"] == "1"
     history = (job_dir / "history.log").read_text()
     assert "attempt=1 run" in history and "--resume" in history.split("attempt=1 run", 1)[1], history
 
-    reference = mpirun(2, [HPCADJ, "run", "--grid", "32x32", "--steps", "3000", "--ram", "8", "--disk", "16",
-                           "--pfs", "32", "--pfs-file", str(submit_dir / "ref.h5"), "--local-dir",
+    reference = mpirun(2, [HPCADJ, "run", "--grid", "32x32", "--steps", "1500", "--ram", "4", "--disk", "32",
+                           "--pfs", "8", "--pfs-file", str(submit_dir / "ref.h5"), "--local-dir",
                            str(submit_dir / "ref-local"), "--json", "--quiet"], timeout=WAIT)
     assert reference.returncode == 0, reference.stderr
     ref = json.loads(reference.stdout.strip().splitlines()[-1])

@@ -254,6 +254,20 @@ class Driver:
         except IndexError:
             raise PlanError(f"plan uses level {index}, only {len(self.levels)} exist") from None
 
+    def _collect_garbage(self) -> None:
+        """Destroy the PETSc objects whose Python references were dropped (old states, adjoints).
+
+        petsc4py (>= 3.18) does not destroy a parallel object when its last Python reference goes:
+        it parks it on the communicator's garbage list until the collective
+        ``PETSc.garbage_cleanup(comm)``. Without this call every Vec a step or an adjoint step
+        created stayed allocated until the end of the run, so peak memory grew with the number of
+        step evaluations and recomputation cost memory instead of saving it. Every rank executes
+        the same plan, so the calls are collective in the same order; one costs a few microseconds.
+        """
+        from ..stack import petsc
+
+        petsc().garbage_cleanup(self.comm)
+
     @singledispatchmethod
     def execute(self, action) -> None:
         raise PlanError(f"unknown action {action!r}")
@@ -272,6 +286,7 @@ class Driver:
                     previous, u = u, self.stepper.step(i, u)
                     if first:
                         self.result.J += self.stepper.objective(i + 1, u)
+                    self._collect_garbage()
             self.result.forward_steps += end - k
             if not first:
                 self.result.recomputed_steps += end - k
@@ -331,6 +346,7 @@ class Driver:
         self.lam, self.lam_step = lam, action.n0
         self.result.adjoint_steps += 1
         self.work.adjoint_done(action.n0)
+        self._collect_garbage()
         if self.progress is not None:
             self.progress.adjoint(1)
         if self.durability is not None:

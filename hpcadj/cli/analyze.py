@@ -57,6 +57,9 @@ def main(args) -> int:
         raise CliError(str(exc)) from None
     except OSError as exc:
         raise CliError(f"{exc.filename or ''}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        # a binary run.json or --energy-model file: telemetry reads them as UTF-8 text
+        raise CliError(f"a log or energy-model file is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if args.csv:
         sys.stdout.write(an.csv_report(results, by_phase=args.by_phase, memory=args.memory))
     elif args.json:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from . import CliError
-from .common import add_model_arguments, build_model, world
+from ..models.base import SolverError
+from .common import add_model_arguments, build_model, int_in, solver_failure, world
 
 
 def add_parser(subparsers) -> None:
@@ -15,7 +16,7 @@ def add_parser(subparsers) -> None:
                                           "Levels measured: ram and disk, plus pfs with --pfs-file.")
     add_model_arguments(p)
     p.add_argument("--out", default=None, metavar="PROFILE.json", help="write the profile here")
-    p.add_argument("--repeats", type=int, default=3, help="measurements per quantity (median; default 3)")
+    p.add_argument("--repeats", type=int_in(1), default=3, help="measurements per quantity (median; default 3)")
     p.add_argument("--local-dir", default=None, metavar="DIR", help="node-local directory to measure")
     p.add_argument("--pfs-file", default=None, metavar="PATH.h5", help="measure parallel HDF5 here")
     p.add_argument("--no-async", dest="async_io", action="store_false", default=True,
@@ -27,6 +28,7 @@ def add_parser(subparsers) -> None:
 def main(args) -> int:
     from ..adjoint.calibrate import calibrate
     from ..adjoint.manager import CheckpointConfig, LevelPlan
+    from ..checkpoint.storage.base import LevelError
     from ..fieldio import check_writable
 
     if args.repeats < 1:
@@ -45,8 +47,10 @@ def main(args) -> int:
     config = CheckpointConfig(local_dir=args.local_dir, pfs_file=args.pfs_file, async_io=args.async_io)
     try:
         profile = calibrate(model, model.default_controls(), comm, plans, config, repeats=args.repeats)
-    except OSError as exc:
+    except (OSError, LevelError) as exc:  # an unusable --local-dir / --pfs-file
         raise CliError(str(exc)) from None
+    except SolverError as exc:
+        raise solver_failure(exc, "a smaller --dt may help") from None
     profile.source = "calibrated"
     if comm.rank == 0:
         if args.out:

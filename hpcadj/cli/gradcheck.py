@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
-from .common import add_model_arguments, build_model, world
+from ..models.base import SolverError
+from .common import add_model_arguments, build_model, int_in, positive_float, solver_failure, world
 
 MIN_RATE = 1.95
+#: beyond this the Taylor remainders are round-off (eps 2^-30 ~ 1e-9 eps): more halvings only cost runs
+MAX_HALVINGS = 30
 
 
 def add_parser(subparsers) -> None:
@@ -15,9 +18,10 @@ def add_parser(subparsers) -> None:
                                           f"rate >= {MIN_RATE} for every control, and the tangent-linear "
                                           "and adjoint directional derivatives must agree. Exit 1 if not.")
     add_model_arguments(p)
-    p.add_argument("--eps", type=float, default=1e-2, help="first Taylor step (default 1e-2)")
-    p.add_argument("--halvings", type=int, default=4, help="Taylor halvings (default 4)")
-    p.add_argument("--dot-tol", type=float, default=None,
+    p.add_argument("--eps", type=positive_float, default=1e-2, help="first Taylor step (default 1e-2)")
+    p.add_argument("--halvings", type=int_in(1, MAX_HALVINGS), default=4,
+                   help=f"Taylor halvings, 1..{MAX_HALVINGS} (default 4)")
+    p.add_argument("--dot-tol", type=positive_float, default=None,
                    help="largest relative TLM/adjoint mismatch accepted (model default: 1e-10)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.set_defaults(func=main)
@@ -32,11 +36,14 @@ def main(args) -> int:
     comm = world(args)
     model = build_model(args, comm)
     controls = model.default_controls()
-    gradient = compute_gradient(model, controls)
     tol = args.dot_tol if args.dot_tol is not None else getattr(model, "dot_product_tolerance", 1e-10)
-    taylor = {name: taylor_test(model, controls, name, eps0=args.eps, halvings=args.halvings,
-                                gradient=gradient) for name in sorted(controls)}
-    dot = dot_product_test(model, controls, gradient=gradient)
+    try:
+        gradient = compute_gradient(model, controls)
+        taylor = {name: taylor_test(model, controls, name, eps0=args.eps, halvings=args.halvings,
+                                    gradient=gradient) for name in sorted(controls)}
+        dot = dot_product_test(model, controls, gradient=gradient)
+    except SolverError as exc:
+        raise solver_failure(exc, "a smaller --dt or --eps may help") from None
     passed = all(t.min_rate >= MIN_RATE for t in taylor.values()) and dot.relative_mismatch <= tol
     if comm.rank == 0:
         info = {**model.describe(), "ranks": comm.size, "J": gradient.J,

@@ -14,6 +14,7 @@ import sys
 import time
 
 from . import CliError
+from .common import int_in
 
 LEVEL_OPTIONS = (("ram", "RAM"), ("disk", "node-local disk"), ("pfs", "parallel file system (HDF5)"))
 
@@ -24,11 +25,11 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("plan", help="summarise a checkpoint plan (no physics)",
                               description="Plan the checkpoints of an n-step adjoint and print its "
                                           "forward evaluations, I/O per level and predicted makespan.")
-    p.add_argument("--steps", type=int, required=True, metavar="N", help="number of time steps n")
+    p.add_argument("--steps", type=int_in(1), required=True, metavar="N", help="number of time steps n")
     for name, what in LEVEL_OPTIONS:
         p.add_argument(f"--{name}", metavar="B", default=None,
                        help=f"{what} budget: slots (8) or bytes (2GiB, 512MB, 1.5e9B)")
-    p.add_argument("--snapshot-bytes", type=int, default=None, metavar="BYTES",
+    p.add_argument("--snapshot-bytes", type=int_in(1), default=None, metavar="BYTES",
                    help="bytes of one snapshot, to turn byte budgets into slots")
     p.add_argument("--schedule", default="auto", choices=SCHEDULES,
                    help="auto: revolve on one level, multilevel on several (default)")
@@ -76,7 +77,8 @@ def load_costs(args, n_levels: int):
     try:
         profile = CostProfile.load(args.costs)
     except ValueError as exc:
-        raise CliError(str(exc)) from None
+        message = str(exc)
+        raise CliError(message if args.costs in message else f"cost profile {args.costs}: {message}") from None
     if len(profile.levels) < n_levels:
         raise CliError(f"cost profile {args.costs} has {len(profile.levels)} levels, the plan uses {n_levels}")
     return profile

@@ -21,6 +21,11 @@ from ..snapshot import Snapshot, SnapshotLayout
 Controls = dict  # name -> PETSc.Vec
 
 
+class SolverError(RuntimeError):
+    """A model's linear or nonlinear solver failed to converge (e.g. a time step far too large for
+    Newton). Raised by :meth:`Stepper.step` and friends; the command line reports it in one line."""
+
+
 class Stepper(abc.ABC):
     """A distributed time stepper with its exact discrete adjoint (Seam 1 of DESIGN.md).
 

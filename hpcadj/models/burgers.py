@@ -66,6 +66,10 @@ class BurgersModel(Stepper):
         self.dt = float(dt) if dt is not None else self.stable_dt(cfl)
         if not self.dt > 0 or not math.isfinite(self.dt):
             raise ValueError(f"dt must be positive, got {self.dt}")
+        if dt is not None and self.dt > (limit := self.stable_dt(1.0)):
+            # explicit RK3: beyond the stability limit the states blow up and the gradient is garbage
+            raise ValueError(f"dt {self.dt:g} exceeds the explicit RK3 stability limit {limit:.6g} "
+                             f"for this grid and viscosity")
 
     def stable_dt(self, cfl: float) -> float:
         """cfl times the RK3 limits for central advection (sqrt 3) and diffusion (2.5), default controls."""

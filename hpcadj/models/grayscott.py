@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from ..stack import petsc
-from .base import Stepper
+from .base import SolverError, Stepper
 from .common import laplacian, scalar_add, scalar_array, scalar_layout, scalar_value, scalar_vec
 from .dmda import Grid, parse_grid
 
@@ -92,6 +92,9 @@ class GrayScottModel(Stepper):
         for label, value in (("dt", dt), ("length", length), ("Du", du), ("Dv", dv)):
             if not value > 0 or not math.isfinite(value):
                 raise ValueError(f"{label} must be positive, got {value}")
+        for label, value in (("feed rate F", feed), ("kill rate k", kill)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{label} must lie in [0, 1], got {value}")
         self.comm = comm
         self.n_steps = int(n_steps)
         self.dt = float(dt)
@@ -221,7 +224,7 @@ class GrayScottModel(Stepper):
         ksp.solve(rhs, x)
         reason = ksp.getConvergedReason()
         if reason < 0:
-            raise RuntimeError(f"grayscott: linear solve diverged (reason {reason})")
+            raise SolverError(f"grayscott: linear solve diverged (reason {reason})")
         return x
 
     # -- forward -----------------------------------------------------------------------------
@@ -231,7 +234,7 @@ class GrayScottModel(Stepper):
         self._snes.solve(None, x)
         reason = self._snes.getConvergedReason()
         if reason < 0:
-            raise RuntimeError(f"grayscott: Newton failed at step {i} (SNES reason {reason})")
+            raise SolverError(f"grayscott: Newton failed at step {i} (SNES reason {reason})")
         return x
 
     def objective(self, i, u):

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from ..stack import petsc
-from .base import Stepper
+from .base import SolverError, Stepper
 from .dmda import Grid, parse_grid
 from .observations import Observations
 
@@ -47,6 +47,8 @@ class HeatModel(Stepper):
         self.theta = float(theta)
         self.grid = Grid(comm, tuple(grid))
         self.h = self.grid.spacing()
+        if not math.isfinite(self.dt * sum(4.0 / h ** 2 for h in self.h)):
+            raise ValueError(f"dt {dt} is too large for this grid: dt/h^2 overflows")
         self.cell_volume = float(np.prod(self.h))
         self.observations = observations or Observations.final_state_zero(self.n_steps)
         self.observations.check(self.n_steps, self.grid.global_shape)
@@ -159,7 +161,7 @@ class HeatModel(Stepper):
         self._ksp.solve(rhs, x)
         reason = self._ksp.getConvergedReason()
         if reason < 0:
-            raise RuntimeError(f"heat: KSP diverged (reason {reason})")
+            raise SolverError(f"heat: KSP diverged (reason {reason})")
         return x
 
     # -- forward -----------------------------------------------------------------------------

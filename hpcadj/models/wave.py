@@ -40,7 +40,10 @@ from .dmda import Grid, parse_grid
 
 def ricker(t, f0: float):
     """Ricker wavelet (1 - 2 (pi f0 s)^2) exp(-(pi f0 s)^2), s = t - 1/f0."""
-    arg = (math.pi * f0 * (t - 1.0 / f0)) ** 2
+    s = math.pi * f0 * (t - 1.0 / f0)
+    if abs(s) > 30.0:  # exp(-900) underflows: the wavelet is exactly 0 here (and s*s may overflow)
+        return 0.0
+    arg = s * s
     return (1.0 - 2.0 * arg) * math.exp(-arg)
 
 
@@ -72,17 +75,23 @@ class WaveModel(Stepper):
         self.c_true = self.true_model()
         c_max = comm.allreduce(float(max(np.max(c_bg, initial=0.0),
                                          np.max(self.field.owned(self.c_true), initial=0.0))), op=mpi().MAX)
-        self.dt = float(dt) if dt is not None else cfl / (c_max * math.sqrt(sum(1.0 / h ** 2 for h in self.h)))
+        if not 0 < cfl <= 1:
+            raise ValueError(f"cfl must lie in (0, 1], got {cfl}")
+        limit = 1.0 / (c_max * math.sqrt(sum(1.0 / h ** 2 for h in self.h)))
+        self.dt = float(dt) if dt is not None else cfl * limit
         if not self.dt > 0 or not math.isfinite(self.dt):
             raise ValueError(f"dt must be positive, got {self.dt}")
+        if self.dt > limit:
+            # explicit leapfrog: beyond the CFL limit the states blow up and the gradient is garbage
+            raise ValueError(f"dt {self.dt:g} exceeds the leapfrog CFL limit {limit:.6g} for this grid")
         if n_steps is None:
             n_steps = int(math.ceil(1.0 / self.dt))
         if n_steps < 1:
             raise ValueError(f"steps must be >= 1, got {n_steps}")
         self.n_steps = int(n_steps)
         self.frequency = float(frequency) if frequency is not None else 1.0 / (12.0 * max(self.h))
-        if not self.frequency > 0:
-            raise ValueError(f"frequency must be positive, got {frequency}")
+        if not 0 < self.frequency < math.inf:
+            raise ValueError(f"frequency must be a positive finite number, got {frequency}")
         sigma = self._sponge()
         self.a = 1.0 / (1.0 + 0.5 * self.dt * sigma)
         self.b = 1.0 - 0.5 * self.dt * sigma

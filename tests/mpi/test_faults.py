@@ -1,0 +1,260 @@
+"""Storage faults injected into real gradient runs, as SCR/VeloC/FTI test them.
+
+The heat model runs through the real :class:`Driver` on levels from the checkpoint manager; a
+fault is injected mid-run and the gradient must still be bitwise identical to the uninterrupted
+reference (``driver.faults`` records what happened), or the run must stop with
+:class:`Unrecoverable` on every rank when nothing fits:
+
+- the newest snapshot corrupted (one byte), truncated or deleted, on one rank or on all ranks, on the
+  node-local and the parallel-HDF5 level, asynchronous and synchronous (the test wraps the level's
+  ``write``: right after step k lands it damages that step's data);
+- a full level: a size-limited tmpfs mounted by the test as the node-local directory, filled with
+  ballast after two writes so a real ENOSPC hits mid-run (an injected ENOSPC only where mounting is impossible: the
+  run prints which);
+- an unwritable directory mid-run: the tmpfs remounted read-only after two writes (real EROFS);
+- nothing fits: the only level full from its first write.
+"""
+
+import errno
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from mpi4py import MPI  # initialise MPI (THREAD_MULTIPLE) before the comm fixture starts PETSc
+
+from hpcadj.adjoint import Driver, compute_gradient
+from hpcadj.adjoint.driver import Unrecoverable
+from hpcadj.adjoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
+from hpcadj.models.heat import HeatModel
+
+PAGE = 4096
+
+
+@pytest.fixture(scope="module")
+def reference(comm):
+    model = HeatModel(comm, (12, 10), n_steps=16, dt=1e-3)
+    controls = model.default_controls()
+    result = compute_gradient(model, controls)
+    return model, controls, result.J, {k: v.getArray().copy() for k, v in result.gradient.items()}
+
+
+def run(reference, comm, budgets, schedule, local_dir, pfs_file=None, async_io=True, hook=None):
+    """Run the gradient with the levels of ``budgets``; ``hook(levels)`` may wrap them first."""
+    model, controls, _, _ = reference
+    config = CheckpointConfig(budgets=budgets, local_dir=local_dir, pfs_file=pfs_file,
+                              async_io=async_io)
+    plans = level_slots(config, model.snapshot_layout(), comm, model.n_steps)
+    plan = make_plan(schedule, model.n_steps, plans, profile_for(plans, None))
+    levels = build_levels(plans, model.snapshot_layout(), comm, config)
+    driver = Driver(model, levels)
+    try:
+        if hook is not None:
+            hook(levels)
+        return driver, driver.run(plan, controls)
+    finally:
+        for level in levels:
+            try:
+                level.close()
+            except Exception:  # noqa: BLE001 - a level on a read-only mount may fail to clean up
+                pass
+
+
+def assert_identical(reference, driver, result):
+    _, _, J, grad = reference
+    assert driver.faults, "no fault was seen: the injection did not happen"
+    assert result.J == J
+    for name, ref in grad.items():
+        assert np.array_equal(result.gradient[name].getArray(), ref), name
+
+
+def after_write(level, comm, nth, action):
+    """Wrap ``level.write``: after its ``nth`` write lands, run ``action(step)`` (all ranks)."""
+    real = level.write
+    count = [0]
+
+    def write(step, snapshot, time=None):
+        real(step, snapshot, time=time)
+        count[0] += 1
+        if count[0] == nth:
+            level.flush()
+            comm.Barrier()
+            action(step)
+            comm.Barrier()
+    level.write = write
+
+
+# -- damaged snapshots ------------------------------------------------------------------------
+
+def damage_local(level, comm, damage, ranks):
+    def action(step):
+        if comm.rank not in ranks:
+            return
+        path = level.path(step)
+        if damage == "delete":
+            os.remove(path)
+        elif damage == "truncate":
+            os.truncate(path, os.path.getsize(path) // 2)
+        else:
+            with open(path, "r+b") as f:
+                f.seek(-5, os.SEEK_END)
+                b = f.read(1)
+                f.seek(-5, os.SEEK_END)
+                f.write(bytes([b[0] ^ 0x10]))
+    return action
+
+
+def damage_pfs(level, comm, damage, ranks):
+    def action(step):
+        field = sorted(level.layout)[0]
+        lay = level.layout[field]
+        blocks = comm.allgather((tuple(lay.start), tuple(lay.shape)))
+        path, offset, item = level.locate(step, field)
+        if comm.rank != 0:
+            return
+        if damage == "truncate":  # the newest snapshot's data and everything after it is cut off
+            os.truncate(path, offset + item)
+            return
+        with open(path, "r+b") as f:
+            for r in ranks:
+                start, shape = blocks[r]
+                if 0 in shape:
+                    continue
+                first = offset + int(np.ravel_multi_index(start, lay.global_shape)) * item
+                f.seek(first)
+                if damage == "delete":  # the block's bytes are gone (zeros)
+                    f.write(b"\0" * item * int(shape[-1]))
+                else:
+                    b = f.read(1)
+                    f.seek(first)
+                    f.write(bytes([b[0] ^ 0x10]))
+    return action
+
+
+#: truncating the shared HDF5 file cuts every rank's block at once: no one-rank case for it
+DAMAGES = [(kind, damage, who) for kind in ("local", "pfs") for damage in ("corrupt", "truncate", "delete")
+           for who in ("one", "all") if not (kind == "pfs" and damage == "truncate" and who == "one")]
+
+
+@pytest.mark.parametrize("async_io", [True, False], ids=["async", "sync"])
+@pytest.mark.parametrize("kind,damage,who", DAMAGES, ids=["-".join(d) for d in DAMAGES])
+def test_damaged_newest_snapshot(reference, comm, shared_tmp, kind, damage, who, async_io):
+    budget = {"local": "disk", "pfs": "pfs"}[kind]
+    ranks = [comm.size - 1] if who == "one" else list(range(comm.size))
+
+    def hook(levels):
+        level = levels[-1]
+        maker = damage_local if kind == "local" else damage_pfs
+        after_write(level, comm, 2, maker(level, comm, damage, ranks))
+
+    driver, result = run(reference, comm, {budget: "3"}, "revolve", shared_tmp,
+                         pfs_file=f"{shared_tmp}/ck-{damage}-{who}-{async_io}.h5",
+                         async_io=async_io, hook=hook)
+    assert_identical(reference, driver, result)
+    assert any("corrupt" in f or "reading" in f for f in driver.faults), driver.faults
+
+
+# -- full and unwritable node-local directories ---------------------------------------------------
+
+class Tmpfs:
+    """A size-limited tmpfs mounted by rank 0 under the shared directory (or None if impossible)."""
+
+    def __init__(self, comm, base, size="1m"):
+        self.comm = comm
+        self.path = os.path.join(base, "tmpfs")
+        ok = None
+        if comm.rank == 0:
+            os.makedirs(self.path, exist_ok=True)
+            proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", self.path],
+                                  capture_output=True, text=True)
+            ok = proc.returncode == 0
+        self.mounted = comm.bcast(ok, root=0)
+        self.how = "tmpfs" if self.mounted else "injected"
+        if comm.rank == 0:
+            print(f"\n[test_faults] full/unwritable level faults use: {self.how}",
+                  file=sys.__stderr__, flush=True)
+
+    def fill(self, free_pages):
+        """Ballast so that only ``free_pages`` pages stay free (rank 0), then every rank goes on."""
+        if self.comm.rank == 0 and self.mounted:
+            st = os.statvfs(self.path)
+            ballast = st.f_bavail * st.f_frsize - free_pages * PAGE
+            with open(os.path.join(self.path, "ballast"), "wb") as f:
+                f.write(b"\0" * ballast)
+        self.comm.Barrier()
+
+    def read_only(self):
+        self.comm.Barrier()
+        if self.comm.rank == 0 and self.mounted:
+            subprocess.run(["mount", "-o", "remount,ro", self.path], check=True)
+        self.comm.Barrier()
+
+    def close(self):
+        self.comm.Barrier()
+        if self.comm.rank == 0 and self.mounted:
+            subprocess.run(["umount", "-l", self.path], check=True)
+        self.comm.Barrier()
+
+
+def inject(level, after, err):
+    """Where no tmpfs can be mounted: the level's writes fail with ``err`` after ``after`` writes."""
+    real = level._store
+    count = [0]
+
+    def store(step, snapshot, t):
+        count[0] += 1
+        if count[0] > after:
+            raise OSError(err, os.strerror(err) + " (injected)")
+        return real(step, snapshot, t)
+    level._store = store
+
+
+@pytest.mark.parametrize("async_io", [True, False], ids=["async", "sync"])
+def test_full_node_local_level_mid_run(reference, comm, shared_tmp, async_io):
+    fs = Tmpfs(comm, shared_tmp)
+    try:
+        def hook(levels):
+            if fs.mounted:  # after two writes landed on every rank, the file system is full
+                after_write(levels[-1], comm, 2, lambda step: fs.fill(free_pages=0))
+            else:
+                inject(levels[-1], 2, errno.ENOSPC)
+
+        driver, result = run(reference, comm, {"disk": "5"}, "revolve", fs.path,
+                             async_io=async_io, hook=hook)
+        assert_identical(reference, driver, result)
+        assert any("No space left" in f for f in driver.faults), (fs.how, driver.faults)
+    finally:
+        fs.close()
+
+
+@pytest.mark.parametrize("async_io", [True, False], ids=["async", "sync"])
+def test_directory_turns_read_only_mid_run(reference, comm, shared_tmp, async_io):
+    fs = Tmpfs(comm, shared_tmp)
+    try:
+        def hook(levels):
+            if fs.mounted:
+                after_write(levels[-1], comm, 2, lambda step: fs.read_only())
+            else:
+                inject(levels[-1], 2, errno.EROFS)
+
+        driver, result = run(reference, comm, {"ram": "1", "disk": "4"}, "multilevel", fs.path,
+                             async_io=async_io, hook=hook)
+        assert_identical(reference, driver, result)
+        assert any("Read-only" in f for f in driver.faults), (fs.how, driver.faults)
+    finally:
+        fs.close()
+
+
+def test_nothing_fits_is_unrecoverable_on_every_rank(reference, comm, shared_tmp):
+    fs = Tmpfs(comm, shared_tmp)
+    try:
+        def hook(levels):
+            fs.fill(free_pages=0)
+            if not fs.mounted:
+                inject(levels[-1], 0, errno.ENOSPC)
+
+        with pytest.raises(Unrecoverable, match="nothing fits|no plan fits"):
+            run(reference, comm, {"disk": "3"}, "revolve", fs.path, hook=hook)
+    finally:
+        fs.close()

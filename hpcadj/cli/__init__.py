@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 #: subcommand modules, in ``--help`` order; each has ``add_parser(subparsers)`` and ``main(args)``.
@@ -28,9 +29,20 @@ class Parser(argparse.ArgumentParser):
         raise CliError(f"{self.prog}: {message}")
 
 
+#: rank variables of the launchers (OpenMPI, MPICH/Hydra, PMIx, SLURM's srun), for errors raised before
+#: MPI is initialised (a bad flag): every rank parses the same command line, only rank 0 may report it
+_LAUNCHER_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
+
+
 def _rank() -> int:
     mpi = sys.modules.get("mpi4py.MPI")
-    return mpi.COMM_WORLD.rank if mpi is not None else 0
+    if mpi is not None and mpi.Is_initialized():
+        return mpi.COMM_WORLD.rank
+    for name in _LAUNCHER_RANK_VARS:
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
 
 
 def report_error(message: str) -> int:

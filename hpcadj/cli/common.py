@@ -42,7 +42,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="PDE model (default: heat)")
     parser.add_argument("--grid", default=None, metavar="NXxNY[xNZ]",
                         help="interior grid points per axis, e.g. 128x128 or 32x32x32")
-    parser.add_argument("--steps", type=int_in(1), default=None, help="number of time steps n")
+    parser.add_argument("--steps", type=int, default=None, help="number of time steps n")
     parser.add_argument("--dt", type=positive_float, default=None, help="time step (model default if omitted)")
     for name in sorted(models):
         model_class(name).add_arguments(parser)

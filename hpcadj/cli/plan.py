@@ -25,7 +25,7 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("plan", help="summarise a checkpoint plan (no physics)",
                               description="Plan the checkpoints of an n-step adjoint and print its "
                                           "forward evaluations, I/O per level and predicted makespan.")
-    p.add_argument("--steps", type=int_in(1), required=True, metavar="N", help="number of time steps n")
+    p.add_argument("--steps", type=int, required=True, metavar="N", help="number of time steps n")
     for name, what in LEVEL_OPTIONS:
         p.add_argument(f"--{name}", metavar="B", default=None,
                        help=f"{what} budget: slots (8) or bytes (2GiB, 512MB, 1.5e9B)")

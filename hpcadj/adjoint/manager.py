@@ -18,6 +18,11 @@ from ..checkpoint.storage.factory import make_level
 #: (budget / level name, storage kind), fastest first
 LEVELS = (("ram", "ram"), ("disk", "local"), ("pfs", "pfs"))
 
+#: Level kinds whose I/O may run on a background thread. Not ``pfs``: h5py and petsc4py both make
+#: blocking MPI calls while holding the GIL, so a collective HDF5 call on one rank's I/O thread and a
+#: PETSc halo exchange on another rank's main thread can wait on each other for ever (seen here).
+ASYNC_SAFE = frozenset({"local"})
+
 
 @dataclass
 class CheckpointConfig:
@@ -68,19 +73,23 @@ def level_slots(config: CheckpointConfig, layout, comm, n_steps: int) -> list[Le
     return plans
 
 
-def build_levels(plans: list[LevelPlan], layout, comm, config: CheckpointConfig, attach: bool = False):
+def build_levels(plans: list[LevelPlan], layout, comm, config: CheckpointConfig,
+                 attach: frozenset = frozenset()):
     """Create the storage levels (collective: every rank, same order).
 
-    With ``attach`` the file levels reopen the snapshots an earlier run with the same run id left.
+    Levels whose kind is in ``attach`` reopen the snapshots an earlier run with the same run id
+    left; other file levels of a resumed run start empty under a fresh run id.
     """
     levels = []
     try:
         for plan in plans:
-            options = {"attach": True} if attach and plan.kind != "ram" else {}
+            reopen = plan.kind in attach
+            run_id = config.run_id if reopen or not attach else None
             levels.append(make_level(plan.kind, plan.slots, layout, comm, name=plan.name,
                                      path=config.pfs_file, local_dir=config.local_dir,
-                                     async_io=config.async_io, keep=config.keep, run_id=config.run_id,
-                                     **options))
+                                     async_io=config.async_io and plan.kind in ASYNC_SAFE,
+                                     keep=config.keep, run_id=run_id,
+                                     **({"attach": True} if reopen else {})))
     except Exception:
         for level in levels:
             level.close()

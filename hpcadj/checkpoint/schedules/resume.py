@@ -63,7 +63,7 @@ def residual_plan(n_steps: int, capacities: Sequence[int], retained: Mapping[int
     for level in range(len(capacities)):
         if sum(1 for lv in retained.values() if lv == level) > capacities[level]:
             raise ScheduleError(f"level {level} holds more retained snapshots than its capacity")
-    if 0 not in retained:
+    if 0 not in retained and top > 0:  # lambda_0 known: nothing left to recompute
         free = [lv for lv, cap in enumerate(capacities)
                 if cap > sum(1 for x in retained.values() if x == lv)]
         if not free:

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.timeout(400)
 
 JOBS = ROOT / "jobs"
 SCRIPTS = [JOBS / "gradient.sbatch", JOBS / "sweep.sbatch", JOBS / "scaling.sbatch"]
-WAIT = 150  # seconds for one job on a busy 2-core machine; a healthy run takes well under 30
+WAIT = 120  # seconds for one job on a busy 2-core machine; a healthy one takes well under 30
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,8 @@ def assert_completed(cluster, job: str, submit_dir: Path, timeout: float = WAIT)
     records = cluster.wait(job, timeout)
     bad = [r for r in records if r.get("JobState") != "COMPLETED"]
     assert not bad, (f"job {job}: " + ", ".join(f"{r['JobId']} {r.get('JobState')} exit {r.get('ExitCode')}"
-                                                 for r in bad) + "\n" + batch_output(submit_dir))
+                                                 for r in bad) + "\n" + batch_output(submit_dir)
+                    + "\n" + cluster.log_tails(40))
     return records
 
 
@@ -225,8 +226,10 @@ def test_gradient_job_stopped_requeued_and_resumed(cluster, submit_dir):
     """SIGUSR1 to the batch shell (what --signal=B:USR1@120 sends): the run stops with status 75, the
     job writes STOPPED and requeues itself; its next start resumes and ends with the same gradient as
     an uninterrupted run."""
-    # Long enough to be caught mid-run (about 10 s on a loaded 2-core VM), short enough to run twice.
-    args = dict(HPCADJ_GRID="32x32", HPCADJ_STEPS=1500, HPCADJ_RAM=4, HPCADJ_DISK=32, HPCADJ_PFS=8)
+    # Long enough to be caught mid-run (a few seconds on a loaded 2-core VM), short enough to run twice.
+    # RAM + node-local only: this tests the job's stop/requeue/resume; stop and resume with the HDF5
+    # level are hpcadj's own restart tests (tests/test_restart.py).
+    args = dict(HPCADJ_GRID="32x32", HPCADJ_STEPS=800, HPCADJ_RAM=4, HPCADJ_DISK=32, HPCADJ_PFS="")
     env = job_env(submit_dir, **args)
     job = cluster.sbatch(["--ntasks=2", str(JOBS / "gradient.sbatch")], env=env, cwd=submit_dir)
     job_dir = submit_dir / "hpcadj-jobs" / f"gradient-{job}"
@@ -234,7 +237,8 @@ def test_gradient_job_stopped_requeued_and_resumed(cluster, submit_dir):
     cluster.run(["scancel", "--signal=USR1", "--batch", job])
 
     # Requeued: pending again (held until a begin time ~2 min ahead) with one restart counted.
-    cluster.wait_until(job, lambda r: int(r[0].get("Restarts", "0")) >= 1 and r[0]["JobState"] != "RUNNING",
+    # (PENDING, not merely "not RUNNING": while the requeue completes, a begin time set now is overwritten.)
+    cluster.wait_until(job, lambda r: int(r[0].get("Restarts", "0")) >= 1 and r[0]["JobState"] == "PENDING",
                        WAIT, "requeue")
     out = batch_output(submit_dir)
     stopped = marker(job_dir / "STOPPED")
@@ -247,14 +251,13 @@ def test_gradient_job_stopped_requeued_and_resumed(cluster, submit_dir):
     # Skip the requeue hold, then the second attempt must pass --resume and complete.
     cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
     assert_completed(cluster, job, submit_dir)
-    result = assert_complete_run(job_dir, ranks=2, steps=1500)
+    result = assert_complete_run(job_dir, ranks=2, steps=800)
     assert marker(job_dir / "COMPLETE")["resumed"] == "1"
     history = (job_dir / "history.log").read_text()
     assert "attempt=1 run" in history and "--resume" in history.split("attempt=1 run", 1)[1], history
 
-    reference = mpirun(2, [HPCADJ, "run", "--grid", "32x32", "--steps", "1500", "--ram", "4", "--disk", "32",
-                           "--pfs", "8", "--pfs-file", str(submit_dir / "ref.h5"), "--local-dir",
-                           str(submit_dir / "ref-local"), "--json", "--quiet"], timeout=WAIT)
+    reference = mpirun(2, [HPCADJ, "run", "--grid", "32x32", "--steps", "800", "--ram", "4", "--disk", "32",
+                           "--local-dir", str(submit_dir / "ref-local"), "--json", "--quiet"], timeout=WAIT)
     assert reference.returncode == 0, reference.stderr
     ref = json.loads(reference.stdout.strip().splitlines()[-1])
     assert (result["J"], result["grad_norm"]) == (ref["J"], ref["grad_norm"]), (result, ref)

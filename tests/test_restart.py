@@ -14,9 +14,23 @@ from hpcadj.stack import h5py
 
 from .helpers import hpcadj, hpcadj_json
 
-BASE = ["run", "--model", "heat", "--grid", "20x16", "--steps", "30", "--dt", "1e-3", "--durable-every", "1",
+BASE = ["run", "--model", "heat", "--grid", "20x16", "--steps", "30", "--dt", "1e-3", "--durable-every", "2",
         "--quiet"]
 LEVELS = ["--ram", "2", "--disk", "3", "--pfs", "4"]
+#: I/O cheap against a step, so the multilevel plan uses all three levels (and no run calibrates)
+PROFILE = {"forward_s": 1.0, "adjoint_s": 2.0, "source": "test",
+           "levels": [{"name": "ram", "write_s": 0.01, "read_s": 0.01},
+                      {"name": "disk", "write_s": 0.05, "read_s": 0.05},
+                      {"name": "pfs", "write_s": 0.1, "read_s": 0.1}]}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cost_profile(tmp_path_factory):
+    path = tmp_path_factory.mktemp("costs") / "profile.json"
+    path.write_text(json.dumps(PROFILE))
+    BASE.extend(["--costs", str(path)])
+    yield
+    del BASE[-2:]
 
 
 def gradients(path):
@@ -47,6 +61,7 @@ def crash_then_resume(tmp, k, rank, ref_info, resume_ranks=2, levels=LEVELS):
 
 def test_kill_anywhere_then_resume_is_bitwise_identical(reference, tmp_path):
     ref_info, ref = reference
+    assert all(level["writes"] > 0 for level in ref_info["levels"]), ref_info["levels"]
     rng = random.Random(8)
     bins = np.linspace(1, ref_info["actions"] - 1, 21).astype(int)
     points = [rng.randrange(lo, hi) for lo, hi in zip(bins[:-1], bins[1:])]

@@ -34,9 +34,9 @@ def main() -> int:
     p.add_argument("--out", default=str(HERE))
     args = p.parse_args()
     grid = args.grid or ("160x160" if args.quick else "256x256")
-    n = args.steps or (50 if args.quick else 120)
-    ram_budgets = [16, 4] if args.quick else [32, 16, 8, 4, 2]
-    three = [(2, 4), (4, 8)] if args.quick else [(2, 4), (2, 8), (4, 16)]
+    n = args.steps or (50 if args.quick else 80)
+    ram_budgets = [16, 4] if args.quick else [16, 4, 2]
+    three = [(2, 4), (4, 8)] if args.quick else [(2, 4), (4, 16)]
 
     info = H.machine()
     work = H.scratch("memtime")

@@ -35,7 +35,7 @@ def main() -> int:
 
     grid = args.grid or ("96x96" if args.quick else "128x128")
     n = args.steps or (40 if args.quick else 60)
-    budgets = [8, 4, 2] if args.quick else [30, 16, 8, 4, 3, 2]
+    budgets = [8, 4, 2] if args.quick else [20, 8, 4, 2]
     info = H.machine()
     base = ["--model", args.model, "--grid", grid, "--steps", n, "--log-dir", "@LOGDIR"]
     configs = [("store-all", base + ["--schedule", "store-all"])]

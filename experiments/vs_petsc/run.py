@@ -172,8 +172,10 @@ def plot(rows, path, args, info) -> None:
     ax1.bar([i + 0.2 for i in x], [r["petsc_wall_s"] for r in rows], width=0.4, label="PETSc TS + TSAdjoint")
     for i, r in zip(x, rows):
         ax1.annotate(f"x{r['wall_ratio']:.2f}", (i - 0.2, r["hpcadj_wall_s"]), ha="center", va="bottom", fontsize=7)
-    ax1.set_xticks(list(x), [f"{r['hpcadj']}\nvs {r['petsc'].replace('TS memory ', '').replace(', save', ',\nsave')}"
-                             for r in rows], fontsize=6)
+    def tick(r):
+        petsc_name = r["petsc"].replace("TS memory ", "").replace(", save", ",\nsave")
+        return f"{r['hpcadj']}\nvs {petsc_name}"
+    ax1.set_xticks(list(x), [tick(r) for r in rows], fontsize=6)
     ax1.set_ylabel(f"wall time (s, median of {args.repeats}, slowest rank)")
     ax1.legend(fontsize=8)
     ax2.bar([i - 0.2 for i in x], [r["hpcadj_forward_steps"] for r in rows], width=0.4, label="hpcadj forward steps")

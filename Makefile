@@ -30,3 +30,6 @@ test: setup
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+
+# Reproducible studies (experiments/): `make experiments`, or one with `make experiment-<name>`.
+include mk/experiments.mk

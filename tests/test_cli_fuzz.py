@@ -17,10 +17,6 @@ hpcadj runs in-process (``hpcadj.cli.main(argv)``; PETSc is initialised once per
 grids and steps so a valid run takes milliseconds; a few subprocess cases check the real command
 line, under mpirun too. Valid-but-enormous work (``--steps 10**20``, a 10^5 x 10^5 grid, 10^9
 ``--repeats``) is left out of the grammar: it is not bad input, only a long run.
-
-Cases that fail because of code other sessions own (``hpcadj/cli/run.py``, ``hpcadj/adjoint``,
-``hpcadj/telemetry``) are pinned below as ``xfail(strict=True)`` so they flip when fixed; the grammar
-leaves those inputs out so the property tests stay green meanwhile.
 """
 
 from __future__ import annotations
@@ -278,13 +274,10 @@ def argv_from(options, base: list[str], *, max_options=5):
         lambda t: base + [tok for group in t[0] + t[1] for tok in group])
 
 
-def model_options(files, *, huge_dt: bool):
-    """The flags every model-building subcommand shares: --model, --grid, --steps, --dt, model options.
-    ``huge_dt``: also draw finite but enormous dt (an implicit solver may then fail: run.py does not
-    report that yet, see test_run_solver_failure_is_one_line)."""
-    dt = st.sampled_from(["1e-4", "1e-3", "0.01"]) | BAD_POSITIVE
-    if huge_dt:
-        dt = dt | st.sampled_from(["1e10", "1e300", "1e308"])
+def model_options(files):
+    """The flags every model-building subcommand shares: --model, --grid, --steps, --dt, model options;
+    dt includes finite but enormous values, where an implicit solver fails (one line, exit 2)."""
+    dt = st.sampled_from(["1e-4", "1e-3", "0.01"]) | BAD_POSITIVE | st.sampled_from(["1e10", "1e300", "1e308"])
     return [
         flag("--model", st.sampled_from(["heat", "burgers", "wave", "grayscott", "nosuch", "HEAT", ""])),
         flag("--grid", st.sampled_from(["6x6", "5x7", "6x5x5", "1x1", "3x3", "6X6", "0x6", "6", "axb", "6x6x6x6",
@@ -330,13 +323,13 @@ def checkpoint_options(files):
 @settings(SETTINGS, max_examples=60)
 @given(data=st.data())
 def test_run_fuzz(files, data):
-    options = model_options(files, huge_dt=False) + checkpoint_options(files) + [
+    options = model_options(files) + checkpoint_options(files) + [
         st.just(["--json"]), st.just(["--quiet"]),
         flag("--gradient-out", output_arg(files, ".h5")),
         flag("--log-dir", st.sampled_from(["fresh", "under_file", "regular", "log_ok"]).map(
             lambda k: files["fresh"]() if k == "fresh" else files[k])),
-        # only a valid energy model: the broken ones trip run.py (see the xfail cases below)
-        flag("--energy-model", file_arg(files, "energy_ok.toml")),
+        flag("--energy-model", file_arg(files, "energy_ok.toml", "energy_garbage.toml", "energy_badvalue.toml",
+                                        "missing", "adir")),
         flag("--run-dir", st.sampled_from(["fresh", "under_file", "regular", "missing"]).map(
             lambda k: files["fresh"]() if k == "fresh" else files[k])),
         st.just(["--resume"]),
@@ -349,7 +342,7 @@ def test_run_fuzz(files, data):
 @settings(SETTINGS, max_examples=35)
 @given(data=st.data())
 def test_gradcheck_fuzz(files, data):
-    options = model_options(files, huge_dt=True) + [
+    options = model_options(files) + [
         flag("--eps", st.sampled_from(["1e-2", "1e-3", "0.5", "10", "1e300"]) | BAD_POSITIVE),
         flag("--halvings", st.sampled_from(["1", "2", "30", "31", "100", "1000000000"]) | BAD_COUNT),
         flag("--dot-tol", st.sampled_from(["1e-10", "1e-30", "1", "1e308"]) | BAD_POSITIVE),
@@ -389,7 +382,7 @@ def test_plan_fuzz(files, data):
 @settings(SETTINGS, max_examples=30)
 @given(data=st.data())
 def test_calibrate_fuzz(files, data):
-    options = model_options(files, huge_dt=True) + [
+    options = model_options(files) + [
         flag("--out", output_arg(files, ".json")),
         flag("--repeats", st.sampled_from(["1", "2"]) | BAD_COUNT),
         flag("--local-dir", st.sampled_from(["fresh", "under_file", "regular", "adir"]).map(
@@ -493,11 +486,8 @@ def test_found_by_fuzzing(files, command, argv, status):
     assert rc == status, err
 
 
-RUN_PY = "hpcadj/cli/run.py (not this session's file): "
 
 
-@pytest.mark.xfail(strict=True, reason=RUN_PY + "open_run_log raises EnergyModelError, only LogDirError is "
-                                              "caught: traceback")
 @pytest.mark.parametrize("toml", ["energy_garbage.toml", "energy_badvalue.toml", "missing", "adir"])
 def test_run_bad_energy_model_with_log_dir(files, toml):
     rc, _, _ = check_property("run", BASE + ["--quiet", "--log-dir", files["fresh"](),
@@ -505,15 +495,11 @@ def test_run_bad_energy_model_with_log_dir(files, toml):
     assert rc == 2
 
 
-@pytest.mark.xfail(strict=True, reason=RUN_PY + "--energy-model is read only with --log-dir: a corrupt or "
-                                              "missing file is silently ignored (exit 0)")
 def test_run_bad_energy_model_without_log_dir(files):
     rc, _, _ = check_property("run", BASE + ["--quiet", "--energy-model", files["energy_garbage.toml"]])
     assert rc == 2
 
 
-@pytest.mark.xfail(strict=True, reason=RUN_PY + "a model SolverError (Newton/KSP divergence, e.g. an "
-                                              "enormous implicit dt) escapes execute(): traceback")
 @pytest.mark.parametrize("extra", [["--model", "grayscott", "--dt", "1e10"],
                                    ["--model", "grayscott", "--dt", "1e300"]])
 def test_run_solver_failure_is_one_line(extra):

@@ -82,8 +82,21 @@ def load_costs(args):
         return None
     try:
         return CostProfile.load(args.costs)
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        message = str(exc)
+        raise CliError(message if args.costs in message else f"{args.costs}: {message}") from None
+
+
+def load_energy_model(args):
+    """The --energy-model constants, checked before anything runs (None: defaults)."""
+    from ..telemetry import load_model
+
+    if args.energy_model is None:
+        return None
+    try:
+        return load_model(args.energy_model)
+    except (ValueError, OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"--energy-model {args.energy_model}: {exc}") from None
 
 
 def plan_for(args, model, controls, comm, config, note):
@@ -184,6 +197,7 @@ def main(args) -> int:
         raise CliError("--resume needs --run-dir DIR (the directory of the run to continue)")
     if args.durable_every < 1:
         raise CliError(f"--durable-every must be >= 1, got {args.durable_every}")
+    energy_model = load_energy_model(args)
     model = build_model(args, comm)
     controls = model.default_controls()
     notes = []
@@ -199,13 +213,14 @@ def main(args) -> int:
                   "snapshot_bytes": model.snapshot_bytes(), "budgets": config.budgets,
                   "async_io": config.async_io, "resumed": args.resume}
         try:
-            log = open_run_log(args.log_dir, comm, record, energy_model=args.energy_model,
+            log = open_run_log(args.log_dir, comm, record, energy_model=energy_model,
                                overwrite=args.resume)
         except LogDirError as exc:
             raise CliError(str(exc)) from None
     telemetry = Telemetry(sinks=[log] if log is not None else [])
     try:
-        levels = build_levels(plans, model.snapshot_layout(), comm, config, attach=args.resume)
+        levels = build_levels(plans, model.snapshot_layout(), comm, config,
+                              attach=attach_kinds(args, rundir, comm))
     except Exception as exc:
         if log is not None:
             log.abort(str(exc))
@@ -230,6 +245,13 @@ def main(args) -> int:
     return 0
 
 
+def attach_kinds(args, rundir, comm) -> frozenset:
+    """Levels a resumed run reopens: node-local files only on the same rank count, HDF5 always."""
+    if not args.resume:
+        return frozenset()
+    return frozenset({"local", "pfs"} if rundir.manifest["ranks"] == comm.size else {"pfs"})
+
+
 def open_run_directory(args, model, controls, comm, config):
     """The run directory (None without --run-dir); on --resume, the level set-up it recorded."""
     from ..adjoint.restart import RunDirectory, RunDirError, controls_fingerprint
@@ -237,7 +259,7 @@ def open_run_directory(args, model, controls, comm, config):
 
     if not args.run_dir:
         return None
-    identity = {**model.describe(), "controls": controls_fingerprint(controls, comm)}
+    identity = {**model.describe(), "controls": controls_fingerprint(model, controls, comm)}
     rundir = RunDirectory(args.run_dir, comm)
     try:
         if args.resume:
@@ -260,6 +282,7 @@ def execute(args, model, controls, comm, levels, schedule, profile, rundir, tele
     from ..adjoint import Driver
     from ..adjoint.driver import StopRequested, Unrecoverable
     from ..adjoint.restart import Durability, resume_point
+    from ..models.base import SolverError
     from ..stack import mpi
     from ..telemetry import SweepProgress
 
@@ -290,6 +313,8 @@ def execute(args, model, controls, comm, levels, schedule, profile, rundir, tele
         if comm.rank == 0:
             print(f"hpcadj: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_FAILED
+    except SolverError as exc:  # e.g. Newton diverging for an enormous time step
+        raise CliError(str(exc)) from None
     finally:
         for level in levels:
             if stopped:

@@ -240,7 +240,8 @@ class Driver:
         if self._agree(error is not None):
             if error is None:
                 error = LevelError(f"{level.name}: step {step} failed on another rank")
-            error.level, error.writing = level.name, phase == "store"
+            error.level = level.name
+            error.writing = getattr(error, "writing", False) or phase == "store"
             raise error
         blocked = level.stats.wait_s - waited
         if blocked > 0:

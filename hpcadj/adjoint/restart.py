@@ -36,15 +36,17 @@ class RunDirError(ValueError):
     """The run directory cannot be used: unwritable, from another configuration, or broken."""
 
 
-def controls_fingerprint(controls, comm) -> list[float]:
-    """Two numbers per control that do not depend on the rank layout (sums over global indices)."""
+def controls_fingerprint(model, controls, comm) -> list[float]:
+    """Two numbers per control that do not depend on the rank layout (weighted by natural index)."""
     out = []
+    layouts = model.control_layout()
     for name in sorted(controls):
-        vec = controls[name]
-        lo, hi = vec.getOwnershipRange()
-        values = vec.getArray(readonly=True)
-        weights = np.sin(0.7 + 1.3 * np.arange(lo, hi))
-        out.extend([comm.allreduce(float(values.sum())), comm.allreduce(float(values @ weights))])
+        layout = layouts[name]
+        values = controls[name].getArray(readonly=True).reshape(layout.shape)
+        grids = np.meshgrid(*[np.arange(s, s + m) for s, m in zip(layout.start, layout.shape)], indexing="ij")
+        natural = np.ravel_multi_index(grids, layout.global_shape) if values.size else np.zeros(values.shape)
+        weights = np.sin(0.7 + 1.3 * natural)
+        out.extend([comm.allreduce(float(values.sum())), comm.allreduce(float((values * weights).sum()))])
     return out
 
 
@@ -177,10 +179,20 @@ class Durability:
 
     def _durable_snapshots(self) -> dict:
         """Flush the durable levels and list their complete snapshots (the same on every rank)."""
+        from ..checkpoint.storage.base import LevelError
+        from ..stack import mpi
+
         out = {}
         for level in self.levels:
             if level.kind in DURABLE_KINDS:
-                level.flush()
+                failure = None
+                try:
+                    level.flush()
+                except LevelError as exc:
+                    failure = exc
+                if self.rundir.comm.allreduce(failure is not None, op=mpi().LOR):
+                    # every rank leaves together; the driver re-plans around the failed level
+                    raise failure or LevelError(f"{level.name}: a write failed on another rank")
                 mine = set(level.valid_steps())
                 for other in self.rundir.comm.allgather(sorted(mine)):
                     mine &= set(other)

@@ -307,7 +307,9 @@ SlurmdUser=root
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
 AuthType=auth/munge
-AuthInfo=socket={self.munge_socket}
+# cred_expire (default 120 s) is also how long a requeued job is held before it may start again
+# (slurmd refuses the new launch while the old credential is revoked): short, so tests can requeue.
+AuthInfo=socket={self.munge_socket},cred_expire=10
 CredType=cred/munge
 StateSaveLocation={b / 'state'}
 SlurmdSpoolDir={b / 'spool'}

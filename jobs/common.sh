@@ -238,7 +238,7 @@ hpcadj_unit() {
         mv -f "$dir/result.json.part" "$dir/result.json"
         _hpcadj_mark "$dir" COMPLETE "rc=0" "resumed=$resuming"
         hpcadj_history "complete dir=$dir"
-        rmdir "$scratch" 2>/dev/null || true
+        rmdir "$scratch" "$(dirname "$scratch")" 2>/dev/null || true # only if hpcadj left them empty
         return 0
     fi
     if ((rc == HPCADJ_EX_STOPPED)) || [[ -n $HPCADJ_STOP_SIGNAL ]]; then

@@ -49,7 +49,9 @@ def submit_dir(tmp_path):
 
 def job_env(submit_dir: Path, **extra) -> dict:
     """What the scripts see: this checkout's hpcadj, OpenMPI allowed as root, tiny sizes set per test."""
-    env = mpi_env({"HPCADJ": HPCADJ, "HPCADJ_OUTPUT": str(submit_dir / "hpcadj-jobs")})
+    # TMPDIR: the node-local level's fallback, kept inside the test's directory.
+    env = mpi_env({"HPCADJ": HPCADJ, "HPCADJ_OUTPUT": str(submit_dir / "hpcadj-jobs"),
+                   "TMPDIR": str(submit_dir / "tmp")})
     env.pop("HPCADJ_MPI_WORKER", None)
     env.update({k: str(v) for k, v in extra.items()})
     return {k: v for k, v in env.items() if not k.startswith("SLURM_") or k in extra}

@@ -229,10 +229,9 @@ def test_gradient_job_stopped_requeued_and_resumed(cluster, submit_dir):
     """SIGUSR1 to the batch shell (what --signal=B:USR1@120 sends): the run stops with status 75, the
     job writes STOPPED and requeues itself; its next start resumes and ends with the same gradient as
     an uninterrupted run."""
-    # Long enough to be caught mid-run (a few seconds on a loaded 2-core VM), short enough to run twice.
-    # RAM + node-local only: this tests the job's stop/requeue/resume; stop and resume with the HDF5
-    # level are hpcadj's own restart tests (tests/test_restart.py).
-    args = dict(HPCADJ_GRID="32x32", HPCADJ_STEPS=800, HPCADJ_RAM=4, HPCADJ_DISK=32, HPCADJ_PFS="")
+    # Long enough to be caught mid-run (a few seconds on a loaded 2-core VM), short enough to run twice;
+    # all three levels, so the resumed run reattaches node-local files and the HDF5 file.
+    args = dict(HPCADJ_GRID="32x32", HPCADJ_STEPS=800, HPCADJ_RAM=4, HPCADJ_DISK=32, HPCADJ_PFS=8)
     env = job_env(submit_dir, **args)
     job = cluster.sbatch(["--ntasks=2", str(JOBS / "gradient.sbatch")], env=env, cwd=submit_dir)
     job_dir = submit_dir / "hpcadj-jobs" / f"gradient-{job}"

@@ -46,7 +46,9 @@ def calibrate(model, controls, comm, plans: list[LevelPlan], config: CheckpointC
 
     layout = model.snapshot_layout()
     snapshot = model.snapshot(u_next)
-    nbytes = sum(f.local_nbytes for f in layout.values())
+    # bytes one snapshot moves on all ranks together: a write or read costs every rank's block, as
+    # the run logs count it (the compute part is already scaled by ``cores``)
+    nbytes = comm.allreduce(sum(f.local_nbytes for f in layout.values()))
     levels = []
     for plan in plans:
         levels.append(_level_cost(plan, layout, comm, config, snapshot, repeats, forward_s,

@@ -29,15 +29,16 @@ import numpy as np
 
 from ..stack import mpi
 from .base import Stepper
-from .common import (central_difference, laplacian, scalar_add, scalar_array, scalar_layout, scalar_value,
-                     scalar_vec)
+from .common import (ComponentSnapshots, central_difference, laplacian, scalar_add, scalar_array,
+                     scalar_layout, scalar_value, scalar_vec)
 from .dmda import Grid, parse_grid
 
 
-class BurgersModel(Stepper):
+class BurgersModel(ComponentSnapshots, Stepper):
     """Viscous Burgers with SSP-RK3 and central advection; controls ``u0`` (velocity) and ``nu``."""
 
     name = "burgers"
+    SNAPSHOT_FIELDS = ("u", "v")
     default_steps = 100
     default_nu = 0.01
     default_cfl = 0.5
@@ -221,17 +222,6 @@ class BurgersModel(Stepper):
         return self.grid.vec_from(d3)
 
     # -- snapshots ---------------------------------------------------------------------------
-    def snapshot_layout(self):
-        layout = self.grid.component_layout()
-        return {"u": layout, "v": layout}
-
-    def snapshot(self, u):
-        w = self.grid.owned(u)
-        return {"u": w[..., 0].copy(), "v": w[..., 1].copy()}
-
-    def restore(self, snapshot):
-        return self.grid.vec_from(np.stack([snapshot["u"], snapshot["v"]], axis=-1))
-
     def control_layout(self):
         return {"u0": self.grid.layout(), "nu": scalar_layout(self.comm)}
 

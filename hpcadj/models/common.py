@@ -63,3 +63,23 @@ def central_difference(grid, padded: np.ndarray, axis: int, h: float) -> np.ndar
             else:
                 minus = padded[nb]
     return (plus - minus) / (2.0 * h)
+
+
+class ComponentSnapshots:
+    """Snapshots of a dof-k state (``self.grid``): one natural-order field per component.
+
+    A model lists the field names, one per component, in ``SNAPSHOT_FIELDS``.
+    """
+
+    SNAPSHOT_FIELDS: tuple[str, ...] = ()
+
+    def snapshot_layout(self):
+        layout = self.grid.component_layout()
+        return {name: layout for name in self.SNAPSHOT_FIELDS}
+
+    def snapshot(self, u):
+        w = self.grid.owned(u)
+        return {name: w[..., k].copy() for k, name in enumerate(self.SNAPSHOT_FIELDS)}
+
+    def restore(self, snapshot):
+        return self.grid.vec_from(np.stack([snapshot[name] for name in self.SNAPSHOT_FIELDS], axis=-1))

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..stack import petsc
 from .base import SolverError, Stepper
-from .common import laplacian, scalar_add, scalar_array, scalar_layout, scalar_value, scalar_vec
+from .common import ComponentSnapshots, laplacian, scalar_add, scalar_array, scalar_layout, scalar_value, scalar_vec
 from .dmda import Grid, parse_grid
 
 
@@ -69,10 +69,11 @@ class _Linearisation:
         model.grid.owned(d)[...] = diag
 
 
-class GrayScottModel(Stepper):
+class GrayScottModel(ComponentSnapshots, Stepper):
     """Gray-Scott with backward Euler + SNES; controls ``u0`` (initial (u, v)), ``F`` and ``k``."""
 
     name = "grayscott"
+    SNAPSHOT_FIELDS = ("u", "v")
     default_steps = 50
     default_dt = 1.0
     default_feed = 0.04
@@ -280,17 +281,6 @@ class GrayScottModel(Stepper):
         return self._linear_solve(self._ksp, rhs)
 
     # -- snapshots ---------------------------------------------------------------------------
-    def snapshot_layout(self):
-        layout = self.grid.component_layout()
-        return {"u": layout, "v": layout}
-
-    def snapshot(self, u):
-        w = self.grid.owned(u)
-        return {"u": w[..., 0].copy(), "v": w[..., 1].copy()}
-
-    def restore(self, snapshot):
-        return self.grid.vec_from(np.stack([snapshot["u"], snapshot["v"]], axis=-1))
-
     def control_layout(self):
         layout = scalar_layout(self.comm)
         return {"u0": self.grid.layout(), "F": layout, "k": layout}

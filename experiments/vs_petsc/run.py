@@ -130,12 +130,21 @@ def main() -> int:
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--out", default=str(HERE))
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--replot", action="store_true", help="redraw the figure from OUT/results.csv")
     args = p.parse_args()
     args.grid = args.grid or ("128x128" if args.quick else "256x256")
     args.steps = args.steps or (40 if args.quick else 60)
     args.slots = args.slots or ([10] if args.quick else [10, 20])
     if args.worker:
         worker(args)
+        return 0
+    if args.replot:
+        import csv
+
+        with open(Path(args.out) / "results.csv") as fh:
+            rows = [{k: (float(v) if k.endswith(("_s", "_ratio", "_steps", "_count")) else v) for k, v in r.items()}
+                    for r in csv.DictReader(fh)]
+        plot(rows, Path(args.out) / "vs_petsc.png", args, H.machine())
         return 0
     info = H.machine()
     H.log(f"vs_petsc: heat {args.grid}, {args.steps} steps, {args.ranks} ranks, load {info['loadavg_1m']}")
@@ -172,16 +181,14 @@ def plot(rows, path, args, info) -> None:
     ax1.bar([i + 0.2 for i in x], [r["petsc_wall_s"] for r in rows], width=0.4, label="PETSc TS + TSAdjoint")
     for i, r in zip(x, rows):
         ax1.annotate(f"x{r['wall_ratio']:.2f}", (i - 0.2, r["hpcadj_wall_s"]), ha="center", va="bottom", fontsize=7)
-    def tick(r):
-        petsc_name = r["petsc"].replace("TS memory ", "").replace(", save", ",\nsave")
-        return f"{r['hpcadj']}\nvs {petsc_name}"
-    ax1.set_xticks(list(x), [tick(r) for r in rows], fontsize=6)
+    ax1.set_xticks(list(x), [str(i + 1) for i in x])
+    ax1.set_xlabel("case: see the README table")
     ax1.set_ylabel(f"wall time (s, median of {args.repeats}, slowest rank)")
     ax1.legend(fontsize=8)
     ax2.bar([i - 0.2 for i in x], [r["hpcadj_forward_steps"] for r in rows], width=0.4, label="hpcadj forward steps")
     ax2.bar([i + 0.2 for i in x], [r["petsc_tsstep_count"] for r in rows], width=0.4, label="PETSc TSStep count")
     ax2.set_xticks(list(x), [str(i + 1) for i in x])
-    ax2.set_xlabel("case (left panel, in order)")
+    ax2.set_xlabel("case: see the README table")
     ax2.set_ylabel("forward step evaluations")
     ax2.legend(fontsize=8)
     fig.suptitle(f"hpcadj vs PETSc TSAdjoint: heat {args.grid}, {args.steps} steps, {args.ranks} ranks "

@@ -205,8 +205,9 @@ class Driver:
     def _with_prefetch(self, actions):
         """Yield the actions, first telling a level which snapshot the next Restore will read.
 
-        Every rank sees the same stream, so prefetches (collective on a parallel-HDF5 level) are
-        issued in the same order everywhere.
+        The window is searched again only when the hinted Restore has run or a Store may have made
+        the next one readable. Every rank sees the same stream, so prefetches (collective on a
+        parallel-HDF5 level) are issued in the same order everywhere.
         """
         actions = iter(actions)
         window = deque(itertools.islice(actions, self.LOOKAHEAD))
@@ -215,8 +216,11 @@ class Driver:
             action = window.popleft()
             window.extend(itertools.islice(actions, 1))
             yield action
+            if hinted is not None and action is not hinted and not isinstance(action, Store):
+                continue
+            hinted = None
             restore = next((a for a in window if isinstance(a, Restore)), None)
-            if restore is None or restore is hinted:
+            if restore is None:
                 continue
             touched = any(isinstance(a, (Store, Free, Move)) and a.n == restore.n
                           for a in itertools.takewhile(lambda a: a is not restore, window))
@@ -237,9 +241,14 @@ class Driver:
                 result = operation()
             except LevelError as exc:
                 error, result = exc, None
-        if self._agree(error is not None):
+        # an unverified RAM level fails alike on every rank or not at all: no agreement on that hot path
+        local_only = level.kind == "ram" and not getattr(level, "verify", False)
+        if (error is not None if local_only else self._agree(error is not None)):
             if error is None:
-                error = LevelError(f"{level.name}: step {step} failed on another rank")
+                reasons = [m for m in self.comm.allgather(None) if m]
+                error = LevelError(f"{level.name}: step {step} failed on another rank: {reasons[0]}")
+            elif not local_only:
+                self.comm.allgather(f"rank {self.comm.rank}: {error}")
             error.level = level.name
             error.writing = getattr(error, "writing", False) or phase == "store"
             raise error

@@ -208,7 +208,7 @@ def main(args) -> int:
 
     log = None
     if args.log_dir:
-        record = {**model.describe(), "schedule": schedule.name, "minimize": args.minimize,
+        record = {"argv": sys.argv, **model.describe(), "schedule": schedule.name, "minimize": args.minimize,
                   "levels": [{"name": p.name, "kind": p.kind, "capacity": p.slots} for p in plans],
                   "snapshot_bytes": model.snapshot_bytes(), "budgets": config.budgets,
                   "async_io": config.async_io, "resumed": args.resume}

@@ -160,3 +160,21 @@ def run_configs(configs: list[tuple[str, list]], ranks: int, repeats: int, timeo
             row["energy_source"] = first["energy"].get("source")
         summary.append(row)
     return raw, summary
+
+
+def study_parser(doc: str, here: Path, *, model: str, ram: int | None = None):
+    """The options every model study shares: --quick, --model, --grid, --steps, [--ram], --repeats,
+    --ranks and --out (default: the study's own folder)."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small size (a few minutes)")
+    p.add_argument("--model", default=model)
+    p.add_argument("--grid", default=None)
+    p.add_argument("--steps", type=int, default=None)
+    if ram is not None:
+        p.add_argument("--ram", type=int, default=ram)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--out", default=str(here))
+    return p

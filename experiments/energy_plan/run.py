@@ -25,7 +25,6 @@ Steps:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -71,15 +70,7 @@ def with_model(profile, model, nbytes_local: int, nbytes_global: int, cores: int
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--model", default="heat")
-    p.add_argument("--grid", default=None)
-    p.add_argument("--steps", type=int, default=None)
-    p.add_argument("--ram", type=int, default=3)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--ranks", type=int, default=2)
-    p.add_argument("--out", default=str(HERE))
+    p = H.study_parser(__doc__, HERE, model="heat", ram=3)
     args = p.parse_args()
     from hpcadj.checkpoint.schedules import CostProfile
     from hpcadj.telemetry import load_model

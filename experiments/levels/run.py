@@ -12,7 +12,6 @@ medians. HDF5 bandwidth itself is studied in experiments/io_bandwidth/.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -26,15 +25,7 @@ PHASES = ("forward", "recompute", "adjoint", "io_wait")
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--model", default="heat")
-    p.add_argument("--grid", default=None)
-    p.add_argument("--steps", type=int, default=None)
-    p.add_argument("--ram", type=int, default=4)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--ranks", type=int, default=2)
-    p.add_argument("--out", default=str(HERE))
+    p = H.study_parser(__doc__, HERE, model="heat", ram=4)
     args = p.parse_args()
     grid = args.grid or ("160x160" if args.quick else "256x256")
     n = args.steps or (40 if args.quick else 80)

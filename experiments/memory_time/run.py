@@ -11,7 +11,6 @@ with ``hpcadj calibrate`` on the same ranks.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -24,14 +23,7 @@ import _harness as H  # noqa: E402
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--model", default="heat")
-    p.add_argument("--grid", default=None)
-    p.add_argument("--steps", type=int, default=None)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--ranks", type=int, default=2)
-    p.add_argument("--out", default=str(HERE))
+    p = H.study_parser(__doc__, HERE, model="heat")
     args = p.parse_args()
     grid = args.grid or ("160x160" if args.quick else "256x256")
     n = args.steps or (50 if args.quick else 80)

@@ -12,7 +12,6 @@ rotated; medians.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -22,14 +21,7 @@ import _harness as H  # noqa: E402
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--model", default="burgers")
-    p.add_argument("--grid", default=None)
-    p.add_argument("--steps", type=int, default=None)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--ranks", type=int, default=2)
-    p.add_argument("--out", default=str(HERE))
+    p = H.study_parser(__doc__, HERE, model="burgers")
     args = p.parse_args()
     from hpcadj.checkpoint.schedules import min_forward_steps, store_all_slots
 

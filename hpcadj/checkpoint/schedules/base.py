@@ -40,3 +40,16 @@ class Schedule(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n_steps={self.n_steps}, capacities={self.capacities})"
+
+
+def last_step(lo: int, level: int, forward: bool):
+    """Actions of a one-step segment [lo, lo + 1] whose base u_lo is held and stored on ``level``:
+    the final forward step (ending the forward sweep) when ``forward``, the adjoint step, then the
+    base's slot released."""
+    from .actions import Adjoint, Advance, EndForward, Free
+
+    if forward:
+        yield Advance(lo, lo + 1)
+        yield EndForward()
+    yield Adjoint(lo + 1, lo)
+    yield Free(lo, level)

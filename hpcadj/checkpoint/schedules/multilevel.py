@@ -45,7 +45,7 @@ from itertools import repeat
 from operator import add
 
 from .actions import Action, Adjoint, Advance, EndForward, EndReverse, Free, Restore, Store
-from .base import Schedule, ScheduleError
+from .base import Schedule, ScheduleError, last_step
 from .costs import OpCosts, default_costs
 
 INF = float("inf")
@@ -181,11 +181,7 @@ class MultilevelPlanner:
                 yield Restore(lo, k)
             length = hi - lo
             if length == 1:
-                if fwd:
-                    yield Advance(lo, hi)
-                    yield EndForward()
-                yield Adjoint(hi, lo)
-                yield Free(lo, k)
+                yield from last_step(lo, k, fwd)
                 continue
             j = self.choices[k][m][length]
             if j < 0:

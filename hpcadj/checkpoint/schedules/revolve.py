@@ -18,8 +18,8 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from math import comb
 
-from .actions import Action, Adjoint, Advance, EndForward, EndReverse, Free, Restore, Store
-from .base import Schedule, ScheduleError
+from .actions import Action, Adjoint, Advance, EndForward, EndReverse, Restore, Store
+from .base import Schedule, ScheduleError, last_step
 
 
 def beta(s: int, t: int) -> int:
@@ -108,11 +108,7 @@ def segment_actions(start: int, end: int, slots: int, level: int, forward: bool)
             yield Restore(lo, level)
         length = hi - lo
         if length == 1:
-            if fwd:
-                yield Advance(lo, hi)
-                yield EndForward()
-            yield Adjoint(hi, lo)
-            yield Free(lo, level)
+            yield from last_step(lo, level, fwd)
             continue
         k = length - 1 if g == 1 else binom.first_advance(length, g)
         if k >= length - 1:

@@ -31,7 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-PACKAGES = ["slurmctld", "slurmd", "munge", "slurm-client"]
+# libpmix-dev: SLURM's mpi/pmix plugin dlopens the unversioned libpmix.so, which only it provides
+PACKAGES = ["slurmctld", "slurmd", "munge", "slurm-client", "libpmix-dev"]
 PROGRAMS = ["munged", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "srun"]
 #: JobState values after which a job does not run again by itself (REQUEUED / PENDING do).
 FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
@@ -57,9 +58,17 @@ def which(program: str) -> str:
     return found
 
 
+def missing_packages() -> list[str]:
+    """PACKAGES that dpkg does not list as installed (none where there is no dpkg)."""
+    if shutil.which("dpkg-query") is None:
+        return []
+    return [p for p in PACKAGES if "install ok installed" not in subprocess.run(
+        ["dpkg-query", "-W", "-f=${Status}", p], capture_output=True, text=True).stdout]
+
+
 def ensure_installed(timeout: float = 600) -> None:
-    """Install Debian's SLURM and munge packages when a program is missing; SlurmUnavailable if not possible."""
-    missing = missing_programs()
+    """Install Debian's SLURM, munge and PMIx packages when one is missing; SlurmUnavailable if not possible."""
+    missing = missing_programs() + missing_packages()
     if not missing:
         return
     if os.geteuid() != 0:

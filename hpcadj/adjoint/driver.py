@@ -87,7 +87,8 @@ class Driver:
         Makes progress durable: ``forward_point(driver, level)`` after a store at the frontier,
         ``reverse_point(driver)`` after an adjoint step, ``stop(driver)`` before a requested stop.
     should_stop : callable, optional
-        Polled after every action; when it returns True (on every rank alike) the run stops.
+        Polled after every Advance and Adjoint (one small allreduce each); when it returns True on
+        any rank, the run stops on every rank.
     """
 
     def __init__(self, stepper, levels, telemetry: Telemetry | None = None, progress=None, *,
@@ -137,16 +138,18 @@ class Driver:
                     vec.copy(self.grad[name])
         self.finished = False
         actions = schedule.actions()
+        execute = self.execute
         while not self.finished:
             try:
                 for action in self._with_prefetch(actions):
-                    self.execute(action)
+                    execute(action)
                     self.actions_done += 1
                     if self._step_delay:
                         time.sleep(self._step_delay)
                     if self.actions_done == self._kill_after:
                         os.kill(os.getpid(), signal.SIGKILL)
-                    if self.should_stop is not None and not self.finished and self._agree(self.should_stop()):
+                    if (self.should_stop is not None and isinstance(action, (Advance, Adjoint))
+                            and not self.finished and self._agree(self.should_stop())):
                         if self.durability is not None:
                             self.durability.stop(self)
                         raise StopRequested(f"stopped at forward step {self.frontier}, "
@@ -207,8 +210,12 @@ class Driver:
 
         The window is searched again only when the hinted Restore has run or a Store may have made
         the next one readable. Every rank sees the same stream, so prefetches (collective on a
-        parallel-HDF5 level) are issued in the same order everywhere.
+        parallel-HDF5 level) are issued in the same order everywhere. Without an asynchronous level
+        a prefetch does nothing, and the actions pass straight through.
         """
+        if not any(level.async_io for level in self.levels):
+            yield from actions
+            return
         actions = iter(actions)
         window = deque(itertools.islice(actions, self.LOOKAHEAD))
         hinted = None

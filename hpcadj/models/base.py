@@ -106,7 +106,11 @@ class Stepper(abc.ABC):
 
     @abc.abstractmethod
     def snapshot(self, u) -> Snapshot:
-        """This rank's owned blocks of state ``u`` (copies, natural axis order)."""
+        """This rank's owned blocks of state ``u`` in natural axis order.
+
+        Views into ``u`` are fine (and save a copy): a level copies what it keeps before its write
+        returns, and the driver holds ``u`` until then. Callers that keep a snapshot copy it.
+        """
 
     @abc.abstractmethod
     def restore(self, snapshot: Snapshot):

@@ -78,8 +78,8 @@ class ComponentSnapshots:
         return {name: layout for name in self.SNAPSHOT_FIELDS}
 
     def snapshot(self, u):
-        w = self.grid.owned(u)
-        return {name: w[..., k].copy() for k, name in enumerate(self.SNAPSHOT_FIELDS)}
+        w = self.grid.owned_view(u)
+        return {name: w[..., k] for k, name in enumerate(self.SNAPSHOT_FIELDS)}
 
     def restore(self, snapshot):
         return self.grid.vec_from(np.stack([snapshot[name] for name in self.SNAPSHOT_FIELDS], axis=-1))

@@ -81,6 +81,10 @@ class Grid:
         """The owned block of a global Vec as a natural-order view (writes go into the Vec)."""
         return vec.getArray().reshape(self.shape + self.components)
 
+    def owned_view(self, vec) -> np.ndarray:
+        """The owned block of a global Vec as a read-only natural-order view, valid while ``vec`` lives."""
+        return vec.getArray(readonly=True).reshape(self.shape + self.components)
+
     def vec_from(self, block: np.ndarray):
         vec = self.create_vec()
         self.owned(vec)[...] = block

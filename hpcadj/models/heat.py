@@ -55,6 +55,7 @@ class HeatModel(Stepper):
         self._targets = {i: self.observations.target_block(i, self.grid) for i in self.observations.steps}
         self._ksp = self._make_ksp()
         self._controls = None
+        self._work: dict = {}
         self.A = self.B = None
 
     # -- construction ------------------------------------------------------------------------
@@ -155,8 +156,16 @@ class HeatModel(Stepper):
             out += face * (w_padded[nb] - wp)
         return out
 
-    def _solve(self, rhs):
-        x = rhs.duplicate()
+    def _scratch(self, name: str, like):
+        """A work Vec kept across steps: a step that reuses one creates and destroys nothing."""
+        vec = self._work.get(name)
+        if vec is None:
+            vec = self._work[name] = like.duplicate()
+        return vec
+
+    def _solve(self, rhs, x=None):
+        """x = A^-1 rhs, in a new Vec unless ``x`` is given."""
+        x = rhs.duplicate() if x is None else x
         x.set(0.0)
         self._ksp.solve(rhs, x)
         reason = self._ksp.getConvergedReason()
@@ -166,7 +175,7 @@ class HeatModel(Stepper):
 
     # -- forward -----------------------------------------------------------------------------
     def step(self, i, u):
-        rhs = u.duplicate()
+        rhs = self._scratch("rhs", u)
         self.B.mult(u, rhs)
         return self._solve(rhs)
 
@@ -187,13 +196,14 @@ class HeatModel(Stepper):
     # -- adjoint -----------------------------------------------------------------------------
     def _w(self, u, u_next):
         """The theta-weighted state at which the step's operator acts."""
-        w = u.copy()
+        w = self._scratch("w", u)
+        u.copy(w)
         w.scale(1.0 - self.theta)
         w.axpy(self.theta, u_next)
         return w
 
     def adjoint_step(self, i, u, u_next, lam_next, grad):
-        mu = self._solve(lam_next)
+        mu = self._solve(lam_next, self._scratch("mu", lam_next))
         lam = mu.duplicate()
         self.B.mult(mu, lam)
         w_pad = self.grid.padded(self._w(u, u_next))
@@ -215,7 +225,7 @@ class HeatModel(Stepper):
         return dcontrols["u0"].copy()
 
     def tangent_step(self, i, u, u_next, du, dcontrols):
-        rhs = du.duplicate()
+        rhs = self._scratch("rhs", du)
         self.B.mult(du, rhs)
         dl_w = self._apply_l(self.grid.padded(dcontrols["kappa"]), self.grid.padded(self._w(u, u_next)))
         self.grid.owned(rhs)[...] += self.dt * dl_w
@@ -226,7 +236,7 @@ class HeatModel(Stepper):
         return {"u": self.grid.layout()}
 
     def snapshot(self, u):
-        return {"u": self.grid.owned(u).copy()}
+        return {"u": self.grid.owned_view(u)}
 
     def restore(self, snapshot):
         return self.grid.vec_from(snapshot["u"])

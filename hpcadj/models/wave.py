@@ -298,8 +298,8 @@ class WaveModel(Stepper):
         return {"u_prev": layout, "u": layout}
 
     def snapshot(self, u):
-        w = self.grid.owned(u)
-        return {"u_prev": w[..., 0].copy(), "u": w[..., 1].copy()}
+        w = self.grid.owned_view(u)
+        return {"u_prev": w[..., 0], "u": w[..., 1]}
 
     def restore(self, snapshot):
         return self._pair(snapshot["u_prev"], snapshot["u"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 
@@ -40,23 +39,10 @@ class Telemetry:
             self._events[phase] = event
         return event
 
-    @contextmanager
     def phase(self, phase: str, *, step: int | None = None, steps: int = 0, nbytes: int = 0,
-              level: str | None = None):
+              level: str | None = None) -> "_Phase":
         """Time the enclosed block as ``phase`` (``steps`` time steps, ``nbytes`` moved on ``level``)."""
-        event = self._petsc_event(phase) if self._petsc_events else None
-        if event is not None:
-            event.begin()
-        t0 = time.time()
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            seconds = time.perf_counter() - start
-            if event is not None:
-                event.end()
-            self.record(phase, t0=t0, seconds=seconds, step=step, steps=steps, nbytes=nbytes,
-                        level=level)
+        return _Phase(self, phase, step, steps, nbytes, level)
 
     def record(self, phase: str, *, t0: float, seconds: float, step=None, steps: int = 0,
                nbytes: int = 0, level: str | None = None) -> None:
@@ -78,3 +64,30 @@ class Telemetry:
         for (phase, _level), total in self.totals.items():
             out[phase] = out.get(phase, 0.0) + total.seconds
         return out
+
+
+class _Phase:
+    """The context manager of :meth:`Telemetry.phase` (a plain class: it runs around every step)."""
+
+    __slots__ = ("telemetry", "phase", "step", "steps", "nbytes", "level", "event", "t0", "start")
+
+    def __init__(self, telemetry: Telemetry, phase, step, steps, nbytes, level):
+        self.telemetry, self.phase, self.step = telemetry, phase, step
+        self.steps, self.nbytes, self.level = steps, nbytes, level
+
+    def __enter__(self):
+        telemetry = self.telemetry
+        self.event = telemetry._petsc_event(self.phase) if telemetry._petsc_events else None
+        if self.event is not None:
+            self.event.begin()
+        self.t0 = time.time()
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        seconds = time.perf_counter() - self.start
+        if self.event is not None:
+            self.event.end()
+        self.telemetry.record(self.phase, t0=self.t0, seconds=seconds, step=self.step, steps=self.steps,
+                              nbytes=self.nbytes, level=self.level)
+        return False

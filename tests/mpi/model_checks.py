@@ -38,10 +38,13 @@ def serial_reference(comm, build):
         result = compute_gradient(model, controls)
         model.set_controls(controls)
         u = model.initial_state()
-        states = [model.snapshot(u)]
+        def kept(u):
+            return {name: block.copy() for name, block in model.snapshot(u).items()}
+
+        states = [kept(u)]
         for i in range(model.n_steps):
             u = model.step(i, u)
-            states.append(model.snapshot(u))
+            states.append(kept(u))
         ref = {"J": result.J, "gradient": model.control_arrays(result.gradient), "states": states}
     return comm.bcast(ref, root=0)
 

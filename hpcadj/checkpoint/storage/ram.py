@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from ...snapshot import Snapshot, snapshot_nbytes
 from .base import CorruptSnapshot, Level
 from .checksum import block_checksum
@@ -12,8 +14,10 @@ from .checksum import block_checksum
 class RamLevel(Level):
     """Snapshots held as private read-only numpy copies; reads hand out those read-only arrays.
 
-    With ``verify=True`` each block's CRC-32 is recorded on write and checked on read (off by
-    default: process memory is trusted and the check costs a pass over the data).
+    A freed slot's arrays are kept and reused by the next write, so a plan that stores and frees
+    repeatedly copies into memory already paged in; slots in use plus kept ones never exceed the
+    peak number of slots used. With ``verify=True`` each block's CRC-32 is recorded on write and
+    checked on read (off by default: process memory is trusted and the check costs a pass).
     """
 
     kind = "ram"
@@ -23,17 +27,31 @@ class RamLevel(Level):
         self.verify = bool(verify)
         self._data: dict[int, Snapshot] = {}
         self._crc: dict[int, dict[str, int]] = {}
+        self._spare: list[Snapshot] = []
 
     def _write(self, step, snapshot):
         t0 = time.perf_counter()
-        copies = {k: v.copy() for k, v in snapshot.items()}
-        for a in copies.values():
-            a.flags.writeable = False
+        copies = self._copy(snapshot)
         self._data[step] = copies
         if self.verify:
             self._crc[step] = {k: block_checksum(a) for k, a in copies.items()}
         self.stats.write_s += time.perf_counter() - t0
         self.stats.bytes_written += snapshot_nbytes(snapshot)
+
+    def _copy(self, snapshot: Snapshot) -> Snapshot:
+        """Read-only C-order copies of ``snapshot``, in a freed slot's arrays where they fit."""
+        spare = self._spare.pop() if self._spare else None
+        if spare is None or spare.keys() != snapshot.keys() or any(
+                spare[k].shape != v.shape or spare[k].dtype != v.dtype for k, v in snapshot.items()):
+            copies = {k: np.array(v, order="C", copy=True) for k, v in snapshot.items()}
+        else:
+            copies = spare
+            for k, v in snapshot.items():
+                copies[k].flags.writeable = True
+                np.copyto(copies[k], v)
+        for a in copies.values():
+            a.flags.writeable = False
+        return copies
 
     def _read(self, step):
         t0 = time.perf_counter()
@@ -47,10 +65,11 @@ class RamLevel(Level):
         return snapshot
 
     def _free(self, step):
-        del self._data[step]
+        self._spare.append(self._data.pop(step))
         self._crc.pop(step, None)
 
     def close(self):
         self._data.clear()
         self._crc.clear()
+        self._spare.clear()
         self._held.clear()

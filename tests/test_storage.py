@@ -263,6 +263,29 @@ def test_io_thread_error_not_lost_at_close(tmp_path):
     assert not level._worker._thread.is_alive()
 
 
+def test_ram_copies_views_and_reuses_freed_slots():
+    """A write keeps a private copy (a later change to the caller's view does not reach it); a freed
+    slot's arrays take the next write, and the step still stored is never overwritten."""
+    level = RamLevel(2, LAYOUT)
+    source = {k: v.copy() for k, v in snap(1).items()}
+    strided = {k: v[...] for k, v in source.items()}
+    level.write(1, strided)
+    level.write(2, snap(2))
+    for v in source.values():
+        v.view(np.uint8)[...] = 0
+    assert same(level.read(1), snap(1))
+    freed = level.read(1)["u"]
+    level.free(1)
+    level.write(3, snap(3))
+    assert level.read(3)["u"] is freed, "the freed slot's array was not reused"
+    assert same(level.read(3), snap(3)) and same(level.read(2), snap(2))
+    assert not level.read(3)["u"].flags.writeable
+    column = {"u": np.asfortranarray(snap(4)["u"]), "q": snap(4)["q"][:, ::-1, :]}
+    level.free(3)
+    level.write(4, column)
+    assert same(level.read(4), {k: np.ascontiguousarray(v) for k, v in column.items()})
+
+
 def test_ram_verify_detects_corruption():
     level = RamLevel(2, LAYOUT, verify=True)
     level.write(0, snap(0))

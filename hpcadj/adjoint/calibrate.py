@@ -12,7 +12,7 @@ import time
 
 from ..checkpoint.schedules import CostProfile, LevelCost
 from ..checkpoint.storage.factory import make_level
-from .manager import ASYNC_SAFE, CheckpointConfig, LevelPlan
+from .manager import CheckpointConfig, LevelPlan
 
 
 def _timed(comm, fn, repeats: int) -> float:
@@ -80,7 +80,7 @@ def _level_cost(plan, layout, comm, config, snapshot, repeats, forward_s, energy
 
     sync_write, _, read_s = measure(async_io=False)
     overlap = 0.0
-    if plan.kind in ASYNC_SAFE and config.async_io:
+    if plan.kind != "ram" and config.async_io:
         visible, _, _ = measure(async_io=True)
         # hidden share of a write, at most what one forward step of compute can cover
         hidden = max(0.0, 1.0 - visible / sync_write) if sync_write > 0 else 0.0

@@ -18,12 +18,6 @@ from ..checkpoint.storage.factory import make_level
 #: (budget / level name, storage kind), fastest first
 LEVELS = (("ram", "ram"), ("disk", "local"), ("pfs", "pfs"))
 
-#: Level kinds whose I/O may run on a background thread. Not ``pfs``: h5py and petsc4py both make
-#: blocking MPI calls while holding the GIL, so a collective HDF5 call on one rank's I/O thread and a
-#: PETSc halo exchange on another rank's main thread can wait on each other for ever (seen here).
-ASYNC_SAFE = frozenset({"local"})
-
-
 @dataclass
 class CheckpointConfig:
     """What the user asked for: budgets per level (slots or bytes) and where file levels live."""
@@ -87,7 +81,7 @@ def build_levels(plans: list[LevelPlan], layout, comm, config: CheckpointConfig,
             run_id = config.run_id if reopen or not attach else None
             levels.append(make_level(plan.kind, plan.slots, layout, comm, name=plan.name,
                                      path=config.pfs_file, local_dir=config.local_dir,
-                                     async_io=config.async_io and plan.kind in ASYNC_SAFE,
+                                     async_io=config.async_io,
                                      keep=config.keep, run_id=run_id,
                                      **({"attach": True} if reopen else {})))
     except Exception:

@@ -205,7 +205,7 @@ def test_pfs_unwritable_path_raises_on_every_rank(comm, shared_tmp):
 
 
 def test_two_async_pfs_levels_share_the_collective_order(comm, shared_tmp):
-    """Two HDF5 levels interleaved in plan order must not deadlock (one shared HDF5 I/O thread)."""
+    """Two asynchronous HDF5 levels interleaved in plan order keep their collective calls matched."""
     layout = _layout(comm)
     a = make_level("pfs", 2, layout, comm, path=os.path.join(shared_tmp, "a.h5"), name="pfs-a")
     b = make_level("pfs", 2, layout, comm, path=os.path.join(shared_tmp, "b.h5"), name="pfs-b")

@@ -6,6 +6,7 @@ from ...snapshot import SnapshotLayout
 from .base import Level
 from .local import LocalLevel
 from .pfs import PfsLevel
+from .pfs_async import AsyncPfsLevel
 from .ram import RamLevel
 
 KINDS = ("ram", "local", "pfs")
@@ -39,7 +40,8 @@ def make_level(kind: str, capacity: int, layout: SnapshotLayout, comm=None, *,
     if kind == "local":
         return LocalLevel(capacity, layout, comm, local_dir=local_dir, attach=attach, **opts)
     if kind == "pfs":
-        return PfsLevel(capacity, layout, comm, path, collective=collective, attach=attach, **opts)
+        cls = AsyncPfsLevel if opts.pop("async_io") else PfsLevel
+        return cls(capacity, layout, comm, path, collective=collective, attach=attach, **opts)
     raise ValueError(f"unknown level kind {kind!r}; expected one of {', '.join(KINDS)}")
 
 

@@ -30,32 +30,25 @@ if every old block checks out. Invalid links are removed. When the rank layout d
 records the CRC of its new block, and a slot written again gets the new rank tables. A file that
 cannot be opened at all is replaced by an empty one (``attach_note`` says so).
 
-Every HDF5 call of every PfsLevel of the process runs on one shared FIFO I/O thread (HDF5 is not
-thread-safe and h5py serialises calls on a global lock, so two threads doing collective HDF5 I/O
-could deadlock across ranks), on a duplicate of the level's communicator. Asynchronous I/O needs
-MPI_THREAD_MULTIPLE (the solver's MPI calls run meanwhile); otherwise the level runs synchronously
-and says why in ``async_note``.
+This class runs every call synchronously on the caller's thread, in plan order. The asynchronous
+mode (:class:`~.pfs_async.AsyncPfsLevel`, what ``make_level(..., async_io=True)`` builds) keeps all
+HDF5 calls there too and moves only the raw bytes to an I/O thread.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import threading
 
 import numpy as np
 
 from ...snapshot import Snapshot, SnapshotLayout
 from ...stack import h5py, mpi
-from .aio import AsyncLevel, IOThread
+from .aio import AsyncLevel
 from .base import CorruptSnapshot, LevelError, agree_run_id
 from .checksum import ALGORITHM, block_checksum
 
 FORMAT = "hpcadj-checkpoints-1"
-
-_shared_lock = threading.Lock()
-_shared: dict = {"worker": None, "users": 0}
-
 
 def contiguous_in_file(global_shape, start, shape) -> bool:
     """Whether a block is one contiguous run of the C-ordered global array (or empty)."""
@@ -101,25 +94,20 @@ def _transfer(dset, block: np.ndarray, slices, *, write: bool, collective: bool)
 
 
 class PfsLevel(AsyncLevel):
-    """Snapshots as global datasets in one parallel-HDF5 file (``driver="mpio"``)."""
+    """Snapshots as global datasets in one parallel-HDF5 file (``driver="mpio"``), synchronously."""
 
     kind = "pfs"
     _agree_on_thread = True
 
     def __init__(self, capacity: int, layout: SnapshotLayout, comm=None, path: str | None = None,
                  *, run_id: str | None = None, keep: bool = False, fsync: bool = False,
-                 async_io: bool = True, queue_depth: int = 2, prefetch_depth: int = 1,
+                 queue_depth: int = 2, prefetch_depth: int = 1,
                  collective: str = "auto", name: str = "pfs", attach: bool = False):
-        MPI = mpi()
         if comm is None:
-            comm = MPI.COMM_WORLD
-        self.async_note = None
-        if async_io and MPI.Query_thread() < MPI.THREAD_MULTIPLE:
-            async_io = False
-            self.async_note = "MPI is not THREAD_MULTIPLE: parallel-HDF5 level runs synchronously"
+            comm = mpi().COMM_WORLD
         if not layout:
             raise LevelError(f"{name}: the parallel-HDF5 level needs a snapshot layout")
-        super().__init__(name, capacity, layout, comm, async_io=async_io,
+        super().__init__(name, capacity, layout, comm, async_io=False,
                          queue_depth=queue_depth, prefetch_depth=prefetch_depth)
         self.keep = bool(keep)
         self.fsync = bool(fsync)
@@ -169,27 +157,10 @@ class PfsLevel(AsyncLevel):
             raise LevelError(f"{name}: cannot {what} the parallel-HDF5 file {self.path} ({detail})")
 
     def _abandon(self) -> None:
-        """Give up during construction: release the I/O thread, mark closed."""
-        if self._worker is not None:
-            self._release_worker()
+        """Give up during construction: mark closed."""
         self._closed = True
 
-    def _acquire_worker(self) -> IOThread:
-        with _shared_lock:
-            if _shared["worker"] is None:
-                _shared["worker"] = IOThread("hpcadj-io-hdf5")
-            _shared["users"] += 1
-            return _shared["worker"]
-
-    def _release_worker(self) -> None:
-        with _shared_lock:
-            _shared["users"] -= 1
-            if _shared["users"]:
-                return
-            worker, _shared["worker"] = _shared["worker"], None
-        worker.stop()
-
-    # -- on the I/O thread -------------------------------------------------------------------
+    # -- HDF5 operations (the caller's thread) ------------------------------------------------
 
     def _open(self) -> None:
         h5 = h5py()

@@ -92,8 +92,7 @@ class AsyncPfsLevel(PfsLevel):
         slot = self._free_slots.pop(0) if self._free_slots else self._take_new_slot()
         error, runs = None, None
         try:
-            g = self._group(slot)
-            g.attrs["step"] = -1
+            g = self._group(slot)  # a free slot's step attribute is already -1 (created or freed so)
             if slot in self._foreign:
                 for field in self.fields:
                     g[field].attrs["rank_starts"], g[field].attrs["rank_shapes"] = self._ranks[field]
@@ -273,6 +272,11 @@ class AsyncPfsLevel(PfsLevel):
         try:
             self._agree_write(step, slot, error, "metadata", 0)
         except LevelError as exc:
+            try:
+                if link in self._file["snapshots"]:
+                    del self._file["snapshots"][link]
+            except Exception:  # noqa: BLE001 - the file is failing; the agreed error says so
+                pass
             self._fail(step, slot, [(self.rank, str(exc))])
             return
         self._slot_of[step] = slot

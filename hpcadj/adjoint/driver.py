@@ -319,7 +319,8 @@ class Driver:
         level = self._level(action.level)
         snapshot = self.stepper.snapshot(self.work.get(action.n))
         t = action.n * self.stepper.dt if hasattr(self.stepper, "dt") else None
-        self._timed_io("store", level, action.n, lambda: level.write(action.n, snapshot, time=t))
+        # states are never changed in place, so the level may write the snapshot's views as they are
+        self._timed_io("store", level, action.n, lambda: level.write(action.n, snapshot, time=t, donate=True))
         if self.durability is not None and action.n == self.frontier and self.lam_step is None:
             self.durability.forward_point(self, level)
 

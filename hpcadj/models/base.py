@@ -108,8 +108,9 @@ class Stepper(abc.ABC):
     def snapshot(self, u) -> Snapshot:
         """This rank's owned blocks of state ``u`` in natural axis order.
 
-        Views into ``u`` are fine (and save a copy): a level copies what it keeps before its write
-        returns, and the driver holds ``u`` until then. Callers that keep a snapshot copy it.
+        Views into ``u`` are fine and save copies: states are never modified in place once a step
+        returned them (the adjoint reads them later too), so a level may write C-contiguous views
+        as they are, after its write returned; the views keep the Vec's memory alive until then.
         """
 
     @abc.abstractmethod

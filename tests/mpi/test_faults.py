@@ -74,8 +74,8 @@ def after_write(level, comm, nth, action):
     real = level.write
     count = [0]
 
-    def write(step, snapshot, time=None):
-        real(step, snapshot, time=time)
+    def write(step, snapshot, time=None, **kw):
+        real(step, snapshot, time=time, **kw)
         count[0] += 1
         if count[0] == nth:
             level.flush()

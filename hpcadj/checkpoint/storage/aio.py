@@ -9,7 +9,10 @@ Design (the same for node-local files and parallel HDF5):
   ranks. Only that thread touches the level's file(s); in synchronous mode the same tasks run inline.
 - ``write`` copies the snapshot (the caller reuses its buffers) and returns; at most
   ``queue_depth`` copies are in flight, a further ``write`` blocks until one has drained. Drained
-  copies are reused as staging buffers (no fresh allocation and page faults per write).
+  copies are reused as staging buffers (no fresh allocation and page faults per write). A caller
+  that donates its arrays (``write(..., donate=True)``: it never modifies them; the driver does,
+  since states are immutable) skips the copy for C-contiguous ones; they count against the same
+  ``queue_depth``.
 - ``prefetch(step)`` queues a read whose result waits in memory for ``read(step)``; at most
   ``prefetch_depth`` prefetched snapshots are held, extra hints are ignored (deterministically).
   Memory beyond the slots is therefore bounded by ``queue_depth + prefetch_depth`` snapshots.
@@ -92,6 +95,10 @@ def _completed(fn) -> Future:
     return future
 
 
+class _Donated(dict):
+    """A snapshot written as the caller handed it over (no staging copy; never pooled)."""
+
+
 class AsyncLevel(Level):
     """A level whose storage operations run on a FIFO I/O thread (or inline when not ``async_io``).
 
@@ -130,7 +137,7 @@ class AsyncLevel(Level):
 
     # -- caller-side API ---------------------------------------------------------------------
 
-    def _write(self, step: int, snapshot: Snapshot) -> None:
+    def _write(self, step: int, snapshot: Snapshot, donate: bool = False) -> None:
         self._check()
         self._validate(snapshot)
         t = self.times.get(step)
@@ -141,6 +148,14 @@ class AsyncLevel(Level):
                 self._failure_reported = True
                 raise self._write_error(future.exception())
             return
+        staged = self._take_buffer(snapshot, donate)
+        self._submit(lambda: self._write_task(step, staged, t, staged=True), write=step,
+                     staged=staged)
+
+    def _take_buffer(self, snapshot: Snapshot, donate: bool) -> Snapshot:
+        """Wait until fewer than ``queue_depth`` writes are in flight; return what the I/O thread
+        will write: donated C-contiguous arrays as they are, else a copy in a drained buffer."""
+        zero_copy = donate and all(np.asarray(a).flags.c_contiguous for a in snapshot.values())
         t0 = _time.perf_counter()
         with self._cond:
             blocked = self._inflight >= self.queue_depth
@@ -148,14 +163,16 @@ class AsyncLevel(Level):
                 self._cond.wait()
             self._inflight += 1
             self._note_buffers()
-            spare = self._pool.pop() if self._pool else None
+            spare = self._pool.pop() if self._pool and not zero_copy else None
         if blocked:
             self._account(wait_s=_time.perf_counter() - t0)
+        if zero_copy:
+            self.stats.zero_copy += 1
+            return _Donated(snapshot)
         t0 = _time.perf_counter()
         copy = self._stage(snapshot, spare)
         self.stats.stage_s += _time.perf_counter() - t0
-        self._submit(lambda: self._write_task(step, copy, t, staged=True), write=step,
-                     staged=copy)
+        return copy
 
     def _read(self, step: int) -> Snapshot:
         if self._closed:
@@ -369,10 +386,11 @@ class AsyncLevel(Level):
                                  f"layout says {lay.dtype}{tuple(lay.shape)}")
 
     def _release(self, snapshot: Snapshot) -> None:
-        """A staged write buffer is free again: back to the pool, wake a blocked writer."""
+        """A write has drained: its staging buffer back to the pool (not donated arrays), wake a writer."""
         with self._cond:
             self._inflight -= 1
-            self._pool.append(snapshot)
+            if not isinstance(snapshot, _Donated):
+                self._pool.append(snapshot)
             self._cond.notify_all()
 
     def _write_task(self, step: int, snapshot: Snapshot, t, *, staged: bool) -> None:

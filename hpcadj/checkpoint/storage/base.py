@@ -35,7 +35,8 @@ class LevelStats:
 
     ``write_s``/``read_s`` are the seconds the transfers took wherever they ran (the I/O thread for
     asynchronous levels); ``wait_s`` is what the caller's thread spent blocked on the level (the
-    driver's ``io_wait``); ``stage_s`` is the caller's time copying snapshots into write buffers.
+    driver's ``io_wait``); ``stage_s`` is the caller's time copying snapshots into write buffers;
+    ``zero_copy`` counts writes of donated arrays that needed no such copy.
     ``bytes_read`` counts bytes moved from storage, including prefetches later dropped unread.
     """
 
@@ -48,6 +49,7 @@ class LevelStats:
     peak_slots: int = 0
     wait_s: float = 0.0
     stage_s: float = 0.0
+    zero_copy: int = 0
     prefetches: int = 0
     prefetch_hits: int = 0
     peak_buffers: int = 0
@@ -86,14 +88,20 @@ class Level(abc.ABC):
     def occupied(self) -> int:
         return len(self._held)
 
-    def write(self, step: int, snapshot: Snapshot, time: float | None = None) -> None:
-        """Store a copy of ``snapshot`` as step ``step`` (model time ``time``) in a free slot."""
+    def write(self, step: int, snapshot: Snapshot, time: float | None = None, *,
+              donate: bool = False) -> None:
+        """Store ``snapshot`` as step ``step`` (model time ``time``) in a free slot.
+
+        The level keeps a copy, unless the caller ``donate``s the arrays: it promises never to modify
+        them, so an asynchronous level may write C-contiguous ones as they are, holding them (and, for
+        views of a PETSc Vec, the Vec's memory) until written, instead of copying first.
+        """
         if step in self._held:
             raise LevelError(f"{self.name}: step {step} is already stored")
         if len(self._held) >= self.capacity:
             raise LevelError(f"{self.name}: all {self.capacity} slots are full")
         self.times[step] = time
-        self._write(step, snapshot)
+        self._write(step, snapshot, donate)
         self._held.add(step)
         self.stats.writes += 1
         self.stats.peak_slots = max(self.stats.peak_slots, len(self._held))
@@ -149,7 +157,7 @@ class Level(abc.ABC):
             s.wait_s += wait_s
 
     @abc.abstractmethod
-    def _write(self, step: int, snapshot: Snapshot) -> None: ...
+    def _write(self, step: int, snapshot: Snapshot, donate: bool = False) -> None: ...
 
     @abc.abstractmethod
     def _read(self, step: int) -> Snapshot: ...

@@ -83,7 +83,7 @@ class AsyncPfsLevel(PfsLevel):
 
     # -- caller side ---------------------------------------------------------------------------
 
-    def _write(self, step: int, snapshot: Snapshot) -> None:
+    def _write(self, step: int, snapshot: Snapshot, donate: bool = False) -> None:
         self._commit()
         self._check()
         self._validate(snapshot)
@@ -101,19 +101,7 @@ class AsyncPfsLevel(PfsLevel):
         except Exception as exc:  # noqa: BLE001 - agreed next, so no rank is left in a collective
             error = exc
         self._agree_write(step, slot, error, "metadata", 0)
-        t0 = _time.perf_counter()
-        with self._cond:
-            blocked = self._inflight >= self.queue_depth
-            while self._inflight >= self.queue_depth:
-                self._cond.wait()
-            self._inflight += 1
-            self._note_buffers()
-            spare = self._pool.pop() if self._pool else None
-        if blocked:
-            self._account(wait_s=_time.perf_counter() - t0)
-        t0 = _time.perf_counter()
-        staged = self._stage(snapshot, spare)
-        self.stats.stage_s += _time.perf_counter() - t0
+        staged = self._take_buffer(snapshot, donate)
         future = self._raw.submit(lambda: self._raw_write(staged, runs))
         self._pending[step] = (slot, self.times.get(step), future)
 

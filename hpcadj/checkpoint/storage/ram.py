@@ -29,7 +29,7 @@ class RamLevel(Level):
         self._crc: dict[int, dict[str, int]] = {}
         self._spare: list[Snapshot] = []
 
-    def _write(self, step, snapshot):
+    def _write(self, step, snapshot, donate=False):  # RAM always keeps its own copy
         t0 = time.perf_counter()
         copies = self._copy(snapshot)
         self._data[step] = copies

@@ -265,3 +265,38 @@ def test_undonated_and_strided_snapshots_are_copied(comm, shared_tmp):
         got = level.read(step)
         assert all(_same_bits(got[k], _snapshot(step, layout)[k]) for k in layout), step
     level.close()
+
+
+class _Tracked(bytearray):
+    """Memory that records which thread released it (a stand-in for a PETSc Vec's array)."""
+
+    released_on: list = []
+
+    def __del__(self):
+        import threading
+
+        _Tracked.released_on.append(threading.current_thread().name)
+
+
+@pytest.mark.parametrize("kind", ["local", "pfs"])
+def test_donated_snapshots_are_released_on_the_callers_thread(comm, shared_tmp, kind):
+    """Dropping the last reference to a donated Vec view may destroy the Vec: that must happen on
+    the thread that calls PETSc, never on the I/O thread, however fast the writes finish."""
+    lay = {"u": FieldLayout((4 * comm.size, 3000), (4 * comm.rank, 0), (4, 3000), "float64")}
+    level = _make(kind, comm, shared_tmp, lay, capacity=8, queue_depth=2)
+    _Tracked.released_on.clear()
+    for step in range(8):
+        block = np.frombuffer(_Tracked(4 * 3000 * 8), dtype=np.float64).reshape(4, 3000)
+        block[...] = step
+        level.write(step, {"u": block}, donate=True)
+        del block
+    level.flush()
+    for step in range(8):
+        assert level.read(step)["u"][0, 0] == step
+        level.free(step)
+    level.close()
+    import gc
+
+    gc.collect()
+    assert len(_Tracked.released_on) == 8
+    assert set(_Tracked.released_on) == {"MainThread"}, _Tracked.released_on

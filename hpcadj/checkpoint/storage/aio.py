@@ -12,7 +12,9 @@ Design (the same for node-local files and parallel HDF5):
   copies are reused as staging buffers (no fresh allocation and page faults per write). A caller
   that donates its arrays (``write(..., donate=True)``: it never modifies them; the driver does,
   since states are immutable) skips the copy for C-contiguous ones; they count against the same
-  ``queue_depth``.
+  ``queue_depth``. The caller's thread keeps a reference to each until its write has finished and
+  drops it itself: the last reference to a view of a PETSc Vec may destroy the Vec, and PETSc is
+  called from the caller's thread only.
 - ``prefetch(step)`` queues a read whose result waits in memory for ``read(step)``; at most
   ``prefetch_depth`` prefetched snapshots are held, extra hints are ignored (deterministically).
   Memory beyond the slots is therefore bounded by ``queue_depth + prefetch_depth`` snapshots.
@@ -69,11 +71,20 @@ class IOThread:
             if item is None:
                 return
             fn, future = item
+            item = None
             future.set_running_or_notify_cancel()
             try:
-                future.set_result(fn())
+                result = fn()
             except BaseException as exc:  # handed to the caller's thread through the future
+                fn = None
                 future.set_exception(exc)
+            else:
+                # drop the task (and what it captured) before the caller can see it done: the
+                # caller then holds the last reference to a donated snapshot, whose release may
+                # destroy a PETSc Vec, and PETSc must only ever be called from the caller's thread
+                fn = None
+                future.set_result(result)
+            result = None
 
     def stop(self) -> None:
         """Let queued tasks finish, then end and join the thread."""
@@ -127,6 +138,7 @@ class AsyncLevel(Level):
         self._cond = threading.Condition()
         self._prefetched: dict[int, Future] = {}
         self._pool: list[Snapshot] = []
+        self._lent: list[tuple[Future, Snapshot]] = []  # donated snapshots of writes in flight
         self._closed = False
         # failure state: set on the I/O thread, cleared by flush() on the caller's thread
         self._poisoned = False
@@ -149,12 +161,15 @@ class AsyncLevel(Level):
                 raise self._write_error(future.exception())
             return
         staged = self._take_buffer(snapshot, donate)
-        self._submit(lambda: self._write_task(step, staged, t, staged=True), write=step,
-                     staged=staged)
+        future = self._submit(lambda: self._write_task(step, staged, t, staged=True), write=step,
+                              staged=staged)
+        if isinstance(staged, _Donated):
+            self._lent.append((future, staged))
 
     def _take_buffer(self, snapshot: Snapshot, donate: bool) -> Snapshot:
         """Wait until fewer than ``queue_depth`` writes are in flight; return what the I/O thread
         will write: donated C-contiguous arrays as they are, else a copy in a drained buffer."""
+        self._reclaim()
         zero_copy = donate and all(np.asarray(a).flags.c_contiguous for a in snapshot.values())
         t0 = _time.perf_counter()
         with self._cond:
@@ -269,6 +284,7 @@ class AsyncLevel(Level):
         if self._worker is not None:
             self._release_worker()
             shutdown.exception()
+        self._lent.clear()
         self._closed = True
         try:
             self._after_shutdown()
@@ -319,6 +335,7 @@ class AsyncLevel(Level):
         """Wait until every task queued so far has run (never raises)."""
         if self._worker is not None:
             self._wait(self._worker.submit(lambda: None))
+        self._reclaim()
 
     def _submit(self, fn, *, write: int | None = None, read: int | None = None,
                 always: bool = False, staged: Snapshot | None = None) -> Future:
@@ -384,6 +401,11 @@ class AsyncLevel(Level):
             if tuple(a.shape) != tuple(lay.shape) or a.dtype != np.dtype(lay.dtype):
                 raise LevelError(f"{self.name}: field {key!r} is {a.dtype}{tuple(a.shape)}, "
                                  f"layout says {lay.dtype}{tuple(lay.shape)}")
+
+    def _reclaim(self) -> None:
+        """Drop, on the caller's thread, the donated snapshots whose writes have finished."""
+        if self._lent:
+            self._lent = [(f, snap) for f, snap in self._lent if not f.done()]
 
     def _release(self, snapshot: Snapshot) -> None:
         """A write has drained: its staging buffer back to the pool (not donated arrays), wake a writer."""

@@ -53,7 +53,7 @@ class AsyncPfsLevel(PfsLevel):
         super().__init__(capacity, layout, comm, path, queue_depth=queue_depth,
                          prefetch_depth=prefetch_depth, **kwargs)
         self.async_io = True
-        self._pending: dict[int, tuple] = {}          # step -> (slot, time, future), queue order
+        self._pending: dict[int, tuple] = {}  # step -> (slot, time, future, staged), queue order
         self._runs_of: dict[tuple[int, str], list] = {}
         try:
             self._fd = os.open(self.path, os.O_RDWR)
@@ -103,7 +103,9 @@ class AsyncPfsLevel(PfsLevel):
         self._agree_write(step, slot, error, "metadata", 0)
         staged = self._take_buffer(snapshot, donate)
         future = self._raw.submit(lambda: self._raw_write(staged, runs))
-        self._pending[step] = (slot, self.times.get(step), future)
+        # the staged (possibly donated) arrays stay referenced here until the commit pops them on
+        # this thread: a donated Vec view must never be released on the I/O thread
+        self._pending[step] = (slot, self.times.get(step), future, staged)
 
     def _take_new_slot(self) -> int:
         slot = self._next_slot
@@ -141,7 +143,7 @@ class AsyncPfsLevel(PfsLevel):
 
     def _submit_read(self, step: int):
         if step in self._pending:  # the CRCs come from the write, which runs first
-            slot, _t, write = self._pending[step]
+            slot, _t, write, _staged = self._pending[step]
             expected = None
         else:
             slot, write, expected = self._slot_of[step], None, list(self._crc[step])
@@ -157,7 +159,7 @@ class AsyncPfsLevel(PfsLevel):
         """Forget ``step`` in any state; a write still queued is awaited here (no MPI) and dropped."""
         pending = self._pending.pop(step, None)
         if pending is not None:
-            slot, _t, future = pending
+            slot, _t, future, _staged = pending
             future.exception()
             self._free_slots.append(slot)
             self._free_slots.sort()
@@ -177,7 +179,7 @@ class AsyncPfsLevel(PfsLevel):
     def locate(self, step: int, field: str) -> tuple[str, int, int]:
         """(file, byte offset, item size) of ``field``'s data for ``step`` (not collective)."""
         if step in self._pending:
-            slot, _t, future = self._pending[step]
+            slot, _t, future, _staged = self._pending[step]
             future.exception()
         else:
             slot = self._slot_of[step]
@@ -219,7 +221,7 @@ class AsyncPfsLevel(PfsLevel):
         reports = self.comm.allgather(finished) if self.size > 1 else [finished]
         for i in range(min(len(r) for r in reports)):
             step = order[i]
-            slot, t, _future = self._pending.pop(step)
+            slot, t, _future, _staged = self._pending.pop(step)
             outcomes = [r[i] for r in reports]
             failed = [(rank, o[1]) for rank, o in enumerate(outcomes) if o[0] != "ok"]
             if failed or self.failure is not None:

@@ -248,19 +248,20 @@ def test_donated_vec_views_are_written_after_the_vec_is_dropped(comm, shared_tmp
     level.close()
 
 
-def test_undonated_and_strided_snapshots_are_copied(comm, shared_tmp):
-    """Without ``donate`` the level copies (the caller may reuse its buffer at once); a donated
-    strided view is copied too (the raw writer needs C order)."""
+def test_undonated_snapshots_are_copied_and_donated_strided_views_written_as_given(comm, shared_tmp):
+    """Without ``donate`` the level copies at once (the caller may reuse its buffer); a donated
+    strided view (a component of an interleaved state) is taken as it is and lands in C order."""
     layout = _layout(comm)
     level = _make("pfs", comm, shared_tmp, layout, capacity=3)
     buffer = _snapshot(0, layout)
     level.write(0, buffer)
     for a in buffer.values():
         a[...] = 0
+    assert level.stats.zero_copy == 0
     wide = {k: np.stack([v, v], axis=-1) for k, v in _snapshot(1, layout).items()}
     level.write(1, {k: v[..., 0] for k, v in wide.items()}, donate=True)
     level.flush()
-    assert level.stats.zero_copy == 0
+    assert level.stats.zero_copy == 1
     for step in (0, 1):
         got = level.read(step)
         assert all(_same_bits(got[k], _snapshot(step, layout)[k]) for k in layout), step

@@ -11,7 +11,8 @@ Design (the same for node-local files and parallel HDF5):
   ``queue_depth`` copies are in flight, a further ``write`` blocks until one has drained. Drained
   copies are reused as staging buffers (no fresh allocation and page faults per write). A caller
   that donates its arrays (``write(..., donate=True)``: it never modifies them; the driver does,
-  since states are immutable) skips the copy for C-contiguous ones; they count against the same
+  since states are immutable) skips the copy on the caller's thread (a strided view is made
+  contiguous by the I/O thread); donated snapshots count against the same
   ``queue_depth``. The caller's thread keeps a reference to each until its write has finished and
   drops it itself: the last reference to a view of a PETSc Vec may destroy the Vec, and PETSc is
   called from the caller's thread only.
@@ -168,9 +169,10 @@ class AsyncLevel(Level):
 
     def _take_buffer(self, snapshot: Snapshot, donate: bool) -> Snapshot:
         """Wait until fewer than ``queue_depth`` writes are in flight; return what the I/O thread
-        will write: donated C-contiguous arrays as they are, else a copy in a drained buffer."""
+        will write: donated arrays as they are (a strided one is made contiguous there, where numpy
+        copies without the GIL), else a copy in a drained buffer."""
         self._reclaim()
-        zero_copy = donate and all(np.asarray(a).flags.c_contiguous for a in snapshot.values())
+        zero_copy = donate
         t0 = _time.perf_counter()
         with self._cond:
             blocked = self._inflight >= self.queue_depth

@@ -93,8 +93,8 @@ class Level(abc.ABC):
         """Store ``snapshot`` as step ``step`` (model time ``time``) in a free slot.
 
         The level keeps a copy, unless the caller ``donate``s the arrays: it promises never to modify
-        them, so an asynchronous level may write C-contiguous ones as they are, holding them (and, for
-        views of a PETSc Vec, the Vec's memory) until written, instead of copying first.
+        them, so an asynchronous level may write them from its I/O thread as they are, holding them
+        (and, for views of a PETSc Vec, the Vec's memory) until written, instead of copying first.
         """
         if step in self._held:
             raise LevelError(f"{self.name}: step {step} is already stored")

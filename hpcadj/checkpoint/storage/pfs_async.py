@@ -283,7 +283,7 @@ class AsyncPfsLevel(PfsLevel):
         try:
             crcs = []
             for field in self.fields:
-                block = staged[field]
+                block = np.ascontiguousarray(staged[field])  # a donated strided view: copied here
                 crcs.append(block_checksum(block))
                 self._write_raw(block, runs[field])
             if self.fsync or self.keep:

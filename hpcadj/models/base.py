@@ -109,8 +109,8 @@ class Stepper(abc.ABC):
         """This rank's owned blocks of state ``u`` in natural axis order.
 
         Views into ``u`` are fine and save copies: states are never modified in place once a step
-        returned them (the adjoint reads them later too), so a level may write C-contiguous views
-        as they are, after its write returned; the views keep the Vec's memory alive until then.
+        returned them (the adjoint reads them later too), so a level may write the views as they
+        are, after its write returned; the views keep the Vec's memory alive until then.
         """
 
     @abc.abstractmethod

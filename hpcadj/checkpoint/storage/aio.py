@@ -172,7 +172,6 @@ class AsyncLevel(Level):
         will write: donated arrays as they are (a strided one is made contiguous there, where numpy
         copies without the GIL), else a copy in a drained buffer."""
         self._reclaim()
-        zero_copy = donate
         t0 = _time.perf_counter()
         with self._cond:
             blocked = self._inflight >= self.queue_depth
@@ -180,10 +179,10 @@ class AsyncLevel(Level):
                 self._cond.wait()
             self._inflight += 1
             self._note_buffers()
-            spare = self._pool.pop() if self._pool and not zero_copy else None
+            spare = self._pool.pop() if self._pool and not donate else None
         if blocked:
             self._account(wait_s=_time.perf_counter() - t0)
-        if zero_copy:
+        if donate:
             self.stats.zero_copy += 1
             return _Donated(snapshot)
         t0 = _time.perf_counter()

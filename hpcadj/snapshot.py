@@ -43,6 +43,18 @@ class FieldLayout:
 SnapshotLayout = dict[str, FieldLayout]
 
 
+def copy_snapshot(snapshot: Snapshot, spare: Snapshot | None = None) -> Snapshot:
+    """C-order copies of ``snapshot``, written into ``spare``'s arrays (memory already paged in)
+    when it has the same fields, shapes and dtypes, else freshly allocated."""
+    if spare is None or spare.keys() != snapshot.keys() or any(
+            spare[k].shape != v.shape or spare[k].dtype != v.dtype for k, v in snapshot.items()):
+        return {k: np.array(v, order="C", copy=True) for k, v in snapshot.items()}
+    for k, v in snapshot.items():
+        spare[k].flags.writeable = True
+        np.copyto(spare[k], v)
+    return spare
+
+
 def snapshot_nbytes(snapshot: Snapshot) -> int:
     """Bytes of this rank's blocks."""
     return sum(a.nbytes for a in snapshot.values())

@@ -4,8 +4,6 @@ Each rank runs pytest on the module; a failure on any rank makes mpirun exit non
 test here; a deadlock is killed at the timeout and fails too.
 """
 
-from pathlib import Path
-
 import pytest
 
 from .helpers import PYTHON, ROOT, mpirun

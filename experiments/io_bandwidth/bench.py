@@ -102,7 +102,6 @@ def hiding(kind, args, layout, work, donate) -> dict:
     compute_s = 0.0
 
     def run(async_io):
-        nonlocal compute_s
         level = make_level(kind, steps, layout, comm, async_io=async_io, **opts) if async_io is not None else None
 
         data = snapshot(layout, 0)

@@ -3,7 +3,6 @@ another rank count, a write failing on one rank only, node-local attach after da
 
 import os
 
-import numpy as np
 import pytest
 from mpi4py import MPI  # initialise MPI (THREAD_MULTIPLE) before the comm fixture starts PETSc
 

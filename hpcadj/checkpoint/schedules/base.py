@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator, Sequence
 
-from .actions import Action
+from .actions import Action, Adjoint, Advance, EndForward, Free
 
 
 class ScheduleError(ValueError):
@@ -46,8 +46,6 @@ def last_step(lo: int, level: int, forward: bool):
     """Actions of a one-step segment [lo, lo + 1] whose base u_lo is held and stored on ``level``:
     the final forward step (ending the forward sweep) when ``forward``, the adjoint step, then the
     base's slot released."""
-    from .actions import Adjoint, Advance, EndForward, Free
-
     if forward:
         yield Advance(lo, lo + 1)
         yield EndForward()

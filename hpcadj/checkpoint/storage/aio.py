@@ -44,7 +44,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from ...snapshot import Snapshot, SnapshotLayout, snapshot_nbytes
+from ...snapshot import Snapshot, SnapshotLayout, copy_snapshot, snapshot_nbytes
 from .base import CorruptSnapshot, Level, LevelError
 
 
@@ -164,7 +164,7 @@ class AsyncLevel(Level):
         staged = self._take_buffer(snapshot, donate)
         future = self._submit(lambda: self._write_task(step, staged, t, staged=True), write=step,
                               staged=staged)
-        if isinstance(staged, _Donated):
+        if donate:  # released on this thread once written (see _reclaim)
             self._lent.append((future, staged))
 
     def _take_buffer(self, snapshot: Snapshot, donate: bool) -> Snapshot:
@@ -186,7 +186,7 @@ class AsyncLevel(Level):
             self.stats.zero_copy += 1
             return _Donated(snapshot)
         t0 = _time.perf_counter()
-        copy = self._stage(snapshot, spare)
+        copy = copy_snapshot(snapshot, spare)
         self.stats.stage_s += _time.perf_counter() - t0
         return copy
 
@@ -376,16 +376,6 @@ class AsyncLevel(Level):
             finally:
                 self._account(wait_s=_time.perf_counter() - t0)
         return future.result()
-
-    @staticmethod
-    def _stage(snapshot: Snapshot, spare: Snapshot | None) -> Snapshot:
-        """Copy ``snapshot`` into ``spare`` (a drained write buffer, already paged in) if it fits."""
-        if spare is None or set(spare) != set(snapshot) or any(
-                spare[k].shape != v.shape or spare[k].dtype != v.dtype for k, v in snapshot.items()):
-            return {k: np.array(v, order="C", copy=True) for k, v in snapshot.items()}
-        for k, v in snapshot.items():
-            np.copyto(spare[k], v)
-        return spare
 
     def _note_buffers(self) -> None:
         held = self._inflight + len(self._prefetched)

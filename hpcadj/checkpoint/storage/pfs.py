@@ -208,29 +208,71 @@ class PfsLevel(AsyncLevel):
         bad = [r for r, v in enumerate(states) if isinstance(v, tuple)]
         if not bad:
             return states
-        if slot not in self._free_slots:
-            self._free_slots.append(slot)
-            self._free_slots.sort()
+        self._return_slot(slot)
         detail = "; ".join(f"rank {r}: {states[r][1]}" for r in bad)
         raise LevelError(f"{self.name}: writing step {step} ({stage}) to {self.path} failed on "
                          f"rank(s) {', '.join(map(str, bad))}: {detail}") from error
 
-    def _store(self, step: int, snapshot: Snapshot, t) -> int:
+    def _take_slot(self, step: int) -> int:
+        """A free slot for ``step`` (the lowest freed one, else a new one); collective bookkeeping."""
         if step in self._slot_of:  # a stale record of the same step (never after a clean free)
             self._drop(step)
         if self._free_slots:
-            slot = self._free_slots.pop(0)
-        else:
-            slot = self._next_slot
-            self._next_slot += 1
+            return self._free_slots.pop(0)
+        self._next_slot += 1
+        return self._next_slot - 1
+
+    def _return_slot(self, slot: int) -> None:
+        """Put ``slot`` back among the free ones (lowest first), once."""
+        if slot not in self._free_slots:
+            self._free_slots.append(slot)
+            self._free_slots.sort()
+
+    def _prepare_slot(self, slot: int):
+        """The slot's group, created on first use; an attached slot gets this run's rank tables."""
+        g = self._group(slot)
+        if slot in self._foreign:  # an attached slot laid out by another rank count
+            for field in self.fields:
+                g[field].attrs["rank_starts"], g[field].attrs["rank_shapes"] = self._ranks[field]
+            self._foreign.discard(slot)
+        return g
+
+    def _link(self, step: int, slot: int, table: np.ndarray, t) -> None:
+        """Collective: publish a snapshot whose data every rank wrote (CRC table, step, time,
+        link; flushed if kept). Raises the same LevelError on every rank if any rank failed."""
+        g = self._groups[slot]
+        link = f"step_{step}"
+        error = None
+        try:
+            for i, field in enumerate(self.fields):
+                g[field].attrs["crc32"] = table[:, i]
+            g.attrs["step"] = int(step)
+            g.attrs["time"] = math.nan if t is None else float(t)
+            if link in self._file["snapshots"]:
+                del self._file["snapshots"][link]
+            self._file["snapshots"][link] = g
+            if self.fsync or self.keep:
+                self._file.flush()
+        except Exception as exc:  # noqa: BLE001 - agreed below
+            error = exc
+        try:
+            self._agree_write(step, slot, error, "metadata", 0)
+        except LevelError:
+            try:
+                if link in self._file["snapshots"]:
+                    del self._file["snapshots"][link]
+            except Exception:  # noqa: BLE001 - the file is failing; the agreed error says so
+                pass
+            raise
+        self._slot_of[step] = slot
+        self._crc[step] = [int(c) for c in table[self.rank]]
+
+    def _store(self, step: int, snapshot: Snapshot, t) -> int:
+        slot = self._take_slot(step)
         crcs, error, g = [], None, None
         try:
-            g = self._group(slot)
+            g = self._prepare_slot(slot)
             g.attrs["step"] = -1
-            if slot in self._foreign:  # an attached slot laid out by another rank count
-                for field in self.fields:
-                    g[field].attrs["rank_starts"], g[field].attrs["rank_shapes"] = self._ranks[field]
-                self._foreign.discard(slot)
         except Exception as exc:  # agreed below, so no rank waits on a failed one
             error = exc
         for field in self.fields if error is None or g is not None else ():
@@ -250,31 +292,7 @@ class PfsLevel(AsyncLevel):
                 except Exception:  # noqa: BLE001 - the first error is the one reported
                     pass
         table = self._agree_write(step, slot, error, "data", crcs)
-        table = np.array(table, dtype=np.uint32).reshape(self.size, -1)
-        link = f"step_{step}"
-        try:
-            for i, field in enumerate(self.fields):
-                g[field].attrs["crc32"] = table[:, i]
-            g.attrs["step"] = int(step)
-            g.attrs["time"] = math.nan if t is None else float(t)
-            if link in self._file["snapshots"]:
-                del self._file["snapshots"][link]
-            self._file["snapshots"][link] = g
-            if self.fsync or self.keep:
-                self._file.flush()
-        except Exception as exc:
-            error = exc
-        try:
-            self._agree_write(step, slot, error, "metadata", 0)
-        except LevelError:
-            try:
-                if link in self._file["snapshots"]:
-                    del self._file["snapshots"][link]
-            except Exception:  # noqa: BLE001 - the file is failing; the agreed error says so
-                pass
-            raise
-        self._slot_of[step] = slot
-        self._crc[step] = crcs
+        self._link(step, slot, np.array(table, dtype=np.uint32).reshape(self.size, -1), t)
         return sum(snapshot[f].nbytes for f in self.fields)
 
     def locate(self, step: int, field: str) -> tuple[str, int, int]:
@@ -313,8 +331,7 @@ class PfsLevel(AsyncLevel):
         if link in self._file["snapshots"]:
             del self._file["snapshots"][link]
         self._groups[slot].attrs["step"] = -1
-        self._free_slots.append(slot)
-        self._free_slots.sort()
+        self._return_slot(slot)
 
     # -- attach ------------------------------------------------------------------------------
 

@@ -53,7 +53,7 @@ class AsyncPfsLevel(PfsLevel):
         super().__init__(capacity, layout, comm, path, queue_depth=queue_depth,
                          prefetch_depth=prefetch_depth, **kwargs)
         self.async_io = True
-        self._pending: dict[int, tuple] = {}  # step -> (slot, time, future, staged), queue order
+        self._pending: dict[int, tuple] = {}  # step -> (slot, time, future), queue order
         self._runs_of: dict[tuple[int, str], list] = {}
         try:
             self._fd = os.open(self.path, os.O_RDWR)
@@ -87,30 +87,19 @@ class AsyncPfsLevel(PfsLevel):
         self._commit()
         self._check()
         self._validate(snapshot)
-        if step in self._slot_of:
-            self._drop(step)
-        slot = self._free_slots.pop(0) if self._free_slots else self._take_new_slot()
+        slot = self._take_slot(step)
         error, runs = None, None
         try:
-            g = self._group(slot)  # a free slot's step attribute is already -1 (created or freed so)
-            if slot in self._foreign:
-                for field in self.fields:
-                    g[field].attrs["rank_starts"], g[field].attrs["rank_shapes"] = self._ranks[field]
-                self._foreign.discard(slot)
+            self._prepare_slot(slot)  # a free slot's step attribute is already -1 (created or freed so)
             runs = {field: self._runs(slot, field) for field in self.fields}
         except Exception as exc:  # noqa: BLE001 - agreed next, so no rank is left in a collective
             error = exc
         self._agree_write(step, slot, error, "metadata", 0)
         staged = self._take_buffer(snapshot, donate)
         future = self._raw.submit(lambda: self._raw_write(staged, runs))
-        # the staged (possibly donated) arrays stay referenced here until the commit pops them on
-        # this thread: a donated Vec view must never be released on the I/O thread
-        self._pending[step] = (slot, self.times.get(step), future, staged)
-
-    def _take_new_slot(self) -> int:
-        slot = self._next_slot
-        self._next_slot += 1
-        return slot
+        if donate:  # held and released on this thread, as on every asynchronous level
+            self._lent.append((future, staged))
+        self._pending[step] = (slot, self.times.get(step), future)
 
     def _read(self, step: int) -> Snapshot:
         if self._closed:
@@ -143,7 +132,7 @@ class AsyncPfsLevel(PfsLevel):
 
     def _submit_read(self, step: int):
         if step in self._pending:  # the CRCs come from the write, which runs first
-            slot, _t, write, _staged = self._pending[step]
+            slot, _t, write = self._pending[step]
             expected = None
         else:
             slot, write, expected = self._slot_of[step], None, list(self._crc[step])
@@ -159,10 +148,9 @@ class AsyncPfsLevel(PfsLevel):
         """Forget ``step`` in any state; a write still queued is awaited here (no MPI) and dropped."""
         pending = self._pending.pop(step, None)
         if pending is not None:
-            slot, _t, future, _staged = pending
+            slot, _t, future = pending
             future.exception()
-            self._free_slots.append(slot)
-            self._free_slots.sort()
+            self._return_slot(slot)
         super().discard(step)
 
     def valid_steps(self) -> set[int]:
@@ -179,7 +167,7 @@ class AsyncPfsLevel(PfsLevel):
     def locate(self, step: int, field: str) -> tuple[str, int, int]:
         """(file, byte offset, item size) of ``field``'s data for ``step`` (not collective)."""
         if step in self._pending:
-            slot, _t, future, _staged = self._pending[step]
+            slot, _t, future = self._pending[step]
             future.exception()
         else:
             slot = self._slot_of[step]
@@ -221,7 +209,7 @@ class AsyncPfsLevel(PfsLevel):
         reports = self.comm.allgather(finished) if self.size > 1 else [finished]
         for i in range(min(len(r) for r in reports)):
             step = order[i]
-            slot, t, _future, _staged = self._pending.pop(step)
+            slot, t, _future = self._pending.pop(step)
             outcomes = [r[i] for r in reports]
             failed = [(rank, o[1]) for rank, o in enumerate(outcomes) if o[0] != "ok"]
             if failed or self.failure is not None:
@@ -229,12 +217,12 @@ class AsyncPfsLevel(PfsLevel):
                 continue
             table = np.array([o[1] for o in outcomes], dtype=np.uint32).reshape(self.size, -1)
             self._link(step, slot, table, t)
+        self._reclaim()
 
     def _fail(self, step: int, slot: int, failed: list) -> None:
         """A write failed on some rank (or the level is poisoned): every rank drops it alike."""
         self._bad.add(step)
-        self._free_slots.append(slot)
-        self._free_slots.sort()
+        self._return_slot(slot)
         if self.failure is None:
             detail = "; ".join(f"rank {rank}: {why}" for rank, why in failed)
             self.failure = LevelError(f"{self.name}: writing step {step} to {self.path} failed ({detail})")
@@ -243,34 +231,11 @@ class AsyncPfsLevel(PfsLevel):
             self._poisoned = True
 
     def _link(self, step: int, slot: int, table: np.ndarray, t) -> None:
-        """Collective metadata of a written snapshot: CRC table, step, time, link; flushed if kept."""
-        g = self._group(slot)
-        link = f"step_{step}"
-        error = None
+        """Publish as the synchronous level does; a failed publication fails the step alike."""
         try:
-            for i, field in enumerate(self.fields):
-                g[field].attrs["crc32"] = table[:, i]
-            g.attrs["step"] = int(step)
-            g.attrs["time"] = float("nan") if t is None else float(t)
-            if link in self._file["snapshots"]:
-                del self._file["snapshots"][link]
-            self._file["snapshots"][link] = g
-            if self.fsync or self.keep:
-                self._file.flush()
-        except Exception as exc:  # noqa: BLE001 - agreed below
-            error = exc
-        try:
-            self._agree_write(step, slot, error, "metadata", 0)
+            super()._link(step, slot, table, t)
         except LevelError as exc:
-            try:
-                if link in self._file["snapshots"]:
-                    del self._file["snapshots"][link]
-            except Exception:  # noqa: BLE001 - the file is failing; the agreed error says so
-                pass
             self._fail(step, slot, [(self.rank, str(exc))])
-            return
-        self._slot_of[step] = slot
-        self._crc[step] = [int(c) for c in table[self.rank]]
 
     # -- on the I/O thread (no HDF5, no MPI) -----------------------------------------------------
 

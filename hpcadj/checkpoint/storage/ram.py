@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
-from ...snapshot import Snapshot, snapshot_nbytes
+from ...snapshot import Snapshot, copy_snapshot, snapshot_nbytes
 from .base import CorruptSnapshot, Level
 from .checksum import block_checksum
 
@@ -40,15 +38,7 @@ class RamLevel(Level):
 
     def _copy(self, snapshot: Snapshot) -> Snapshot:
         """Read-only C-order copies of ``snapshot``, in a freed slot's arrays where they fit."""
-        spare = self._spare.pop() if self._spare else None
-        if spare is None or spare.keys() != snapshot.keys() or any(
-                spare[k].shape != v.shape or spare[k].dtype != v.dtype for k, v in snapshot.items()):
-            copies = {k: np.array(v, order="C", copy=True) for k, v in snapshot.items()}
-        else:
-            copies = spare
-            for k, v in snapshot.items():
-                copies[k].flags.writeable = True
-                np.copyto(copies[k], v)
+        copies = copy_snapshot(snapshot, self._spare.pop() if self._spare else None)
         for a in copies.values():
             a.flags.writeable = False
         return copies

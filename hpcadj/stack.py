@@ -50,6 +50,29 @@ def petsc(options: list[str] | None = None):
     return PETSc
 
 
+def finalize() -> None:
+    """Collective: destroy what PETSc still holds, then finalise PETSc, alike on every rank.
+
+    PetscFinalize runs the collective garbage cleanup of PETSC_COMM_WORLD only on a rank whose
+    communicator still carries a garbage list; left to interpreter exit, whether it does depends on
+    the order in which that rank's last PETSc objects die, and a rank that skipped it left the
+    others waiting forever in MPI_Allreduce. Here every rank first collects reference cycles and
+    cleans up, with one small object keeping the communicator (and so its garbage list) alive on
+    every rank, so that PetscFinalize then takes the same path everywhere. Call it on the solver
+    thread, on every rank, once the command is done; later PETSc calls are not allowed.
+    """
+    import gc
+
+    if _petsc is None or _petsc.Sys.isFinalized():
+        return
+    PETSc = _petsc
+    gc.collect()
+    anchor = PETSc.Vec().createMPI(1 if PETSc.COMM_WORLD.rank == 0 else 0, comm=PETSc.COMM_WORLD)
+    PETSc.garbage_cleanup(PETSc.COMM_WORLD)
+    PETSc._finalize()
+    del anchor
+
+
 def mpi():
     """Return ``mpi4py.MPI``."""
     from mpi4py import MPI

@@ -6,6 +6,7 @@ One executor dispatches on the action type (``functools.singledispatchmethod``);
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import signal
@@ -104,6 +105,7 @@ class Driver:
         self.faults: list[str] = []
         self.capacities = [level.capacity for level in self.levels]
         self.actions_done = 0
+        self._gc_calls = 0
         self._kill_after = _injected_kill(self.comm.rank)
         self._step_delay = float(os.environ.get(INJECT_DELAY, 0.0))
 
@@ -137,7 +139,17 @@ class Driver:
                 for name, vec in resume.grad.items():
                     vec.copy(self.grad[name])
         self.finished = False
-        actions = schedule.actions()
+        automatic_gc = gc.isenabled()
+        gc.disable()  # cycles are collected in plan order on this thread (see _collect_garbage)
+        try:
+            self._execute_all(schedule.actions())
+        finally:
+            if automatic_gc:
+                gc.enable()
+        self.result.level_stats = [level.stats for level in self.levels]
+        return self.result
+
+    def _execute_all(self, actions) -> None:
         execute = self.execute
         while not self.finished:
             try:
@@ -158,8 +170,8 @@ class Driver:
                     raise PlanError("the plan ended without EndReverse")
             except LevelError as fault:
                 actions = self._replan(fault)
-        self.result.level_stats = [level.stats for level in self.levels]
-        return self.result
+        gc.collect()
+        self._collect_garbage()
 
     def _agree(self, flag: bool) -> bool:
         """True on every rank if ``flag`` is True on any rank."""
@@ -204,6 +216,7 @@ class Driver:
         return iter(plan)
 
     LOOKAHEAD = 64
+    GC_EVERY = 64
 
     def _with_prefetch(self, actions):
         """Yield the actions, first telling a level which snapshot the next Restore will read.
@@ -280,9 +293,17 @@ class Driver:
         created stayed allocated until the end of the run, so peak memory grew with the number of
         step evaluations and recomputation cost memory instead of saving it. Every rank executes
         the same plan, so the calls are collective in the same order; one costs a few microseconds.
+
+        Python's cyclic collector is off during a run: left on, it ran on whichever thread
+        allocated, an I/O thread included, and destroyed PETSc objects held in reference cycles
+        there, on some ranks and not others. Here it runs on the solver thread every
+        ``GC_EVERY`` calls, at the same points of the plan on every rank.
         """
         from ..stack import petsc
 
+        self._gc_calls += 1
+        if self._gc_calls % self.GC_EVERY == 0:
+            gc.collect(2 if self._gc_calls % (64 * self.GC_EVERY) == 0 else 1)
         petsc().garbage_cleanup(self.comm)
 
     @singledispatchmethod

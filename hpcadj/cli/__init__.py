@@ -90,6 +90,7 @@ def _is_number(token: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command in this process (tests call it repeatedly; PETSc stays initialised)."""
     argv = sys.argv[1:] if argv is None else argv
     try:
         parser = build_parser()
@@ -98,3 +99,37 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except CliError as exc:
         return report_error(str(exc))
+
+
+def console() -> int:
+    """The ``hpcadj`` executable: one command, then PETSc finalised alike on every rank.
+
+    Python's cyclic collector stays off (the driver and :func:`hpcadj.stack.finalize` collect on
+    the solver thread), so no PETSc object dies on an I/O thread. An unexpected exception on one
+    rank aborts the whole job after its traceback: the other ranks would otherwise wait in their
+    next collective forever.
+    """
+    import gc
+    import traceback
+
+    gc.disable()
+    try:
+        status = main()
+    except SystemExit:
+        raise
+    except BaseException:  # noqa: BLE001 - reported, then the job must end on every rank
+        traceback.print_exc()
+        sys.stderr.flush()
+        _abort_job(1)
+        raise
+    from ..stack import finalize
+
+    finalize()
+    return status
+
+
+def _abort_job(status: int) -> None:
+    """MPI_Abort when MPI runs on several ranks (one rank failing alone must not hang the rest)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.size > 1:
+        mpi.COMM_WORLD.Abort(status)

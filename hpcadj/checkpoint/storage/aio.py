@@ -15,7 +15,12 @@ Design (the same for node-local files and parallel HDF5):
   contiguous by the I/O thread); donated snapshots count against the same
   ``queue_depth``. The caller's thread keeps a reference to each until its write has finished and
   drops it itself: the last reference to a view of a PETSc Vec may destroy the Vec, and PETSc is
-  called from the caller's thread only.
+  called from the caller's thread only. When it drops one depends on the plan alone, never on how
+  fast the I/O thread is: the oldest donated snapshot goes when ``queue_depth`` of them are held
+  and a new one comes (its write awaited first), all of them at ``flush``, ``valid_steps`` and
+  ``close``. So every rank drops the same Vecs at the same point of the plan, and petsc4py's
+  garbage lists, which ``PETSc.garbage_cleanup`` intersects collectively, stay alike on all ranks
+  (a rank-dependent release left them different and hung PetscFinalize).
 - ``prefetch(step)`` queues a read whose result waits in memory for ``read(step)``; at most
   ``prefetch_depth`` prefetched snapshots are held, extra hints are ignored (deterministically).
   Memory beyond the slots is therefore bounded by ``queue_depth + prefetch_depth`` snapshots.
@@ -171,8 +176,9 @@ class AsyncLevel(Level):
         """Wait until fewer than ``queue_depth`` writes are in flight; return what the I/O thread
         will write: donated arrays as they are (a strided one is made contiguous there, where numpy
         copies without the GIL), else a copy in a drained buffer."""
-        self._reclaim()
         t0 = _time.perf_counter()
+        if donate:
+            self._reclaim(keep=self.queue_depth - 1)
         with self._cond:
             blocked = self._inflight >= self.queue_depth
             while self._inflight >= self.queue_depth:
@@ -393,10 +399,15 @@ class AsyncLevel(Level):
                 raise LevelError(f"{self.name}: field {key!r} is {a.dtype}{tuple(a.shape)}, "
                                  f"layout says {lay.dtype}{tuple(lay.shape)}")
 
-    def _reclaim(self) -> None:
-        """Drop, on the caller's thread, the donated snapshots whose writes have finished."""
-        if self._lent:
-            self._lent = [(f, snap) for f, snap in self._lent if not f.done()]
+    def _reclaim(self, keep: int = 0) -> None:
+        """Drop, on the caller's thread and oldest first, donated snapshots until ``keep`` are held.
+
+        Each one's write is awaited before it is dropped, so how many go depends on ``keep`` alone
+        (the plan), not on which writes the I/O thread happens to have finished.
+        """
+        while len(self._lent) > keep:
+            future, _snapshot = self._lent.pop(0)
+            future.exception()
 
     def _release(self, snapshot: Snapshot) -> None:
         """A write has drained: its staging buffer back to the pool (not donated arrays), wake a writer."""

@@ -217,7 +217,8 @@ class AsyncPfsLevel(PfsLevel):
                 continue
             table = np.array([o[1] for o in outcomes], dtype=np.uint32).reshape(self.size, -1)
             self._link(step, slot, table, t)
-        self._reclaim()
+        if wait_for is ALL:
+            self._reclaim()
 
     def _fail(self, step: int, slot: int, failed: list) -> None:
         """A write failed on some rank (or the level is poisoned): every rank drops it alike."""

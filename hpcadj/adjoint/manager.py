@@ -79,11 +79,13 @@ def build_levels(plans: list[LevelPlan], layout, comm, config: CheckpointConfig,
         for plan in plans:
             reopen = plan.kind in attach
             run_id = config.run_id if reopen or not attach else None
+            extra = {"attach": True} if reopen else {}
+            if attach and not reopen and plan.kind == "local":
+                extra = {"purge_run_id": config.run_id}
             levels.append(make_level(plan.kind, plan.slots, layout, comm, name=plan.name,
                                      path=config.pfs_file, local_dir=config.local_dir,
                                      async_io=config.async_io,
-                                     keep=config.keep, run_id=run_id,
-                                     **({"attach": True} if reopen else {})))
+                                     keep=config.keep, run_id=run_id, **extra))
     except Exception:
         for level in levels:
             level.close()

@@ -5,10 +5,18 @@ A run directory holds:
 - ``manifest.json`` — replaced atomically (write, fsync, rename) by rank 0 at every durable point:
   the run's identity (model, grid, steps, dt, ..., a fingerprint of the controls), the rank count,
   the level set-up (run id, node-local directory, HDF5 file), the last durable point, and which
-  snapshots each durable level held, complete and verified, at that point.
-- ``adjoint.h5`` — lambda_m and the parameter gradients accumulated down to step m, as global
-  natural-ordered datasets (parallel HDF5, written under a temporary name then renamed), so a run
-  can resume on a different number of ranks.
+  snapshots each durable level held, complete and verified, at that point. Its ``crc32`` field is
+  the CRC-32 of the rest (canonical JSON); the generation it replaced stays as
+  ``manifest.prev.json``.
+- ``adjoint-<m>.h5`` — lambda_m and the parameter gradients accumulated down to step m, as global
+  natural-ordered, checksummed datasets (parallel HDF5, written under a temporary name then
+  renamed; :mod:`hpcadj.fieldio`), so a run can resume on a different number of ranks. The files
+  named by the two manifest generations are kept, older ones removed.
+
+Every read is verified. A resume takes the newest durable point whose manifest and adjoint file
+check out: the current generation, else the previous one, else the forward points, else a fresh
+start. Each fallback is reported (``RunDirectory.faults``), so the gradient is bitwise the one an
+uninterrupted run gives, or the run stops with a clear error, never a silently wrong one.
 
 Durable points: in the forward sweep after a snapshot lands on a durable level (node-local or HDF5)
 at the frontier — J so far is recorded with it; in the reverse sweep every ``every`` adjoint steps;
@@ -20,16 +28,17 @@ from __future__ import annotations
 import json
 import os
 import time
+import zlib
 
 import numpy as np
 
-from ..fieldio import write_fields
+from ..fieldio import CorruptFile, verify_fields, write_fields
 from ..stack import h5py
 
 MANIFEST = "manifest.json"
-ADJOINT_FILE = "adjoint.h5"
+PREVIOUS = "manifest.prev.json"
 DURABLE_KINDS = ("local", "pfs")
-FORMAT = 1
+FORMAT = 2
 
 
 class RunDirError(ValueError):
@@ -61,8 +70,10 @@ class RunDirectory:
         self.path = os.path.abspath(path)
         self.comm = comm
         self.manifest_path = os.path.join(self.path, MANIFEST)
-        self.adjoint_path = os.path.join(self.path, ADJOINT_FILE)
+        self.previous_path = os.path.join(self.path, PREVIOUS)
         self.manifest: dict | None = None
+        self.previous: dict | None = None   # the generation before, when it checks out
+        self.faults: list[str] = []         # durable artifacts found corrupt, and what was used instead
 
     # -- opening ---------------------------------------------------------------------------
     def _agree_error(self, message: str | None) -> None:
@@ -92,22 +103,30 @@ class RunDirectory:
         self.save()
 
     def open(self, identity: dict) -> dict:
-        """Load the manifest of the run to resume; refuse one from another configuration."""
-        error, manifest = None, None
+        """Load the manifest of the run to resume; refuse one from another configuration.
+
+        A manifest failing its checksum gives way to the previous generation (reported in
+        ``faults``); when neither checks out the run cannot resume, and says so.
+        """
+        error, found, faults = None, (None, None), []
         if self.comm.rank == 0:
-            try:
-                with open(self.manifest_path) as f:
-                    manifest = json.load(f)
-                if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-                    error = f"{self.manifest_path}: not an hpcadj manifest (format {FORMAT})"
-            except FileNotFoundError:
-                error = f"nothing to resume: {self.manifest_path} does not exist"
-            except (OSError, json.JSONDecodeError) as exc:
-                error = f"cannot read {self.manifest_path}: {exc}"
+            current, why = _load_manifest(self.manifest_path)
+            previous, why_prev = _load_manifest(self.previous_path)
+            if current is None and previous is None:
+                if why.endswith("does not exist") and why_prev.endswith("does not exist"):
+                    error = f"nothing to resume: {self.manifest_path} does not exist"
+                else:
+                    error = (f"cannot resume from {self.path}: {why}; {why_prev}; remove the "
+                             f"directory to start afresh")
+            elif current is None:
+                faults.append(f"{why}: resuming from the previous generation {PREVIOUS}")
+                current, previous = previous, None
             if error is None:
-                error = self._identity_mismatch(manifest["identity"], identity)
+                error = self._identity_mismatch(current["identity"], identity)
+            found = (current, previous)
         self._agree_error(self.comm.bcast(error, root=0))
-        self.manifest = self.comm.bcast(manifest, root=0)
+        self.manifest, self.previous = self.comm.bcast(found, root=0)
+        self.faults += self.comm.bcast(faults, root=0)
         return self.manifest
 
     @staticmethod
@@ -122,33 +141,59 @@ class RunDirectory:
 
     # -- writing ---------------------------------------------------------------------------
     def save(self) -> None:
-        """Replace the manifest atomically (rank 0), then let every rank go on."""
+        """Replace the manifest atomically (rank 0), keeping the one it replaces as the previous
+        generation, and remove adjoint files neither generation names; then every rank goes on."""
         error = None
         if self.comm.rank == 0:
             tmp = self.manifest_path + ".tmp"
+            body = {k: v for k, v in self.manifest.items() if k != "crc32"}
             try:
                 with open(tmp, "w") as f:
-                    json.dump(self.manifest, f, indent=1)
+                    json.dump({**body, "crc32": _manifest_crc(body)}, f, indent=1)
                     f.flush()
                     os.fsync(f.fileno())
+                if os.path.exists(self.manifest_path):
+                    os.replace(self.manifest_path, self.previous_path)
                 os.replace(tmp, self.manifest_path)
+                self._remove_stale_adjoints()
             except OSError as exc:
                 error = f"cannot write {self.manifest_path}: {exc.strerror}"
         self._agree_error(self.comm.bcast(error, root=0))
 
-    def write_adjoint(self, model, step: int, lam, grad: dict) -> None:
-        """Write lambda_step and the gradient so far (collective, atomic by rename)."""
+    def _remove_stale_adjoints(self) -> None:
+        """Rank 0: delete the adjoint files that neither manifest generation names."""
+        keep = set()
+        for path in (self.manifest_path, self.previous_path):
+            manifest, _ = _load_manifest(path)
+            keep.add(((manifest or {}).get("durable") or {}).get("adjoint"))
+        for entry in os.listdir(self.path):
+            if entry.startswith("adjoint-") and entry.endswith((".h5", ".h5.partial")) and entry not in keep:
+                os.remove(os.path.join(self.path, entry))
+
+    def adjoint_path(self, step: int) -> str:
+        return os.path.join(self.path, f"adjoint-{step:08d}.h5")
+
+    def write_adjoint(self, model, step: int, lam, grad: dict) -> str:
+        """Write lambda_step and the gradient so far (collective, atomic by rename); its file name."""
         layouts = {"lambda/" + k: v for k, v in model.snapshot_layout().items()}
         arrays = {"lambda/" + k: v for k, v in model.snapshot(lam).items()}
         controls = model.control_layout()
         for name, vec in grad.items():
             layouts["grad/" + name] = controls[name]
             arrays["grad/" + name] = vec.getArray(readonly=True).reshape(controls[name].shape)
-        write_fields(self.adjoint_path, self.comm, layouts, arrays, attrs={"step": step})
+        path = self.adjoint_path(step)
+        try:
+            write_fields(path, self.comm, layouts, arrays, attrs={"step": step})
+        except OSError as exc:
+            raise RunDirError(str(exc)) from None
+        return os.path.basename(path)
 
-    def read_adjoint(self, model, grad_like: dict):
-        """(step, lambda Vec, gradient Vecs) from ``adjoint.h5``, read in this run's layout."""
-        with h5py().File(self.adjoint_path, "r", driver="mpio", comm=self.comm) as f:
+    def read_adjoint(self, model, grad_like: dict, name: str):
+        """(step, lambda Vec, gradient Vecs) from the adjoint file ``name``, verified, read in this
+        run's layout; :class:`~hpcadj.fieldio.CorruptFile` on every rank if it does not check out."""
+        path = os.path.join(self.path, name)
+        verify_fields(path, self.comm)
+        with h5py().File(path, "r", driver="mpio", comm=self.comm) as f:
             step = int(f.attrs["step"])
             snapshot = {k: np.array(f["lambda/" + k][v.slices]) for k, v in model.snapshot_layout().items()}
             grad = {}
@@ -221,8 +266,9 @@ class Durability:
         if not force and self._since < self.every and driver.lam_step != 0:
             return
         self._since = 0
-        self.rundir.write_adjoint(self.model, driver.lam_step, driver.lam, driver.grad)
-        self._record({"phase": "reverse", "J": driver.result.J, "lam_step": driver.lam_step})
+        name = self.rundir.write_adjoint(self.model, driver.lam_step, driver.lam, driver.grad)
+        self._record({"phase": "reverse", "J": driver.result.J, "lam_step": driver.lam_step,
+                      "adjoint": name})
 
     def stop(self, driver) -> None:
         """Make everything durable before a requested stop."""
@@ -250,23 +296,25 @@ def resume_point(rundir: RunDirectory, model, controls, levels, costs=None):
     from .driver import ResumePoint
 
     manifest = rundir.manifest
-    durable = manifest.get("durable") or {}
     n = model.n_steps
+    generations = [m for m in (manifest, rundir.previous) if m is not None]
     valid = {}
     for index, level in enumerate(levels):
-        listed = set(manifest.get("snapshots", {}).get(level.name, []))
+        listed = set()
+        for m in generations:
+            listed |= set(m.get("snapshots", {}).get(level.name, []))
         mine = set(level.valid_steps()) & listed
         for other in rundir.comm.allgather(sorted(mine)):
             mine &= set(other)
         for step in mine:
             valid.setdefault(step, index)
-    point = None
-    if durable.get("phase") == "reverse" and os.path.isfile(rundir.adjoint_path):
-        lam_step, lam, grad = rundir.read_adjoint(model, controls)
-        point = ResumePoint(frontier=n, J=durable["J"], lam_step=lam_step, lam=lam, grad=grad)
-        top = lam_step
+    point = _reverse_point(rundir, model, controls, generations, n)
+    if point is not None:
+        top = point.lam_step
     else:
-        forward = {int(k): J for k, J in manifest.get("forward_points", {}).items() if int(k) in valid}
+        forward = {}
+        for m in reversed(generations):  # the current generation's J wins where both list a step
+            forward.update({int(k): J for k, J in m.get("forward_points", {}).items() if int(k) in valid})
         if forward:
             s = max(forward)
             point = ResumePoint(frontier=s, J=forward[s])
@@ -280,3 +328,47 @@ def resume_point(rundir: RunDirectory, model, controls, levels, costs=None):
         return None, None
     capacities = [level.capacity for level in levels]
     return Residual(n, capacities, keep, lam_step=point.lam_step, costs=costs), point
+
+
+def _reverse_point(rundir: RunDirectory, model, controls, generations, n: int):
+    """The newest reverse-sweep durable point whose adjoint file checks out, else None."""
+    from .driver import ResumePoint
+
+    for m in generations:
+        durable = m.get("durable") or {}
+        if durable.get("phase") != "reverse":
+            continue
+        name = durable.get("adjoint")
+        try:
+            if not name:
+                raise CorruptFile("the manifest names no adjoint file")
+            lam_step, lam, grad = rundir.read_adjoint(model, controls, name)
+            if lam_step != durable.get("lam_step"):
+                raise CorruptFile(f"{name} holds step {lam_step}, the manifest says {durable.get('lam_step')}")
+        except (CorruptFile, OSError, KeyError) as exc:
+            rundir.faults.append(f"durable adjoint state of step {durable.get('lam_step')} unusable "
+                                 f"({exc}): falling back to an older durable point")
+            continue
+        return ResumePoint(frontier=n, J=durable["J"], lam_step=lam_step, lam=lam, grad=grad)
+    return None
+
+
+def _manifest_crc(body: dict) -> int:
+    return zlib.crc32(json.dumps(body, sort_keys=True).encode())
+
+
+def _load_manifest(path: str):
+    """(manifest, None) when ``path`` holds a manifest whose checksum checks out, else (None, why)."""
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+    except FileNotFoundError:
+        return None, f"{path} does not exist"
+    except (OSError, ValueError) as exc:
+        return None, f"{path} is unreadable ({exc})"
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        return None, f"{path}: not an hpcadj manifest (format {FORMAT})"
+    body = {k: v for k, v in manifest.items() if k != "crc32"}
+    if manifest.get("crc32") != _manifest_crc(body):
+        return None, f"{path} fails its checksum"
+    return manifest, None

@@ -45,8 +45,9 @@ class Telemetry:
         return _Phase(self, phase, step, steps, nbytes, level)
 
     def record(self, phase: str, *, t0: float, seconds: float, step=None, steps: int = 0,
-               nbytes: int = 0, level: str | None = None) -> None:
-        """Account a finished phase (also for phases timed elsewhere, e.g. on an I/O thread)."""
+               nbytes: int = 0, level: str | None = None, detail: str | None = None) -> None:
+        """Account a finished phase (also for phases timed elsewhere, e.g. on an I/O thread);
+        ``detail`` says what happened (a fault's reason) in the logged event."""
         total = self.totals.setdefault((phase, level), PhaseTotal())
         total.seconds += seconds
         total.count += 1
@@ -55,6 +56,8 @@ class Telemetry:
         if self.sinks:
             event = {"phase": phase, "t0": t0, "seconds": seconds, "step": step, "steps": steps,
                      "bytes": nbytes, "level": level}
+            if detail is not None:
+                event["detail"] = detail
             for sink in self.sinks:
                 sink(event)
 

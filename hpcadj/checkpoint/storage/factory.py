@@ -16,7 +16,8 @@ def make_level(kind: str, capacity: int, layout: SnapshotLayout, comm=None, *,
                path: str | None = None, local_dir: str | None = None, async_io: bool = True,
                keep: bool = False, run_id: str | None = None, fsync: bool = False,
                name: str | None = None, queue_depth: int = 2, prefetch_depth: int = 1,
-               verify: bool = False, collective: str = "auto", attach: bool = False) -> Level:
+               verify: bool = False, collective: str = "auto", attach: bool = False,
+               purge_run_id: str | None = None) -> Level:
     """A ``ram``, ``local`` (node-local files) or ``pfs`` (parallel HDF5 at ``path``) level.
 
     Collective: every rank of ``comm`` must call it (file levels agree on a run id and check their
@@ -28,7 +29,8 @@ def make_level(kind: str, capacity: int, layout: SnapshotLayout, comm=None, *,
     process left under the same ``run_id`` and ``local_dir``/``path``, verifies each (checksums and
     headers stored in the files) and holds the valid ones (``valid_steps()``); invalid, partial and
     temporary files are removed. The pfs level attaches on any rank count; the local level refuses
-    another rank count or layout.
+    another rank count or layout; ``purge_run_id`` then names the run whose node-local files it
+    removes instead (a resume on another rank count must not leave them behind).
     """
     if comm is not None and hasattr(comm, "tompi4py"):
         comm = comm.tompi4py()
@@ -38,7 +40,8 @@ def make_level(kind: str, capacity: int, layout: SnapshotLayout, comm=None, *,
     opts = dict(run_id=run_id, keep=keep, fsync=fsync, async_io=async_io, name=name,
                 queue_depth=queue_depth, prefetch_depth=prefetch_depth)
     if kind == "local":
-        return LocalLevel(capacity, layout, comm, local_dir=local_dir, attach=attach, **opts)
+        return LocalLevel(capacity, layout, comm, local_dir=local_dir, attach=attach,
+                          purge_run_id=purge_run_id, **opts)
     if kind == "pfs":
         cls = AsyncPfsLevel if opts.pop("async_io") else PfsLevel
         return cls(capacity, layout, comm, path, collective=collective, attach=attach, **opts)

@@ -73,7 +73,8 @@ class LocalLevel(AsyncLevel):
     def __init__(self, capacity: int, layout: SnapshotLayout | None, comm=None, *,
                  local_dir: str | None = None, run_id: str | None = None, keep: bool = False,
                  fsync: bool = False, async_io: bool = True, queue_depth: int = 2,
-                 prefetch_depth: int = 1, name: str = "local", attach: bool = False):
+                 prefetch_depth: int = 1, name: str = "local", attach: bool = False,
+                 purge_run_id: str | None = None):
         super().__init__(name, capacity, layout, comm, async_io=async_io,
                          queue_depth=queue_depth, prefetch_depth=prefetch_depth)
         self.keep = bool(keep)
@@ -86,6 +87,7 @@ class LocalLevel(AsyncLevel):
         self._crc: dict[int, dict[str, int]] = {}
         self._nonces: dict[int, str] = {}  # adopted from files of an earlier process (attach)
         self.attach_note: str | None = None
+        self.attach_dropped: list[str] = []  # why snapshots found on attach were not taken
         problem = self._probe()
         problems = self._gather(problem)
         failed = [(r, p) for r, p in enumerate(problems) if p]
@@ -114,6 +116,44 @@ class LocalLevel(AsyncLevel):
             raise LevelError(f"{name}: node-local directory is not usable ({detail})")
         if attach:
             self._attach()
+        elif purge_run_id and purge_run_id != self.run_id:
+            self._purge_run(purge_run_id)
+
+    def _purge_run(self, run_id: str) -> None:
+        """Remove the node-local snapshots an earlier process of this run left (not reattached).
+
+        One rank per node does it (the directory is node-local); only this project's file names
+        are removed, and what went is reported in ``attach_note``.
+        """
+        from ...stack import mpi
+
+        node = self.comm.Split_type(mpi().COMM_TYPE_SHARED) if self.comm is not None else None
+        removed = [0, 0]
+        if node is None or node.rank == 0:
+            old = os.path.join(self.base_dir, f"hpcadj-{run_id}")
+            for entry in sorted(os.listdir(old)) if os.path.isdir(old) else []:
+                rank_dir = os.path.join(old, entry)
+                if not (entry.startswith("rank") and entry[4:].isdigit() and os.path.isdir(rank_dir)):
+                    continue
+                for name in os.listdir(rank_dir):
+                    if name.endswith((".snap", ".tmp")) or name == "LAYOUT.json":
+                        path = os.path.join(rank_dir, name)
+                        try:
+                            size = os.path.getsize(path)
+                            os.remove(path)
+                            removed[0] += name.endswith(".snap")
+                            removed[1] += size
+                        except OSError:
+                            pass
+                _rmdir(rank_dir)
+            _rmdir(old)
+        if node is not None:
+            node.Free()
+        files = sum(n for n, _ in self._gather(tuple(removed)))
+        nbytes = sum(b for _, b in self._gather(tuple(removed)))
+        if files:
+            self.attach_note = (f"removed {files} node-local snapshot file(s) ({nbytes / 2**20:.1f} MiB) "
+                                f"that run {run_id} left on another rank layout")
 
     def _gather(self, value):
         return self.comm.allgather(value) if self.comm is not None else [value]
@@ -167,6 +207,7 @@ class LocalLevel(AsyncLevel):
     def _attach(self) -> None:
         """Hold the snapshot files an earlier process left that are valid on every rank."""
         found: dict[int, tuple] = {}
+        rejected: list[str] = []
         for entry in sorted(os.listdir(self.directory)):
             path = os.path.join(self.directory, entry)
             if entry.endswith(".tmp") or entry.startswith(".probe-"):
@@ -177,10 +218,12 @@ class LocalLevel(AsyncLevel):
             try:
                 step = int(entry[5:-5])
                 header, crcs = self._verify_file(path, step)
-            except (ValueError, CorruptSnapshot, OSError):
+            except (ValueError, CorruptSnapshot, OSError) as exc:
+                rejected.append(f"rank {self.rank}: {exc}")
                 _remove(path)
                 continue
             found[step] = (header, crcs)
+        self.attach_dropped = [r for rs in self._gather(rejected) for r in rs]
         common = set(found)
         for other in self._gather(sorted(found)):
             common &= set(other)
@@ -194,8 +237,11 @@ class LocalLevel(AsyncLevel):
             self._held.add(step)
             self.times[step] = header.get("time")
         dropped = len(found) - len(common)
+        if dropped:
+            self.attach_dropped.append(f"rank {self.rank}: {dropped} snapshot(s) not valid on every rank")
         self.attach_note = (f"attached {len(common)} snapshot(s) of run {self.run_id}"
-                            + (f", removed {dropped} not valid on every rank" if dropped else ""))
+                            + (f", removed {dropped} not valid on every rank" if dropped else "")
+                            + (f", removed {len(rejected)} corrupt or unreadable" if rejected else ""))
 
     def _verify_file(self, path: str, step: int):
         """(header, CRCs) of a snapshot file of this run, rank and layout; CorruptSnapshot if not."""
@@ -353,10 +399,14 @@ class LocalLevel(AsyncLevel):
         for entry in leftovers:
             _remove(os.path.join(self.directory, entry))
         for d in (self.directory, self.run_dir):
-            try:
-                os.rmdir(d)
-            except OSError:
-                pass
+            _rmdir(d)
+
+
+def _rmdir(path: str) -> None:
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
 
 
 def _remove(path: str) -> None:

@@ -133,6 +133,7 @@ class PfsLevel(AsyncLevel):
             contiguous_in_file(lay.global_shape, s, n) for s, n in zip(*self._ranks[f])))
             for f, lay in ((f, layout[f]) for f in self.fields)}
         self._file = None
+        self._created = False  # only a file this run created (or attached as its own) is removed
         self._groups: dict[int, object] = {}
         self._free_slots: list[int] = []
         self._slot_of: dict[int, int] = {}
@@ -140,6 +141,7 @@ class PfsLevel(AsyncLevel):
         self._foreign: set[int] = set()  # attached slots whose rank tables are another layout's
         self._next_slot = 0
         self.attach_note: str | None = None
+        self.attach_dropped: list[str] = []  # why snapshots found on attach were not taken
         opened = self._submit(self._attach_file if attach else self._open)
         problem = None
         try:
@@ -162,12 +164,19 @@ class PfsLevel(AsyncLevel):
 
     # -- HDF5 operations (the caller's thread) ------------------------------------------------
 
-    def _open(self) -> None:
+    def _open(self, replace: bool = False) -> None:
+        """Create the file; an existing path is refused unless it is this run's own (``replace``)."""
         h5 = h5py()
         self._groups.clear()
         self._free_slots.clear()
         self._next_slot = 0
+        taken = os.path.lexists(self.path) if self.rank == 0 else None
+        if self.comm.bcast(taken, root=0) and not replace:
+            raise LevelError(f"{self.path} already exists and is not this run's checkpoint file; "
+                             f"remove it or choose another path (hpcadj never overwrites a file "
+                             f"it did not create)")
         f = h5.File(self.path, "w", driver="mpio", comm=self.comm)
+        self._created = True
         self._file = f
         f.attrs["format"] = FORMAT
         f.attrs["run_id"] = self.run_id
@@ -367,10 +376,12 @@ class PfsLevel(AsyncLevel):
                 f.close()
             if not problem.startswith("broken"):
                 raise LevelError(problem)
-            self._open()
+            self._open(replace=True)  # the manifest names it: this run's own file, unreadable
+            self.attach_dropped = [f"the whole file: {problem}"]
             self.attach_note = f"{self.path} could not be attached ({problem}): started empty"
             return
         self._file = f
+        self._created = True
         f.attrs["nranks"] = self.size
         slots = {}
         for name in sorted(f["slots"]):
@@ -420,6 +431,8 @@ class PfsLevel(AsyncLevel):
             t = float(g.attrs.get("time", math.nan))
             self.times[step] = None if math.isnan(t) else t
         f.flush()
+        self.attach_dropped = [f"step {step}: failed verification" for step in sorted(bad)]
+        self.attach_dropped += [f"link {link}: points at no valid slot" for link in stale]
         self.attach_note = (f"attached {len(held)} snapshot(s) of run {self.run_id} from "
                             f"{self.path}" + (f", dropped {len(bad)} failing verification"
                                               if bad else ""))
@@ -478,7 +491,7 @@ class PfsLevel(AsyncLevel):
             self._file = None
 
     def _after_shutdown(self) -> None:
-        if self.keep or self.comm is None:
+        if self.keep or self.comm is None or not self._created:
             return
         self.comm.Barrier()
         if self.rank == 0:

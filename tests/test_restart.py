@@ -144,3 +144,115 @@ def test_sigusr1_stops_cleanly_with_status_75_then_resumes(reference, tmp_path):
     assert info["J"] == ref_info["J"]
     for name, field in ref.items():
         assert np.array_equal(gradients(tmp_path / "g.h5")[name], field), name
+
+
+def _flip(path, offset: int, mask: int = 0x40) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ mask]))
+
+
+def _newest_adjoint(rundir):
+    files = sorted(rundir.glob("adjoint-*.h5"))
+    assert files, "a reverse-sweep durable point must have written an adjoint file"
+    return files[0]  # named by step: the lowest step is the newest point of the reverse sweep
+
+
+def _crash_in_reverse(tmp, ref_info, levels=LEVELS, share=0.8):
+    k = int(ref_info["actions"] * share)
+    rundir, ck, local = tmp / "run", tmp / "ck.h5", tmp / "local"
+    local.mkdir()
+    args = [*BASE, *levels, "--pfs-file", str(ck), "--local-dir", str(local), "--run-dir", str(rundir)]
+    crashed = hpcadj([*args, "--json"], 2, timeout=240, env={"HPCADJ_INJECT_KILL": f"1:{k}"})
+    assert crashed.returncode != 0
+    return args, rundir
+
+
+def _resume_bitwise(tmp, args, ref_info, ref, ranks=2):
+    info = hpcadj_json([*args, "--resume", "--gradient-out", str(tmp / "g.h5")], ranks, timeout=240)
+    assert info["J"] == ref_info["J"]
+    for name, field in ref.items():
+        assert np.array_equal(gradients(tmp / "g.h5")[name], field), name
+    return info
+
+
+def test_corrupt_adjoint_state_is_detected_and_an_older_point_used(reference, tmp_path):
+    """An exponent byte of lambda flipped in the newest adjoint file gave a gradient off by 6e9."""
+    ref_info, ref = reference
+    args, rundir = _crash_in_reverse(tmp_path, ref_info)
+    newest = _newest_adjoint(rundir)
+    with h5py().File(newest, "r") as f:
+        offset = f["lambda/u"].id.get_offset()
+        nbytes = f["lambda/u"].id.get_storage_size()
+    _flip(newest, offset + nbytes // 2 + 7)  # the sign/exponent byte of a value mid-field
+    info = _resume_bitwise(tmp_path, args, ref_info, ref)
+    assert any("unusable" in f and "checksum" in f for f in info["faults"]), info["faults"]
+
+
+def test_every_adjoint_generation_corrupt_still_gives_the_bitwise_gradient(reference, tmp_path):
+    ref_info, ref = reference
+    args, rundir = _crash_in_reverse(tmp_path, ref_info)
+    files = sorted(rundir.glob("adjoint-*.h5"))
+    for path in files:
+        with h5py().File(path, "r") as f:
+            offset = f["grad/kappa"].id.get_offset()
+        _flip(path, offset + 3, 0x01)  # a mantissa byte: 4e-12 off, caught all the same
+    info = _resume_bitwise(tmp_path, args, ref_info, ref)
+    assert sum("unusable" in f for f in info["faults"]) == len(files), info["faults"]
+
+
+def test_corrupt_manifest_falls_back_to_the_previous_generation(reference, tmp_path):
+    """A digit of J changed in manifest.json was taken silently: now its checksum refuses it."""
+    ref_info, ref = reference
+    args, rundir = _crash_in_reverse(tmp_path, ref_info)
+    manifest = rundir / "manifest.json"
+    text = manifest.read_text()
+    J = json.loads(text)["durable"]["J"]
+    digits = repr(J)
+    changed = digits[:4] + ("1" if digits[4] != "1" else "2") + digits[5:]
+    assert digits in text
+    manifest.write_text(text.replace(digits, changed, 1))
+    info = _resume_bitwise(tmp_path, args, ref_info, ref)
+    assert any("manifest.json fails its checksum" in f for f in info["faults"]), info["faults"]
+
+
+def test_both_manifests_corrupt_is_a_clear_error(reference, tmp_path):
+    ref_info, _ = reference
+    args, rundir = _crash_in_reverse(tmp_path, ref_info)
+    for name in ("manifest.json", "manifest.prev.json"):
+        path = rundir / name
+        path.write_text(path.read_text().replace('"ranks": 2', '"ranks": 3'))
+    proc = hpcadj([*args, "--resume"], 2, timeout=240)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("hpcadj")]
+    assert len(lines) == 1 and "checksum" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_resume_on_fewer_ranks_leaves_no_node_local_files(reference, tmp_path):
+    ref_info, ref = reference
+    args, rundir = _crash_in_reverse(tmp_path, ref_info, share=0.45)
+    local = tmp_path / "local"
+    assert any(local.rglob("*.snap")), "the crashed run must have left node-local snapshots"
+    info = hpcadj_json([*args, "--resume", "--gradient-out", str(tmp_path / "g.h5")], 1, timeout=240)
+    assert abs(info["J"] - ref_info["J"]) <= 1e-10 * abs(ref_info["J"])
+    assert any("removed" in f and "node-local" in f for f in info["faults"]), info["faults"]
+    assert list(local.rglob("*")) == [], list(local.rglob("*"))
+
+
+@pytest.mark.parametrize("kind", ["text", "gradient"])
+def test_an_existing_file_is_never_taken_as_the_checkpoint_file(reference, tmp_path, kind):
+    """--pfs-file naming a user's file truncated it and deleted it at the end (exit 0)."""
+    victim = tmp_path / "precious.h5"
+    if kind == "text":
+        victim.write_text("my data\n")
+    else:
+        hpcadj_json([*BASE, "--ram", "3", "--gradient-out", str(victim)], 1)
+    before = victim.read_bytes()
+    proc = hpcadj([*BASE, "--ram", "2", "--pfs", "4", "--pfs-file", str(victim), "--json"], 2, timeout=240)
+    assert proc.returncode == 2 and proc.stdout.strip() == "", (proc.returncode, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("hpcadj")]
+    assert len(lines) == 1 and "already exists" in lines[0], proc.stderr
+    assert victim.read_bytes() == before

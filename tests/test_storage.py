@@ -494,3 +494,35 @@ def test_raw_runs_place_any_block_exactly_in_its_global_array(tmp_path, global_s
         outside[window] = False
         assert not data[outside].any()
         assert len(runs) <= max(1, int(np.prod(shape[:-1])))
+
+
+class _Tracked(np.ndarray):
+    """An array type that weak references can follow (plain ndarrays allow them too; a subclass
+    keeps the test independent of that)."""
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05])
+def test_donated_snapshots_are_released_at_the_same_plan_point_however_fast_the_io(tmp_path, delay):
+    """Releasing a donated snapshot as soon as its write happened to finish made ranks destroy
+    their Vecs at different points (their petsc4py garbage lists differed: PetscFinalize hung).
+    With ``queue_depth`` 2 the donated snapshot of write k goes exactly at write k + 2 or flush,
+    whether the I/O thread is instantaneous or slow."""
+    import weakref
+
+    SlowLocal.delay, old = delay, SlowLocal.delay
+    try:
+        level = SlowLocal(6, LAYOUT, local_dir=str(tmp_path), queue_depth=2)
+        alive = []
+        for step in range(4):
+            snapshot = {k: v.view(_Tracked) for k, v in snap(step).items()}
+            alive.append(weakref.ref(snapshot["u"]))
+            level.write(step, snapshot, donate=True)
+            del snapshot
+            time.sleep(2 * delay + 0.02)  # every write queued so far has finished
+            assert [ref() is not None for ref in alive] == [s >= step - 1 for s in range(step + 1)], step
+        level.flush()
+        assert all(ref() is None for ref in alive)
+        assert all(same(level.read(s), snap(s)) for s in range(4))
+        level.close()
+    finally:
+        SlowLocal.delay = old

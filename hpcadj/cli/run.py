@@ -295,6 +295,7 @@ def execute(args, model, controls, comm, levels, schedule, profile, rundir, tele
     progress = SweepProgress(model.n_steps, rank=comm.rank, quiet=args.quiet or args.json)
     driver = Driver(model, levels, telemetry, progress=progress, costs=costs, durability=durability,
                     should_stop=stop)
+    report_recovered(comm, telemetry, driver, rundir, levels)
     comm.Barrier()
     t0 = time.perf_counter()
     stopped = False
@@ -326,6 +327,22 @@ def execute(args, model, controls, comm, levels, schedule, profile, rundir, tele
     if durability is not None:
         durability.finished()
     return result, wall_s, driver
+
+
+def report_recovered(comm, telemetry, driver, rundir, levels) -> None:
+    """Say what a resume found unusable (corrupt durable files, snapshots dropped on attach):
+    one stderr line each on rank 0, a ``fault`` log event, and the JSON ``faults`` list."""
+    found = list(rundir.faults) if rundir is not None else []
+    for level in levels:
+        found += [f"{level.name}: dropped on attach: {why}" for why in getattr(level, "attach_dropped", [])]
+        note = getattr(level, "attach_note", None)
+        if note and note.startswith("removed"):
+            found.append(f"{level.name}: {note}")
+    for fault in found:
+        driver.faults.append(fault)
+        telemetry.record("fault", t0=time.time(), seconds=0.0, detail=fault)
+        if comm.rank == 0:
+            print(f"hpcadj: {fault}", file=sys.stderr, flush=True)
 
 
 def finish(args, model, comm, result, info, telemetry, notes, log) -> None:

@@ -256,3 +256,26 @@ def test_an_existing_file_is_never_taken_as_the_checkpoint_file(reference, tmp_p
     lines = [line for line in proc.stderr.splitlines() if line.startswith("hpcadj")]
     assert len(lines) == 1 and "already exists" in lines[0], proc.stderr
     assert victim.read_bytes() == before
+
+
+def test_forward_progress_is_durable_at_the_interval(reference, tmp_path):
+    """A plan whose stores near the frontier go to RAM left a kill late in the forward sweep to
+    redo it from an early durable point; with --durable-interval the frontier state itself is
+    written, so the resume starts near where the kill struck, and the gradient is bitwise."""
+    ref_info, ref = reference
+    rundir, local = tmp_path / "run", tmp_path / "local"
+    local.mkdir()
+    args = [*BASE, "--ram", "4", "--disk", "2", "--local-dir", str(local), "--run-dir", str(rundir),
+            "--durable-interval", "0.2"]
+    slow = {"HPCADJ_TEST_STEP_DELAY": "0.03"}
+    first = next(i for i, a in enumerate(BASE) if a == "--steps")
+    n = int(BASE[first + 1])
+    crashed = hpcadj([*args, "--json"], 2, timeout=240, env={**slow, "HPCADJ_INJECT_KILL": f"0:frontier={n - 3}"})
+    assert crashed.returncode != 0
+    manifest = json.loads((rundir / "manifest.json").read_text())
+    assert manifest["durable"]["phase"] == "forward" and "forward" in manifest["durable"], manifest["durable"]
+    frontier = manifest["durable"]["frontier"]
+    assert frontier >= n // 3, frontier
+    info = _resume_bitwise(tmp_path, args, ref_info, ref)
+    assert info["forward_steps"] - info["recomputed_steps"] <= n - frontier, info
+    assert info["durable"]["points"] >= 1 and info["durable"]["seconds"] > 0

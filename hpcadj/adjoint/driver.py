@@ -27,13 +27,18 @@ INJECT_KILL = "HPCADJ_INJECT_KILL"
 INJECT_DELAY = "HPCADJ_TEST_STEP_DELAY"
 
 
-def _injected_kill(rank: int) -> int | None:
-    """Fault injection for tests: ``HPCADJ_INJECT_KILL=RANK:K`` kills that rank (SIGKILL) after action K."""
+def _injected_kill(rank: int) -> tuple[int | None, int | None]:
+    """Fault injection for tests: ``HPCADJ_INJECT_KILL=RANK:K`` kills that rank (SIGKILL) after
+    action K, ``RANK:frontier=S`` once the first sweep has reached step S. Returns (K, S)."""
     spec = os.environ.get(INJECT_KILL)
     if not spec:
-        return None
+        return None, None
     target, after = spec.split(":")
-    return int(after) if int(target) == rank else None
+    if int(target) != rank:
+        return None, None
+    if after.startswith("frontier="):
+        return None, int(after.split("=")[1])
+    return int(after), None
 
 
 class StopRequested(Exception):
@@ -86,6 +91,7 @@ class Driver:
         What re-plans after a storage fault minimise.
     durability : object, optional
         Makes progress durable: ``forward_point(driver, level)`` after a store at the frontier,
+        ``forward_progress(driver)`` after an Advance that moved the frontier,
         ``reverse_point(driver)`` after an adjoint step, ``stop(driver)`` before a requested stop.
     should_stop : callable, optional
         Polled after every Advance and Adjoint (one small allreduce each); when it returns True on
@@ -106,7 +112,7 @@ class Driver:
         self.capacities = [level.capacity for level in self.levels]
         self.actions_done = 0
         self._gc_calls = 0
-        self._kill_after = _injected_kill(self.comm.rank)
+        self._kill_after, self._kill_at_frontier = _injected_kill(self.comm.rank)
         self._step_delay = float(os.environ.get(INJECT_DELAY, 0.0))
 
     def run(self, schedule, controls, resume: ResumePoint | None = None) -> GradientResult:
@@ -158,7 +164,9 @@ class Driver:
                     self.actions_done += 1
                     if self._step_delay:
                         time.sleep(self._step_delay)
-                    if self.actions_done == self._kill_after:
+                    if self.actions_done == self._kill_after or (
+                            self._kill_at_frontier is not None and self.lam_step is None
+                            and self.frontier >= self._kill_at_frontier):
                         os.kill(os.getpid(), signal.SIGKILL)
                     if (self.should_stop is not None and isinstance(action, (Advance, Adjoint))
                             and not self.finished and self._agree(self.should_stop())):
@@ -334,6 +342,8 @@ class Driver:
                 self.progress.forward(end - k, recompute=not first)
             k = end
         self.work.advanced(action.n0, action.n1, previous, u)
+        if self.durability is not None and self.lam_step is None and self.frontier == action.n1:
+            self.durability.forward_progress(self)
 
     @execute.register
     def _(self, action: Store) -> None:

@@ -164,10 +164,11 @@ class RunDirectory:
         """Rank 0: delete the adjoint files that neither manifest generation names."""
         keep = set()
         for path in (self.manifest_path, self.previous_path):
-            manifest, _ = _load_manifest(path)
-            keep.add(((manifest or {}).get("durable") or {}).get("adjoint"))
+            durable = ((_load_manifest(path)[0] or {}).get("durable") or {})
+            keep |= {durable.get("adjoint"), durable.get("forward")}
         for entry in os.listdir(self.path):
-            if entry.startswith("adjoint-") and entry.endswith((".h5", ".h5.partial")) and entry not in keep:
+            if entry.startswith(("adjoint-", "forward-")) and entry.endswith((".h5", ".h5.partial")) \
+                    and entry not in keep:
                 os.remove(os.path.join(self.path, entry))
 
     def adjoint_path(self, step: int) -> str:
@@ -188,6 +189,26 @@ class RunDirectory:
             raise RunDirError(str(exc)) from None
         return os.path.basename(path)
 
+    def write_state(self, model, step: int, u, J: float) -> str:
+        """Write the forward state u_step (collective, checksummed, atomic); its file name."""
+        layouts = {"u/" + k: v for k, v in model.snapshot_layout().items()}
+        arrays = {"u/" + k: v for k, v in model.snapshot(u).items()}
+        path = os.path.join(self.path, f"forward-{step:08d}.h5")
+        try:
+            write_fields(path, self.comm, layouts, arrays, attrs={"step": step, "J": J})
+        except OSError as exc:
+            raise RunDirError(str(exc)) from None
+        return os.path.basename(path)
+
+    def read_state(self, model, name: str):
+        """(step, snapshot of this rank's blocks) from the forward file ``name``, verified."""
+        path = os.path.join(self.path, name)
+        verify_fields(path, self.comm)
+        with h5py().File(path, "r", driver="mpio", comm=self.comm) as f:
+            step = int(f.attrs["step"])
+            snapshot = {k: np.array(f["u/" + k][v.slices]) for k, v in model.snapshot_layout().items()}
+        return step, snapshot
+
     def read_adjoint(self, model, grad_like: dict, name: str):
         """(step, lambda Vec, gradient Vecs) from the adjoint file ``name``, verified, read in this
         run's layout; :class:`~hpcadj.fieldio.CorruptFile` on every rank if it does not check out."""
@@ -205,22 +226,65 @@ class RunDirectory:
         return step, model.restore(snapshot), grad
 
 
+#: the mean time between failures ``--durable-interval auto`` assumes for a job (seconds)
+DEFAULT_MTBF_S = 4 * 3600.0
+
+
+def young_daly_interval(cost_s: float, mtbf_s: float = DEFAULT_MTBF_S) -> float:
+    """Young's optimal checkpoint interval sqrt(2 C M) for a durable point costing ``cost_s``."""
+    return (2.0 * max(cost_s, 1e-6) * mtbf_s) ** 0.5
+
+
 class Durability:
     """The driver's durability hook: records durable points in the run directory.
 
     Forward sweep: J is remembered for each snapshot stored on a durable level at the frontier;
     every ``every`` such stores (and at a stop) the durable levels are flushed and the manifest
-    lists the snapshots and J at each. Reverse sweep: every ``every`` adjoint steps lambda and the
-    gradient so far are written, then the manifest.
+    lists the snapshots and J at each. Besides, once ``interval`` seconds have passed since the
+    last durable point, the state at the frontier itself is written to ``forward-<k>.h5`` (a
+    plan whose stores near the frontier all go to RAM otherwise left a kill late in the sweep to
+    redo most of it). ``interval=None`` is Young's interval sqrt(2 C M) from the measured cost C
+    of a durable point and ``mtbf_s`` M. Reverse sweep: every ``every`` adjoint steps, or
+    ``interval`` seconds, lambda and the gradient so far are written, then the manifest.
+    ``seconds`` and ``points`` say what durability cost.
     """
 
-    def __init__(self, rundir: RunDirectory, model, levels, every: int = 10):
+    def __init__(self, rundir: RunDirectory, model, levels, every: int = 10,
+                 interval: float | None = None, mtbf_s: float = DEFAULT_MTBF_S):
         self.rundir = rundir
         self.model = model
         self.levels = levels
         self.every = max(1, int(every))
+        self.fixed_interval = interval
+        self.mtbf_s = float(mtbf_s)
+        self.seconds = 0.0
+        self.points = 0
+        self._cost = None
+        self._last = time.perf_counter()
         self._since = 0
         self._forward_J: dict[int, float] = {}
+
+    @property
+    def interval(self) -> float:
+        """Seconds between time-driven durable points (Young's interval until one was measured:
+        the first comes after a minute)."""
+        if self.fixed_interval is not None:
+            return self.fixed_interval
+        return 60.0 if self._cost is None else young_daly_interval(self._cost, self.mtbf_s)
+
+    def _due(self) -> bool:
+        """Whether the interval has passed, agreed by rank 0's clock (every rank acts alike)."""
+        due = time.perf_counter() - self._last >= self.interval
+        return bool(self.rundir.comm.bcast(due, root=0))
+
+    def _timed(self, fn) -> None:
+        t0 = time.perf_counter()
+        fn()
+        t1 = time.perf_counter()
+        self._cost = t1 - t0
+        self.seconds += self._cost
+        self.points += 1
+        self._last = t1
 
     def _durable_snapshots(self) -> dict:
         """Flush the durable levels and list their complete snapshots (the same on every rank)."""
@@ -253,22 +317,39 @@ class Durability:
         self.rundir.save()
 
     def forward_point(self, driver, level) -> None:
+        """After a store at the frontier: a durable point every ``every`` durable stores."""
         if level.kind not in DURABLE_KINDS:
             return
         self._forward_J[driver.frontier] = driver.result.J
         self._since += 1
         if self._since >= self.every:
             self._since = 0
-            self._record({"phase": "forward"})
+            self._timed(lambda: self._record({"phase": "forward"}))
+
+    def forward_progress(self, driver) -> None:
+        """After a first-sweep Advance: the frontier state made durable once the interval passed."""
+        if driver.frontier >= driver.n or not self._due():
+            return
+        k, J = driver.frontier, driver.result.J
+
+        def write():
+            name = self.rundir.write_state(self.model, k, driver.work.get(k), J)
+            self._record({"phase": "forward", "forward": name, "frontier": k, "J": J})
+
+        self._timed(write)
 
     def reverse_point(self, driver, force: bool = False) -> None:
         self._since += 1
-        if not force and self._since < self.every and driver.lam_step != 0:
+        if not force and self._since < self.every and driver.lam_step != 0 and not self._due():
             return
         self._since = 0
-        name = self.rundir.write_adjoint(self.model, driver.lam_step, driver.lam, driver.grad)
-        self._record({"phase": "reverse", "J": driver.result.J, "lam_step": driver.lam_step,
-                      "adjoint": name})
+
+        def write():
+            name = self.rundir.write_adjoint(self.model, driver.lam_step, driver.lam, driver.grad)
+            self._record({"phase": "reverse", "J": driver.result.J, "lam_step": driver.lam_step,
+                          "adjoint": name})
+
+        self._timed(write)
 
     def stop(self, driver) -> None:
         """Make everything durable before a requested stop."""
@@ -315,6 +396,11 @@ def resume_point(rundir: RunDirectory, model, controls, levels, costs=None):
         forward = {}
         for m in reversed(generations):  # the current generation's J wins where both list a step
             forward.update({int(k): J for k, J in m.get("forward_points", {}).items() if int(k) in valid})
+        frontier = _forward_file_point(rundir, model, generations, levels, valid)
+        if frontier is not None and frontier[0] > max(forward, default=-1):
+            s, J, index = frontier
+            valid[s] = index
+            forward[s] = J
         if forward:
             s = max(forward)
             point = ResumePoint(frontier=s, J=forward[s])
@@ -372,3 +458,39 @@ def _load_manifest(path: str):
     if manifest.get("crc32") != _manifest_crc(body):
         return None, f"{path} fails its checksum"
     return manifest, None
+
+
+def _forward_file_point(rundir: RunDirectory, model, generations, levels, valid):
+    """The newest forward state written at an interval that checks out, placed in a level slot.
+
+    Returns ``(step, J, level index)`` or None. The state goes into the level with the most free
+    slots (those not taken by ``valid`` snapshots), so the residual plan can restore it.
+    """
+    from ..checkpoint.storage.base import LevelError
+
+    for m in generations:
+        durable = m.get("durable") or {}
+        name = durable.get("forward")
+        if not name:
+            continue
+        try:
+            step, snapshot = rundir.read_state(model, name)
+            if step != durable.get("frontier"):
+                raise CorruptFile(f"{name} holds step {step}, the manifest says {durable.get('frontier')}")
+        except (CorruptFile, OSError, KeyError) as exc:
+            rundir.faults.append(f"durable forward state of step {durable.get('frontier')} unusable "
+                                 f"({exc}): falling back to an older durable point")
+            continue
+        free = [level.capacity - sum(1 for i in valid.values() if i == index)
+                for index, level in enumerate(levels)]
+        index = max(range(len(levels)), key=lambda i: (free[i], -i))
+        if free[index] < 1 or step in valid:
+            return None
+        try:
+            levels[index].write(step, snapshot)
+            levels[index].flush()
+        except LevelError as exc:
+            rundir.faults.append(f"durable forward state of step {step} could not be placed ({exc})")
+            return None
+        return step, durable["J"], index
+    return None

@@ -40,6 +40,13 @@ def add_parser(subparsers) -> None:
                    help="continue the run recorded in --run-dir (same arguments) from its newest durable point")
     r.add_argument("--durable-every", type=int, default=10, metavar="K",
                    help="make progress durable every K durable stores / adjoint steps (default 10)")
+    r.add_argument("--durable-interval", default="auto", metavar="SECONDS",
+                   help="also make progress durable (the frontier state itself in the forward sweep) "
+                        "once SECONDS have passed; 'auto' (default): Young's interval sqrt(2 C M) from "
+                        "the measured cost C of a durable point and --mtbf M")
+    r.add_argument("--mtbf", type=float, default=None, metavar="SECONDS",
+                   help="mean time between failures that --durable-interval auto assumes "
+                        "(default 14400: 4 hours)")
     p.set_defaults(func=main)
 
 
@@ -197,6 +204,7 @@ def main(args) -> int:
         raise CliError("--resume needs --run-dir DIR (the directory of the run to continue)")
     if args.durable_every < 1:
         raise CliError(f"--durable-every must be >= 1, got {args.durable_every}")
+    args.durable_interval_s = durable_interval(args)
     energy_model = load_energy_model(args)
     model = build_model(args, comm)
     controls = model.default_controls()
@@ -238,6 +246,10 @@ def main(args) -> int:
     result, wall_s, driver = outcome
     info = summary(model, comm, result, wall_s)
     info.update(actions=driver.actions_done, faults=driver.faults)
+    if driver.durability is not None:
+        d = driver.durability
+        info["durable"] = {"points": d.points, "seconds": comm.allreduce(d.seconds, op=_mpi_max()),
+                           "interval_s": d.interval}
     info.update(schedule=schedule.name, minimize=args.minimize, predicted_s=predicted,
                 costs_source=profile.source, levels=level_summary(comm, plans, levels),
                 resumed=args.resume)
@@ -291,7 +303,8 @@ def execute(args, model, controls, comm, levels, schedule, profile, rundir, tele
     if args.resume:
         resumed, point = resume_point(rundir, model, controls, levels, costs)
         schedule = resumed or schedule
-    durability = Durability(rundir, model, levels, args.durable_every) if rundir else None
+    durability = Durability(rundir, model, levels, args.durable_every, interval=args.durable_interval_s,
+                            **({"mtbf_s": args.mtbf} if args.mtbf else {})) if rundir else None
     progress = SweepProgress(model.n_steps, rank=comm.rank, quiet=args.quiet or args.json)
     driver = Driver(model, levels, telemetry, progress=progress, costs=costs, durability=durability,
                     should_stop=stop)
@@ -327,6 +340,32 @@ def execute(args, model, controls, comm, levels, schedule, profile, rundir, tele
     if durability is not None:
         durability.finished()
     return result, wall_s, driver
+
+
+def _mpi_max():
+    from ..stack import mpi
+
+    return mpi().MAX
+
+
+def durable_interval(args) -> float | None:
+    """--durable-interval in seconds (None: auto), checked with --mtbf and --run-dir."""
+    import math
+
+    if args.mtbf is not None and not (math.isfinite(args.mtbf) and args.mtbf > 0):
+        raise CliError(f"--mtbf must be a positive number of seconds, got {args.mtbf}")
+    if args.durable_interval == "auto":
+        return None
+    try:
+        seconds = float(args.durable_interval)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise CliError(f"--durable-interval must be 'auto' or a positive number of seconds, "
+                       f"got {args.durable_interval!r}")
+    if args.mtbf is not None:
+        raise CliError("--mtbf only informs --durable-interval auto; give one or the other")
+    return seconds
 
 
 def report_recovered(comm, telemetry, driver, rundir, levels) -> None:

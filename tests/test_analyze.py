@@ -174,6 +174,7 @@ def test_missing_rank_and_summary(one_run):
     assert "summary.json missing" in problems
     assert result["wall_seconds"] == pytest.approx(6.91)
     assert result["wall_from"] == "end records"
+    assert result["status_flags"] == ["unfinished", "missing-rank-logs"] and not result["complete"]
 
 
 def test_nothing_to_analyse(tmp_path):
@@ -203,7 +204,7 @@ def test_cli_markdown_csv_and_plot(sweep, model_file, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert "## Run `revolve-4`" in proc.stdout and "## Comparison" in proc.stdout
-    assert "| pfs-all | 1 | pfs-all | 6.622 | 70.32 | model |" in proc.stdout
+    assert "| pfs-all | complete | 1 | pfs-all | 6.622 | 70.32 | model |" in proc.stdout
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", data[16:24])
@@ -253,3 +254,139 @@ def test_cli_bad_input_exits_2_with_one_line(sweep, tmp_path, case):
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("hpcadj: error:")
     assert not (tmp_path / "no").exists()
+
+
+# --- incomplete and partial runs: shown, flagged, never ranked -------------------------------------
+
+def partial_run(path, clock, label, *, forward=20, recompute=0, adjoint=20, end="close", resumed=False,
+                overwrite=False, levels=True):
+    """A RAM run cheaper than every complete one in the sweep (0.5 s set-up, few steps)."""
+    record = {"label": label, "model": "heat", "grid": "64x64", "steps": 20, "schedule": "revolve",
+              "levels": [{"name": "ram", "kind": "ram", "capacity": 4}], "snapshot_bytes": SNAP,
+              "resumed": resumed}
+    log = open_run_log(path, None, record, meter=None, energy_model=MODEL, overwrite=overwrite)
+    tel = Telemetry(sinks=[log], petsc_events=False)
+    clock.now += 0.5
+    for kind, count, seconds in (("forward", forward, 0.01), ("recompute", recompute, 0.01),
+                                 ("adjoint", adjoint, 0.02)):
+        for i in range(count):
+            tel.record(kind, t0=clock.time(), seconds=seconds, step=i, steps=1)
+            clock.now += seconds
+    result = {"levels": {"ram": {"kind": "ram", "peak_slots": 1}}} if levels else {}
+    if end == "close":
+        log.close(result)
+    elif end in ("stopped", "failed"):
+        log.close({"status": end})
+    elif end == "abort":
+        log.abort("LevelError: ram: all 4 slots are full")
+    return log
+
+
+@pytest.fixture(scope="module")
+def mixed(sweep, tmp_path_factory):
+    """The complete sweep plus a resumed fragment (over the stopped part before it), a run missing a
+    rank's log, a failed (aborted) run, a stopped run and a killed one (no end record)."""
+    root = tmp_path_factory.mktemp("mixed")
+    for label in RUNS:
+        shutil.copytree(sweep / label, root / label)
+    clock = FakeTime()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(jsonlog, "time", clock)
+        first = partial_run(root / "fragment", clock, "fragment", adjoint=12, end="stopped")
+        clock.now = 0.0
+        partial_run(root / "fragment", clock, "fragment", forward=0, recompute=3, adjoint=8,
+                    resumed=True, overwrite=True)
+        clock.now = 0.0
+        partial_run(root / "half-ranks", clock, "half-ranks")
+        clock.now = 0.0
+        partial_run(root / "failed", clock, "failed", adjoint=5, end="abort")
+        clock.now = 0.0
+        partial_run(root / "stopped", clock, "stopped", adjoint=5, end="stopped")
+        clock.now = 0.0
+        partial_run(root / "killed", clock, "killed")
+    # half-ranks: a 2-rank run whose rank 1 log was lost (its totals hold half the phases)
+    for name in ("run.json", "summary.json"):
+        data = json.loads((root / "half-ranks" / name).read_text())
+        data["ranks"] = 2
+        (root / "half-ranks" / name).write_text(json.dumps(data))
+    # killed: the end record and the summary never written
+    rank0 = root / "killed" / "rank00000.jsonl"
+    rank0.write_text("".join(rank0.read_text().splitlines(keepends=True)[:-1]))
+    (root / "killed" / "summary.json").unlink()
+    return root, first.run_id
+
+
+PARTIAL = {"fragment": ["resumed-fragment"], "half-ranks": ["missing-rank-logs"], "failed": ["failed"],
+           "stopped": ["stopped"], "killed": ["unfinished"]}
+
+
+def test_incomplete_runs_are_flagged(mixed):
+    root, first_id = mixed
+    results = by_label(analyze([root], model=MODEL))
+    for label in RUNS:
+        assert results[label]["status"] == "complete" and results[label]["complete"], label
+    for label, flags in PARTIAL.items():
+        assert results[label]["status_flags"] == flags, (label, results[label]["status_detail"])
+        assert not results[label]["complete"]
+    detail = " ".join(results["fragment"]["status_detail"])
+    assert "8 of 20 adjoint steps" in detail and "0 of 20 first-sweep forward steps" in detail
+    assert first_id in detail                     # the stopped part before the resume was overwritten
+    run_json = json.loads((root / "fragment" / "run.json").read_text())
+    assert run_json["overwrote"]["run_id"] == first_id and run_json["overwrote"]["status"] == "stopped"
+    assert "rank 0 aborted: LevelError" in " ".join(results["failed"]["status_detail"])
+    assert "no end record on rank 0" in " ".join(results["killed"]["status_detail"])
+    # each partial run is cheaper than every complete one: the old ranking marked them optimal
+    for label in PARTIAL:
+        assert results[label]["wall_seconds"] < results["pfs-all"]["wall_seconds"], label
+        assert results[label]["energy"]["joules"] < results["ram-all"]["energy"]["joules"], label
+
+
+def test_no_incomplete_run_is_ranked(mixed):
+    root, _ = mixed
+    results = analyze([root], model=MODEL)
+    rows = {c["run"]: c for c in compare(results)}
+    assert [k for k, c in rows.items() if c["time_optimal"]] == ["pfs-all"]
+    assert [k for k, c in rows.items() if c["energy_optimal"]] == ["ram-all"]
+    assert sorted(k for k, c in rows.items() if c["pareto"]) == ["pfs-all", "ram-all", "revolve-4"]
+    for label in PARTIAL:
+        assert not rows[label]["ranked"] and rows[label]["status"] != "complete"
+        assert not (rows[label]["time_optimal"] or rows[label]["energy_optimal"] or rows[label]["pareto"])
+    # the memory column keeps its meaning: runs without level statistics get n/a, not peak RSS
+    assert {c["memory_metric"] for c in rows.values()} == {"checkpoint peak, all levels"}
+    assert rows["revolve-4"]["memory_MiB"] == pytest.approx(4 * SNAP / 2**20)
+    assert rows["failed"]["memory_MiB"] is None and rows["stopped"]["memory_MiB"] is None
+    assert rows["failed"]["peak_rss_MiB"] > 0
+    from hpcadj.telemetry.analyze import markdown_report
+
+    text = markdown_report(results)
+    assert "| fragment | resumed-fragment | 1 |" in text
+    assert text.count("not ranked |") == len(PARTIAL)
+    assert "memory MiB (checkpoint peak, all levels)" in text
+    assert "Memory n/a (checkpoint peak, all levels not logged) for failed, killed, stopped" in text
+    assert "- status: **resumed-fragment** (not compared with complete runs:" in text
+
+
+def test_cli_csv_and_plot_with_incomplete_runs(mixed, model_file, tmp_path):
+    root, _ = mixed
+    proc = hpcadj("analyze", str(root), "--csv", "--energy-model", str(model_file))
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["run"]: r for r in csv.DictReader(io.StringIO(proc.stdout))}
+    assert rows["half-ranks"]["status"] == "missing-rank-logs" and rows["half-ranks"]["ranked"] == "False"
+    assert [k for k, r in rows.items() if r["time_optimal"] == "True"] == ["pfs-all"]
+    assert {r["memory_metric"] for r in rows.values()} == {"checkpoint peak, all levels"}
+    png = tmp_path / "p.png"
+    proc = hpcadj("analyze", str(root), "--plot", str(png), "--json", "--energy-model", str(model_file))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert {c["run"]: c["status"] for c in data["comparison"]}["killed"] == "unfinished"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_resumed_run_covering_every_step_is_complete(tmp_path):
+    """--resume that found nothing durable restarts from step 0: its log is a whole run."""
+    clock = FakeTime()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(jsonlog, "time", clock)
+        partial_run(tmp_path / "r", clock, "r", resumed=True)
+    result = analyze([tmp_path / "r"], model=MODEL)[0]
+    assert result["status"] == "complete"

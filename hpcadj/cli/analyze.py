@@ -14,8 +14,11 @@ def add_parser(subparsers) -> None:
         description="Analyse the logs written by 'hpcadj run --log-dir': seconds, bytes and joules by "
                     "phase and level, recomputation factor and peak memory per run; a comparison of "
                     "runs with the time- and energy-optimal ones marked. Each LOG_DIR is a run's log "
-                    "directory or a directory of them. Problems in a log (truncated line, missing "
-                    "rank) are reported on stderr and in the output.")
+                    "directory or a directory of them. Every run has a status (complete, "
+                    "resumed-fragment, missing-rank-logs, failed, stopped, unfinished, incomplete); "
+                    "only complete runs are ranked, the others are shown with their partial numbers. "
+                    "Problems in a log (truncated line, missing rank) are reported on stderr and in "
+                    "the output.")
     p.add_argument("log_dirs", nargs="+", metavar="LOG_DIR")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--markdown", action="store_true", help="markdown tables (the default)")
@@ -27,7 +30,8 @@ def add_parser(subparsers) -> None:
                    help="write a Pareto plot: wall time and energy against memory")
     p.add_argument("--memory", choices=["checkpoint", "ram", "rss"], default="checkpoint",
                    help="memory axis of the comparison: peak checkpoint bytes on all levels (default), "
-                        "on RAM levels only, or peak resident memory summed over ranks")
+                        "on RAM levels only, or peak resident memory summed over ranks; a run that "
+                        "did not log the chosen figure shows n/a (no other metric is substituted)")
     p.add_argument("--energy-model", metavar="FILE.toml", default=None,
                    help="energy model constants overriding the defaults (also $HPCADJ_ENERGY_MODEL)")
     p.add_argument("--sacct", action="store_true",
@@ -48,11 +52,14 @@ def main(args) -> int:
             an.check_output_path(args.plot)
         model = load_model(args.energy_model)
         results = an.analyze(args.log_dirs, model=model, sacct=args.sacct)
+        if args.plot:  # before the warnings: a plot that cannot be drawn is the one line printed
+            an.pareto_plot(results, args.plot, args.memory)
         for r in results:
             for problem in r["problems"]:
                 print(f"hpcadj analyze: warning: {r['path']}: {problem}", file=sys.stderr)
-        if args.plot:
-            an.pareto_plot(results, args.plot, args.memory)
+            if not r["complete"]:
+                print(f"hpcadj analyze: warning: {r['path']}: status {r['status']}, not ranked: "
+                      + "; ".join(r["status_detail"]), file=sys.stderr)
     except (an.AnalyzeError, EnergyModelError) as exc:
         raise CliError(str(exc)) from None
     except OSError as exc:

@@ -309,7 +309,10 @@ def analyse_run(run: RunData, model: EnergyModel | None = None, *, sacct: bool =
     nsteps = run.record.get("steps") if isinstance(run.record.get("steps"), int) else forward
     factor = (forward + recompute) / nsteps if nsteps and forward is not None else None
     level_stats = _level_stats(run)
+    flags, details = run_status(run, forward, _rank_steps(run, "adjoint"), nsteps)
     return {"label": run.label, "path": run.path, "run_id": run.run_id, "ranks": run.ranks,
+            "status": ", ".join(flags), "status_flags": flags, "status_detail": details,
+            "complete": flags == ["complete"], "adjoint_steps": _rank_steps(run, "adjoint"),
             "ranks_logged": len(run.events), "job_id": job, "record": run.record,
             "phases": rows, "other_joules_model": other_row["joules"], "other_core_seconds": other,
             "wall_seconds": wall, "wall_from": wall_from, "energy": energy, "energy_measured": measured,
@@ -321,6 +324,78 @@ def analyse_run(run: RunData, model: EnergyModel | None = None, *, sacct: bool =
             "bytes_written": sum(r["bytes"] for r in rows if r["phase"] == "store"),
             "bytes_read": sum(r["bytes"] for r in rows if r["phase"] == "restore"),
             "problems": list(run.problems)}
+
+
+STATUSES = {
+    "complete": "every rank logged, finished, every forward and adjoint step in this log",
+    "resumed-fragment": "a run resumed with --resume: this log holds only the part done after the resume",
+    "missing-rank-logs": "some ranks' logs are missing: their phases and energy are not in the totals",
+    "failed": "the run failed (a rank aborted with an error)",
+    "stopped": "the run was stopped on request (continue it with --resume)",
+    "unfinished": "the run did not finish (killed or crashed): no summary or no end record",
+    "incomplete": "fewer steps logged than the run has",
+    "no-run-record": "run.json missing: what was run (and how many steps) is unknown",
+    "mixed-logs": "files of different runs in one directory",
+}
+
+
+def run_status(run: RunData, forward: int | None, adjoint: int | None, nsteps: int | None) -> tuple[list[str], list[str]]:
+    """``(flags, details)``: why a run is not ``complete`` (``["complete"]`` when nothing is wrong).
+
+    A run is complete only when its run record, every rank's log (each with an end record and no
+    error) and the summary are there, the summary does not say stopped/failed, the run was not a
+    resumed fragment, and the log counts every one of its ``steps`` forward and adjoint steps.
+    """
+    flags, details = [], []
+
+    def flag(name: str, detail: str) -> None:
+        if name not in flags:
+            flags.append(name)
+        details.append(detail)
+
+    result = (run.summary or {}).get("result") or {}
+    status = result.get("status") if isinstance(result, dict) else None
+    errors = {r: e["error"] for r, e in run.ends.items() if e.get("error")}
+    if errors:
+        rank, error = min(errors.items())
+        flag("failed", f"rank {rank} aborted: {error}")
+    if status == "failed":
+        flag("failed", "the summary records status 'failed'")
+    if status == "stopped":
+        flag("stopped", "stopped on request before the gradient was complete")
+    unended = sorted(r for r in run.events if r not in run.ends)
+    if unended:
+        flag("unfinished", f"no end record on rank {', '.join(map(str, unended[:10]))}"
+             + (" ..." if len(unended) > 10 else "") + " (killed or crashed)")
+    elif run.summary is None and not errors:
+        flag("unfinished", "no summary.json (rank 0 never closed the log)")
+    expected = run.ranks
+    missing = [r for r in range(expected) if r not in run.events]
+    if missing:
+        flag("missing-rank-logs", f"{len(missing)} of {expected} rank logs missing")
+    if run.run is None:
+        flag("no-run-record", "run.json missing")
+    ids = {h.get("run_id") for h in run.headers.values()} | {e.get("run_id") for e in run.ends.values()}
+    ids.add((run.run or {}).get("run_id"))
+    ids.discard(None)
+    if len(ids) > 1:
+        flag("mixed-logs", f"run ids {', '.join(sorted(ids))}")
+    resumed = bool(run.record.get("resumed"))
+    short = []
+    if nsteps:
+        if (adjoint or 0) < nsteps:
+            short.append(f"{adjoint or 0} of {nsteps} adjoint steps")
+        if (forward or 0) < nsteps:
+            short.append(f"{forward or 0} of {nsteps} first-sweep forward steps")
+    if resumed and (short or not nsteps):
+        over = (run.run or {}).get("overwrote")
+        earlier = (f"; the log of the part before (run {over.get('run_id')}) was overwritten"
+                   if isinstance(over, dict) and over.get("run_id") else "")
+        flag("resumed-fragment", "resumed with --resume: this log holds "
+             + (", ".join(short) if short else "an unknown share of the steps") + earlier)
+    elif short and not flags:
+        flag("incomplete", "this log holds " + ", ".join(short))
+    return (flags or ["complete"]), details
 
 
 def _choose_energy(measured: dict, modeled: dict) -> dict:
@@ -363,42 +438,49 @@ MEMORY_METRICS = {"checkpoint": "checkpoint peak, all levels", "ram": "checkpoin
 
 def memory_metric(results: list[dict], which: str = "checkpoint") -> tuple[str, list[float | None]]:
     """The memory axis of a comparison, in MiB: ``checkpoint`` (peak bytes held on all levels),
-    ``ram`` (on RAM levels only) or ``rss`` (peak resident memory summed over ranks). Checkpoint
-    metrics fall back to ``rss`` when a run did not log its level statistics."""
+    ``ram`` (on RAM levels only) or ``rss`` (peak resident memory summed over ranks). The metric
+    is the one asked for, for every run: a run that did not log what it needs gets None (it is
+    never replaced by another metric; ``peak_rss_MiB`` is a column of its own)."""
     if which not in MEMORY_METRICS:
         raise AnalyzeError(f"unknown memory metric {which!r} (known: {', '.join(MEMORY_METRICS)})")
-    if which != "rss":
-        kinds = ("ram",) if which == "ram" else None
-        values = [_level_peak_bytes(r, kinds) for r in results]
-        if results and all(v is not None for v in values):
-            return MEMORY_METRICS[which], [v / MIB for v in values]
-    return MEMORY_METRICS["rss"], [r["peak_rss_bytes"]["sum"] / MIB if r["peak_rss_bytes"] else None
-                                   for r in results]
+    if which == "rss":
+        return MEMORY_METRICS["rss"], [r["peak_rss_bytes"]["sum"] / MIB if r["peak_rss_bytes"] else None
+                                       for r in results]
+    kinds = ("ram",) if which == "ram" else None
+    values = [_level_peak_bytes(r, kinds) for r in results]
+    return MEMORY_METRICS[which], [v / MIB if v is not None else None for v in values]
 
 
 def compare(results: list[dict], memory: str = "checkpoint") -> list[dict]:
-    """One row per run, with the time-optimal, energy-optimal and Pareto-optimal runs flagged."""
+    """One row per run, with the time-optimal, energy-optimal and Pareto-optimal runs flagged.
+
+    Only complete runs (``status`` "complete") are ranked: a resumed fragment, a run missing rank
+    logs, a failed, stopped or unfinished run is listed with its status and ``ranked`` False, never
+    marked optimal and left out of the Pareto front. The Pareto front needs the memory figure too.
+    """
     mem_name, memory = memory_metric(results, memory)
     rows = []
     for r, mem in zip(results, memory):
-        rows.append({"run": r["label"], "ranks": r["ranks"], "schedule": r["record"].get("schedule"),
-                     "steps": r["steps"], "wall_s": r["wall_seconds"], "energy_J": r["energy"]["joules"],
+        rows.append({"run": r["label"], "status": r["status"], "ranks": r["ranks"],
+                     "schedule": r["record"].get("schedule"),
+                     "steps": r["steps"], "wall_s": r["wall_seconds"], "wall_from": r["wall_from"],
+                     "energy_J": r["energy"]["joules"],
                      "energy_source": r["energy"]["source"], "recompute_factor": r["recompute_factor"],
                      "memory_MiB": mem, "memory_metric": mem_name,
                      "peak_rss_MiB": r["peak_rss_bytes"]["max"] / MIB if r["peak_rss_bytes"] else None,
                      "written_MiB": r["bytes_written"] / MIB, "read_MiB": r["bytes_read"] / MIB,
-                     "problems": len(r["problems"]), "time_optimal": False, "energy_optimal": False,
-                     "pareto": False})
-    complete = [i for i, row in enumerate(rows)
-                if row["wall_s"] is not None and row["memory_MiB"] is not None]
-    if complete:
-        best_t = min(complete, key=lambda i: rows[i]["wall_s"])
-        best_e = min(complete, key=lambda i: rows[i]["energy_J"])
+                     "problems": len(r["problems"]), "ranked": bool(r["complete"] and r["wall_seconds"] is not None),
+                     "time_optimal": False, "energy_optimal": False, "pareto": False})
+    ranked = [i for i, row in enumerate(rows) if row["ranked"]]
+    if ranked:
+        best_t = min(ranked, key=lambda i: rows[i]["wall_s"])
+        best_e = min(ranked, key=lambda i: rows[i]["energy_J"])
         rows[best_t]["time_optimal"] = True
         rows[best_e]["energy_optimal"] = True
-        flags = _pareto([(rows[i]["memory_MiB"], rows[i]["wall_s"], rows[i]["energy_J"]) for i in complete])
-        for i, flag in zip(complete, flags):
-            rows[i]["pareto"] = flag
+    front = [i for i in ranked if rows[i]["memory_MiB"] is not None]
+    flags = _pareto([(rows[i]["memory_MiB"], rows[i]["wall_s"], rows[i]["energy_J"]) for i in front])
+    for i, flag in zip(front, flags):
+        rows[i]["pareto"] = flag
     return rows
 
 
@@ -431,6 +513,11 @@ def markdown_report(results: list[dict], memory: str = "checkpoint") -> str:
                 facts.append(f"{key} {rec[key]}")
         out.append("; ".join(facts) + ".")
         out.append("")
+        if r["complete"]:
+            out.append("- status: **complete**")
+        else:
+            out.append(f"- status: **{r['status']}** (not compared with complete runs: "
+                       + "; ".join(r["status_detail"]) + ")")
         energy = r["energy"]
         model_j = r["energy_model"]["joules"]
         out.append(f"- wall time: {_fmt(r['wall_seconds'])} s (from {r['wall_from']})")
@@ -471,24 +558,40 @@ def markdown_report(results: list[dict], memory: str = "checkpoint") -> str:
     rows = compare(results, memory)
     out.append("## Comparison")
     out.append("")
-    mem_name = rows[0]["memory_metric"] if rows else ""
-    out.append(_md_table(["run", "ranks", "schedule", "wall s", "energy J", "source", "recompute",
+    mem_name = MEMORY_METRICS[memory]
+    out.append(_md_table(["run", "status", "ranks", "schedule", "wall s", "energy J", "source", "recompute",
                           f"memory MiB ({mem_name})", "written MiB", "read MiB", "optimal", "problems"],
-                         [[c["run"], c["ranks"], c["schedule"], c["wall_s"], c["energy_J"], c["energy_source"],
-                           c["recompute_factor"], c["memory_MiB"], c["written_MiB"], c["read_MiB"],
-                           ", ".join(k for k, f in (("time", c["time_optimal"]), ("energy", c["energy_optimal"]),
-                                                    ("pareto", c["pareto"])) if f) or "-",
-                           c["problems"]] for c in rows]))
+                         [[c["run"], c["status"], c["ranks"], c["schedule"], c["wall_s"], c["energy_J"],
+                           c["energy_source"], c["recompute_factor"], c["memory_MiB"], c["written_MiB"],
+                           c["read_MiB"], _optimal_cell(c), c["problems"]] for c in rows]))
+    notes = []
+    unranked = [c["run"] for c in rows if not c["ranked"]]
+    if unranked:
+        notes.append(f"Not ranked (incomplete or partial logs, numbers cover only what was logged): "
+                     f"{', '.join(unranked)}.")
+    no_mem = [c["run"] for c in rows if c["memory_MiB"] is None]
+    if no_mem:
+        notes.append(f"Memory n/a ({mem_name} not logged) for {', '.join(no_mem)}: left out of the Pareto "
+                     "front" + ("" if memory == "rss" else "; `--memory rss` compares peak resident memory") + ".")
     sources = sorted({c["energy_source"] for c in rows})
     if len(sources) > 1:
+        notes.append(f"Energy sources differ between runs ({', '.join(sources)}): compare energies with care.")
+    for note in notes:
         out.append("")
-        out.append(f"Energy sources differ between runs ({', '.join(sources)}): compare energies with care.")
+        out.append(note)
     return "\n".join(out) + "\n"
 
 
-COMPARE_FIELDS = ["run", "ranks", "schedule", "steps", "wall_s", "energy_J", "energy_source",
-                  "recompute_factor", "memory_MiB", "memory_metric", "peak_rss_MiB", "written_MiB",
-                  "read_MiB", "time_optimal", "energy_optimal", "pareto", "problems"]
+def _optimal_cell(c: dict) -> str:
+    if not c["ranked"]:
+        return "not ranked"
+    return ", ".join(k for k, f in (("time", c["time_optimal"]), ("energy", c["energy_optimal"]),
+                                    ("pareto", c["pareto"])) if f) or "-"
+
+
+COMPARE_FIELDS = ["run", "status", "ranks", "schedule", "steps", "wall_s", "wall_from", "energy_J",
+                  "energy_source", "recompute_factor", "memory_MiB", "memory_metric", "peak_rss_MiB",
+                  "written_MiB", "read_MiB", "ranked", "time_optimal", "energy_optimal", "pareto", "problems"]
 PHASE_FIELDS = ["run", "phase", "level", "count", "steps", "seconds_sum", "seconds_max", "bytes",
                 "joules_model", "joules_measured_share", "measured_source"]
 
@@ -533,14 +636,25 @@ def pareto_plot(results: list[dict], out_path: str, memory: str = "checkpoint") 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [c for c in compare(results, memory) if c["memory_MiB"] is not None and c["wall_s"] is not None]
-    if not rows:
-        raise AnalyzeError("no run has both a memory figure and a wall time: nothing to plot")
-    mem_name = rows[0]["memory_metric"]
-    sources = sorted({c["energy_source"] for c in rows})
+    every = [c for c in compare(results, memory) if c["memory_MiB"] is not None and c["wall_s"] is not None]
+    rows = [c for c in every if c["ranked"]]
+    partial = [c for c in every if not c["ranked"]]
+    if not every:
+        raise AnalyzeError(f"no run has both a memory figure ({MEMORY_METRICS[memory]}) and a wall time: "
+                           "nothing to plot" + ("" if memory == "rss" else
+                                                " (a run without summary.json logs no level statistics; "
+                                                "--memory rss plots peak resident memory)"))
+    mem_name = every[0]["memory_metric"]
+    sources = sorted({c["energy_source"] for c in every})
     fig, axes = plt.subplots(1, 2, figsize=(11, 5.4))
     for ax, key, ylabel in ((axes[0], "wall_s", "wall time [s]"),
                             (axes[1], "energy_J", f"energy [J] ({'/'.join(sources)})")):
+        if partial:
+            ax.scatter([c["memory_MiB"] for c in partial], [c[key] for c in partial], marker="x", s=40,
+                       color="0.5", zorder=2, label="incomplete run (partial numbers, not ranked)")
+            for c in partial:
+                ax.annotate(f"{c['run']} ({c['status']})", (c["memory_MiB"], c[key]), textcoords="offset points",
+                            xytext=(6, 5), fontsize=7, color="0.4")
         xs = [c["memory_MiB"] for c in rows]
         ys = [c[key] for c in rows]
         front = sorted((x, y) for x, y, f in zip(xs, ys, _pareto(list(zip(xs, ys)))) if f)
@@ -566,7 +680,8 @@ def pareto_plot(results: list[dict], out_path: str, memory: str = "checkpoint") 
         for handle, label in zip(*ax.get_legend_handles_labels()):
             legend.setdefault(label, handle)
     fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=3, fontsize=8)
-    fig.suptitle(f"hpcadj runs: wall time and energy against memory ({len(rows)} runs)")
+    fig.suptitle(f"hpcadj runs: wall time and energy against memory ({len(rows)} complete runs"
+                 + (f", {len(partial)} incomplete not ranked)" if partial else ")"))
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     tmp = f"{out_path}.tmp{os.getpid()}.png"
     try:

@@ -6,6 +6,11 @@ Layout of a log directory (schema ``hpcadj-telemetry/1``)::
     DIR/rank00000.jsonl   one file per rank: a "header" line, one "event" line per phase, an "end" line
     DIR/summary.json      rank 0, at close: phase totals over ranks, wall time, peak memory, energy
 
+A log opened with ``overwrite`` over an earlier run (``hpcadj run --resume`` does this) records
+what it replaced in ``run.json`` under ``"overwrote"`` (run id, start, finished, status); a resumed
+run's record carries ``"resumed": true`` and its ``steps``, so a fragment (fewer adjoint steps
+logged than ``steps``) can be told from a whole run. Keys may be added; none is removed or renamed.
+
 An event line is one finished phase (see :class:`RunLog` for the fields). A rank file without its
 "end" line belongs to a rank that stopped early; ``hpcadj analyze`` says so.
 """
@@ -236,6 +241,28 @@ class RunLog:
                 "phases": list(phases.values()), "energy": energy, "result": result or {}}
 
 
+def _previous_run(log_dir: str) -> dict:
+    """What an overwritten log directory held: run id, start, whether it finished and its status.
+
+    Recorded in the new ``run.json`` as ``"overwrote"`` (e.g. the fragment before a ``--resume``),
+    so the analysis can say that the earlier part's numbers are gone."""
+    out: dict = {"run_id": None, "started": None, "finished": False, "status": None}
+    for name, keys in ((RUN_FILE, ("run_id", "started")), (SUMMARY_FILE, ("finished",))):
+        try:
+            with open(os.path.join(log_dir, name)) as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        for key in keys:
+            if data.get(key) is not None:
+                out[key] = data[key] if key != "finished" else True
+        if name == SUMMARY_FILE and isinstance(data.get("result"), dict):
+            out["status"] = data["result"].get("status")
+    return out
+
+
 def _rank0_prepare(log_dir: str, run: dict, overwrite: bool) -> str | None:
     """Create the directory, refuse (or clear, with ``overwrite``) an earlier run, write run.json."""
     if os.path.exists(log_dir) and not os.path.isdir(log_dir):
@@ -246,6 +273,8 @@ def _rank0_prepare(log_dir: str, run: dict, overwrite: bool) -> str | None:
                 if n in (RUN_FILE, SUMMARY_FILE) or (n.startswith("rank") and n.endswith(".jsonl"))]
         if ours and not overwrite:
             return f"log directory {log_dir} already holds a run ({', '.join(sorted(ours)[:3])}...)"
+        if ours:
+            run["overwrote"] = _previous_run(log_dir)
         for name in ours:
             os.unlink(os.path.join(log_dir, name))
         write_json_atomic(os.path.join(log_dir, RUN_FILE), run)

@@ -168,9 +168,10 @@ def test_progress_bars_only_on_a_terminal():
     assert not progress_enabled(0, False, io.StringIO())
     assert not progress_enabled(1, False, Tty())
     assert not progress_enabled(0, True, Tty())
-    silent = SweepProgress(10, stream=io.StringIO())
+    plain = io.StringIO()
+    silent = SweepProgress(10, stream=plain, interval=3600)   # not a terminal: lines (tests/test_progress.py)
     silent({"phase": "forward", "steps": 10})
-    assert silent._forward is None
+    assert silent._forward is None and silent.mode == "lines" and plain.getvalue() == ""
     stream = Tty()
     bar = SweepProgress(10, stream=stream)
     tel = Telemetry(sinks=[bar], petsc_events=False)

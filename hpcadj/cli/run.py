@@ -305,7 +305,8 @@ def execute(args, model, controls, comm, levels, schedule, profile, rundir, tele
         schedule = resumed or schedule
     durability = Durability(rundir, model, levels, args.durable_every, interval=args.durable_interval_s,
                             **({"mtbf_s": args.mtbf} if args.mtbf else {})) if rundir else None
-    progress = SweepProgress(model.n_steps, rank=comm.rank, quiet=args.quiet or args.json)
+    progress = SweepProgress(model.n_steps, rank=comm.rank, ranks=comm.size, quiet=args.quiet or args.json,
+                             levels=levels, plan=schedule, costs=profile.vector("time"))
     driver = Driver(model, levels, telemetry, progress=progress, costs=costs, durability=durability,
                     should_stop=stop)
     report_recovered(comm, telemetry, driver, rundir, levels)

@@ -390,3 +390,26 @@ def test_resumed_run_covering_every_step_is_complete(tmp_path):
         partial_run(tmp_path / "r", clock, "r", resumed=True)
     result = analyze([tmp_path / "r"], model=MODEL)[0]
     assert result["status"] == "complete"
+
+
+def test_real_resumed_run_is_a_fragment(tmp_path):
+    """A real run killed in its reverse sweep and resumed into the same --log-dir: analyze flags it."""
+    from .helpers import hpcadj as run_hpcadj
+
+    args = ["run", "--grid", "12x12", "--steps", "30", "--ram", "5", "--schedule", "revolve", "--run-dir",
+            str(tmp_path / "rd"), "--log-dir", str(tmp_path / "logs"), "--durable-every", "2", "--quiet"]
+    killed = run_hpcadj(args, timeout=120, env={"HPCADJ_INJECT_KILL": "0:50"})
+    assert killed.returncode == -9, killed.stderr
+    first_id = json.loads((tmp_path / "logs" / "run.json").read_text())["run_id"]
+    resumed = run_hpcadj([*args, "--resume"], timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    full = run_hpcadj(args[:9] + ["--log-dir", str(tmp_path / "full"), "--quiet"], timeout=120)
+    assert full.returncode == 0, full.stderr
+    results = by_label(analyze([tmp_path / "logs", tmp_path / "full"]))
+    fragment = results["logs"]
+    assert fragment["status"] == "resumed-fragment", fragment["status_detail"]
+    assert 0 < fragment["adjoint_steps"] < 30
+    assert first_id in " ".join(fragment["status_detail"])
+    assert results["full"]["status"] == "complete"
+    rows = {c["run"]: c for c in compare(list(results.values()))}
+    assert not rows["logs"]["ranked"] and rows["full"]["time_optimal"]

@@ -17,3 +17,9 @@ experiment-$(subst _,-,$(1)): setup
 	$(EXP_PY) experiments/$(1)/run.py $(EXPERIMENT_FLAGS) $(if $(EXPERIMENTS_OUT),--out $(EXPERIMENTS_OUT)/$(1))
 endef
 $(foreach e,$(EXPERIMENTS),$(eval $(call experiment_rule,$(e))))
+
+# The soak study (issue 12): 20+ gradients at 10-32 MiB per rank, every level mix, async and sync,
+# 1/2/3 ranks, then a kill -9 sweep of a 30-60 s run; about 15 minutes on a 2-core VM.
+.PHONY: soak
+soak: setup
+	$(EXP_PY) experiments/soak/run.py $(if $(EXPERIMENTS_OUT),--out $(EXPERIMENTS_OUT)/soak)

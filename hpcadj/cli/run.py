@@ -32,7 +32,7 @@ def add_parser(subparsers) -> None:
                    help="write JSON-lines telemetry (one file per rank, run.json, summary.json)")
     p.add_argument("--energy-model", metavar="FILE.toml", default=None,
                    help="override the energy model's constants ($HPCADJ_ENERGY_MODEL)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
     r = p.add_argument_group("restart")
     r.add_argument("--run-dir", default=None, metavar="DIR",
                    help="keep a manifest and durable adjoint states here, so the run can be resumed")

@@ -33,9 +33,10 @@ import os
 import numpy as np
 
 from ..stack import mpi
+from . import kernels
 from .base import Stepper
-from .common import laplacian
 from .dmda import Grid, parse_grid
+from .kernels import wave as kern
 
 
 def ricker(t, f0: float):
@@ -95,8 +96,17 @@ class WaveModel(Stepper):
         sigma = self._sponge()
         self.a = 1.0 / (1.0 + 0.5 * self.dt * sigma)
         self.b = 1.0 - 0.5 * self.dt * sigma
+        # the kernels' view of the geometry: 3-D blocks (nz = 1 in 2-D), s = sigma dt / 2
+        self._has_z = self.dim == 3
+        self._shape3 = (1,) * (3 - self.dim) + self.field.shape
+        self._s = kernels.readonly((0.5 * self.dt * sigma).reshape(self._shape3))
+        self._ih2 = tuple([1.0] * (3 - self.dim) + [1.0 / h ** 2 for h in self.h])
+        self._halo = kernels.Halo(self.grid, slots=2)
+        self._field_halo = kernels.Halo(self.field)
         self.source = tuple(self._axis_index(axis, frac) for axis, frac in enumerate(self._source_position()))
         self._source_local = self._locate(self.source)
+        self._source3 = ((-1, -1, -1) if self._source_local is None
+                         else tuple([0] * (3 - self.dim) + list(self._source_local)))
         self.receivers = self._receiver_nodes()
         located = [(k, self._locate(node)) for k, node in enumerate(self.receivers)]
         self._receivers_local = [(k, loc) for k, loc in located if loc is not None]
@@ -222,16 +232,20 @@ class WaveModel(Stepper):
         self._controls = {name: vec.copy() for name, vec in controls.items()}
         self.c = self.field.owned(self._controls["c"]).copy()
         self.c2 = self.c ** 2
+        self._c = kernels.readonly(self.c.reshape(self._shape3).copy())
+        self._c2 = kernels.readonly(self.c2.reshape(self._shape3).copy())
+        ca = self.c2 * self.a  # c^2 a: what the adjoint's Laplacian acts on (times lam), with its halo
+        self._ca = kernels.readonly(ca.reshape(self._shape3))
+        ca_vec = self.field.vec_from(ca)
+        self._ca_faces = self._faces3(tuple(f.copy() for f in self._field_halo.faces(ca_vec)), ())
+        ca_vec.destroy()
 
     def initial_state(self):
         return self._controls["u0"].copy()
 
     # -- forward -----------------------------------------------------------------------------
-    def _source_term(self, i: int) -> np.ndarray:
-        f = np.zeros(self.field.shape)
-        if self._source_local is not None:
-            f[self._source_local] = ricker(i * self.dt, self.frequency) / float(np.prod(self.h))
-        return f
+    def _source_value(self, i: int) -> float:
+        return ricker(i * self.dt, self.frequency) / float(np.prod(self.h))
 
     def _pair(self, prev, cur):
         vec = self.grid.create_vec()
@@ -240,15 +254,25 @@ class WaveModel(Stepper):
         w[..., 1] = cur
         return vec
 
-    def _current_laplacian(self, state) -> np.ndarray:
-        return laplacian(self.field, self.grid.padded(state)[..., 1], self.h)
+    def _block(self, vec, readonly=True):
+        """A state's owned block as the kernels see it: (nz, ny, nx, 2), nz = 1 in 2-D."""
+        return vec.getArray(readonly=readonly).reshape(self._shape3 + (2,))
+
+    def _faces3(self, faces, comps=(2,)):
+        """Halo faces in the kernels' 3-D form (zero z faces in 2-D)."""
+        if self._has_z:
+            return tuple(faces)
+        zero = kernels.readonly(np.zeros(self._shape3[1:] + comps))
+        return (zero, zero) + tuple(f.reshape((1,) + f.shape) for f in faces)
+
+    def _state_faces(self, vec, slot=0):
+        return self._faces3(self._halo.faces(vec, slot))
 
     def step(self, i, u):
-        w = self.grid.owned(u)
-        lap = self._current_laplacian(u)
-        nxt = self.a * (2.0 * w[..., 1] - self.b * w[..., 0]
-                        + self.dt ** 2 * (self.c2 * lap + self._source_term(i)))
-        return self._pair(w[..., 1], nxt)
+        out = kernels.new_vec(self.grid)
+        kern.step(self._block(u), self._state_faces(u), self._s, self._c2, self._ih2, self._has_z,
+                  self.dt ** 2, self._source3, self._source_value(i), self._block(out, readonly=False))
+        return out
 
     def _residuals(self, i, u):
         w = self.grid.owned(u)
@@ -267,15 +291,12 @@ class WaveModel(Stepper):
 
     # -- adjoint -----------------------------------------------------------------------------
     def adjoint_step(self, i, u, u_next, lam_next, grad):
-        lam = self.grid.owned(lam_next)
-        mu = self.a * lam[..., 1]
-        scratch = self.grid.create_vec()
-        self.grid.owned(scratch)[..., 1] = self.c2 * mu
-        lap = laplacian(self.field, self.grid.padded(scratch)[..., 1], self.h)
-        new_prev = -self.b * mu
-        new_cur = lam[..., 0] + 2.0 * mu + self.dt ** 2 * lap
-        self.field.owned(grad["c"])[...] += 2.0 * self.dt ** 2 * self.c * mu * self._current_laplacian(u)
-        return self._pair(new_prev, new_cur)
+        out = kernels.new_vec(self.grid)
+        g = self.field.owned(grad["c"]).reshape(self._shape3)
+        kern.adjoint_step(self._block(lam_next), self._state_faces(lam_next, 1), self._block(u),
+                          self._state_faces(u, 0), self._s, self._c, self._ca, self._ca_faces, self._ih2,
+                          self._has_z, self.dt ** 2, g, self._block(out, readonly=False))
+        return out
 
     def initial_adjoint(self, lam0, grad):
         grad["u0"].axpy(1.0, lam0)
@@ -285,12 +306,12 @@ class WaveModel(Stepper):
         return dcontrols["u0"].copy()
 
     def tangent_step(self, i, u, u_next, du, dcontrols):
-        d = self.grid.owned(du)
-        dc = self.field.owned(dcontrols["c"])
-        nxt = self.a * (2.0 * d[..., 1] - self.b * d[..., 0]
-                        + self.dt ** 2 * (self.c2 * self._current_laplacian(du)
-                                          + 2.0 * self.c * dc * self._current_laplacian(u)))
-        return self._pair(d[..., 1], nxt)
+        out = kernels.new_vec(self.grid)
+        dc = dcontrols["c"].getArray(readonly=True).reshape(self._shape3)
+        kern.tangent_step(self._block(du), self._state_faces(du, 1), self._block(u), self._state_faces(u, 0),
+                          self._s, self._c, self._c2, dc, self._ih2, self._has_z, self.dt ** 2,
+                          self._block(out, readonly=False))
+        return out
 
     # -- snapshots ---------------------------------------------------------------------------
     def snapshot_layout(self):

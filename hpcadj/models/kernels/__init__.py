@@ -1,0 +1,111 @@
+"""Compiled stencil kernels of the explicit models (wave, burgers) and their halo plumbing.
+
+The kernels are numba functions (``cache=True``, no ``fastmath``: IEEE arithmetic in the written
+order, no reassociation, no contraction into FMA), one fused loop over a rank's owned block per
+step, adjoint step or tangent step. They read the owned block of a state straight from its PETSc
+Vec and the one-point halo from six *face* arrays, which a PETSc VecScatter fills with exactly the
+neighbours' face values (no ghosted copy of the whole block, as ``DMGlobalToLocal`` makes). Every
+point's arithmetic depends only on its neighbours' values, never on the decomposition, so states are
+bitwise the same on any rank count.
+
+Why numba (README, "The models' kernels"): a wheel on PyPI for every CPython 3.10-3.13 with
+numpy 1.22-2.x (Debian 12's 1.24 and Debian 13's 2.2 alike, so pip keeps the system numpy under the
+constraints file), no compiler or Python headers at install, strict IEEE semantics by default, and
+an on-disk cache so a run after the first pays tens of milliseconds, not seconds, of compilation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...stack import petsc
+
+# numba's cache goes next to the source (__pycache__) when that is writable and to the user's cache
+# directory otherwise (read-only installs); NUMBA_CACHE_DIR overrides both.
+
+
+class Halo:
+    """The one-point star halo of a DMDA Grid's states, gathered by one VecScatter into face arrays.
+
+    ``faces(vec)`` returns the six (three-D) or four (two-D) faces in natural axis order, lo then hi
+    per axis; each face is shaped like the owned block without that axis (plus the component axis).
+    A face outside a non-periodic domain is a zero array (u = 0 there). Several buffers (``slots``)
+    let a step hold the halos of several fields at once; a buffer is overwritten by the next
+    ``faces`` call on the same slot, so callers use one slot per live field.
+    """
+
+    def __init__(self, grid, slots: int = 1):
+        PETSc = petsc()
+        self.grid = grid
+        lg = grid.padded_indices()
+        dim = grid.dim
+        inner = [slice(1, -1)] * dim
+        self._layout = []  # per face: (offset, shape) into the buffer, or a zero array
+        indices = []
+        offset = 0
+        for axis in range(dim):
+            for end in (0, -1):
+                sl = list(inner)
+                sl[axis] = end
+                face = lg[tuple(sl)]
+                shape = face.shape
+                if face.size and (face < 0).all():
+                    self._layout.append(readonly(np.zeros(shape)))
+                    continue
+                if (face < 0).any():
+                    raise AssertionError("a halo face is partly outside the domain")
+                indices.append(face.ravel())
+                self._layout.append((offset, shape))
+                offset += face.size
+        index = np.concatenate(indices).astype(PETSc.IntType) if indices else np.zeros(0, PETSc.IntType)
+        self.size = offset
+        self._seqs = [PETSc.Vec().createSeq(offset, comm=PETSc.COMM_SELF) for _ in range(slots)]
+        src = grid.create_vec()
+        is_from = PETSc.IS().createGeneral(index, comm=PETSc.COMM_SELF)
+        self._scatter = PETSc.Scatter().create(src, is_from, self._seqs[0], None)
+        src.destroy()
+        is_from.destroy()
+        self._views = []
+        for seq in self._seqs:
+            buf = seq.getArray()
+            views = []
+            for entry in self._layout:
+                if isinstance(entry, tuple):
+                    off, shape = entry
+                    views.append(readonly(buf[off:off + int(np.prod(shape))].reshape(shape)))
+                else:
+                    views.append(entry)
+            self._views.append(tuple(views))
+
+    def faces(self, vec, slot: int = 0):
+        """Scatter ``vec``'s neighbour faces into buffer ``slot``; return its face arrays."""
+        PETSc = petsc()
+        self._scatter.scatter(vec, self._seqs[slot], addv=PETSc.InsertMode.INSERT,
+                              mode=PETSc.ScatterMode.FORWARD)
+        return self._views[slot]
+
+
+def readonly(array: np.ndarray) -> np.ndarray:
+    """``array`` marked read-only (numba types read-only and writable arrays apart; kernels take
+    every input read-only, so faces, states and coefficient arrays must agree)."""
+    array.flags.writeable = False
+    return array
+
+
+def new_vec(grid):
+    """A fresh global Vec of ``grid``'s layout whose memory is an uninitialised numpy buffer.
+
+    ``DMCreateGlobalVector`` callocs, i.e. writes the whole block once more before the kernel does;
+    a kernel that writes every entry needs no zeros. The Vec keeps the buffer alive (petsc4py
+    composes it onto the PETSc object), and views of it keep the PETSc object alive.
+    """
+    PETSc = petsc()
+    n = int(np.prod(grid.shape)) * grid.dof
+    N = int(np.prod(grid.global_shape)) * grid.dof
+    return PETSc.Vec().createWithArray(np.empty(n), size=(n, N), bsize=grid.dof, comm=grid.comm)
+
+
+def owned(grid, vec, readonly: bool = True) -> np.ndarray:
+    """The owned block of ``vec`` in natural order with an explicit component axis (dof >= 1)."""
+    return vec.getArray(readonly=readonly).reshape(grid.shape + (grid.dof,))
+

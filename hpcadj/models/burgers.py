@@ -28,10 +28,11 @@ import math
 import numpy as np
 
 from ..stack import mpi
+from . import kernels
 from .base import Stepper
-from .common import (ComponentSnapshots, central_difference, laplacian, scalar_add, scalar_array,
-                     scalar_layout, scalar_value, scalar_vec)
+from .common import ComponentSnapshots, scalar_add, scalar_array, scalar_layout, scalar_value, scalar_vec
 from .dmda import Grid, parse_grid
+from .kernels import burgers as kern
 
 
 class BurgersModel(ComponentSnapshots, Stepper):
@@ -61,7 +62,12 @@ class BurgersModel(ComponentSnapshots, Stepper):
         self.h = self.grid.spacing()
         self.cell_volume = float(np.prod(self.h))
         self.default_nu_value = float(nu)
-        self._work = self.grid.create_vec()
+        hy, hx = self.h
+        self._ih = (1.0 / hy ** 2, 1.0 / hx ** 2, 1.0 / (2.0 * hy), 1.0 / (2.0 * hx))
+        # scratch of one step (stage states, adjoint stage vectors) and halo buffers: overwritten by
+        # every call, never carried from one to the next, so steps stay pure
+        self._stage_vecs = [kernels.new_vec(self.grid) for _ in range(4)]
+        self._halo = kernels.Halo(self.grid, slots=4)
         self._controls = None
         self.nu = float(nu)
         self.dt = float(dt) if dt is not None else self.stable_dt(cfl)
@@ -116,65 +122,30 @@ class BurgersModel(ComponentSnapshots, Stepper):
     def initial_state(self):
         return self._controls["u0"].copy()
 
-    # -- the right-hand side and its derivatives (owned blocks; padded inputs carry the halo) -----
-    def _pad(self, block):
-        self.grid.owned(self._work)[...] = block
-        return self.grid.padded(self._work)
+    # -- the stages (fused kernels in kernels/burgers.py) ------------------------------------
+    def _block(self, vec, readonly=True):
+        return vec.getArray(readonly=readonly).reshape(self.grid.shape + (2,))
 
-    def _grads(self, padded):
-        hy, hx = self.h
-        return (central_difference(self.grid, padded, 1, hx), central_difference(self.grid, padded, 0, hy))
+    def _stages(self, u, out=None):
+        """Stage states w1, w2 of one RK3 step into scratch Vecs (and u_{i+1} into ``out``).
 
-    def _advection(self, A, B):
-        """Skew-symmetric central form b(a, w)_c = 1/2 [a . grad w_c + div(a w_c)] from padded a, w."""
-        a = A[self.grid.inner]
-        bx, by = self._grads(B)
-        fx, _ = self._grads(A[..., :1] * B)
-        _, fy = self._grads(A[..., 1:] * B)
-        return 0.5 * (a[..., :1] * bx + a[..., 1:] * by + fx + fy)
-
-    def _rhs(self, P, nu):
-        """N(w) = -b(w, w) + nu lap w."""
-        return -self._advection(P, P) + nu * laplacian(self.grid, P, self.h)
-
-    def _rhs_tangent(self, P, D, nu, dnu):
-        """N'(w) d + dnu lap w = -b(d, w) - b(w, d) + nu lap d + dnu lap w."""
-        out = -self._advection(D, P) - self._advection(P, D) + nu * laplacian(self.grid, D, self.h)
-        if dnu:
-            out += dnu * laplacian(self.grid, P, self.h)
-        return out
-
-    def _rhs_adjoint(self, P, M, nu):
-        """(N'(w))^T mu and the local part of (dN/dnu)^T mu = <lap w, mu>.
-
-        b(w, .) is antisymmetric on a periodic grid (central differences are), so its transpose is
-        -b(w, .); the transpose of d -> b(d, w) is pointwise: 1/2 sum_c (mu_c grad w_c - w_c grad mu_c).
-        """
-        w, mu = P[self.grid.inner], M[self.grid.inner]
-        wx, wy = self._grads(P)
-        mx, my = self._grads(M)
-        out = self._advection(P, M) + nu * laplacian(self.grid, M, self.h)
-        out[..., 0] -= 0.5 * np.sum(mu * wx - w * mx, axis=-1)
-        out[..., 1] -= 0.5 * np.sum(mu * wy - w * my, axis=-1)
-        dnu = float(np.sum(laplacian(self.grid, P, self.h) * mu))
-        return out, dnu
-
-    def _stages(self, u):
-        """Padded stage states w, w1, w2 of one RK3 step and the new state's block."""
-        dt, nu = self.dt, self.nu
-        P0 = self.grid.padded(u)
-        w0 = P0[self.grid.inner]
-        w1 = w0 + dt * self._rhs(P0, nu)
-        P1 = self._pad(w1)
-        w2 = 0.75 * w0 + 0.25 * (w1 + dt * self._rhs(P1, nu))
-        P2 = self._pad(w2)
-        w3 = w0 / 3.0 + (2.0 / 3.0) * (w2 + dt * self._rhs(P2, nu))
-        return P0, P1, P2, w3
+        Returns the (block, faces) pairs of w, w1, w2; their halos occupy slots 0-2."""
+        dt, nu, ih = self.dt, self.nu, self._ih
+        w1v, w2v = self._stage_vecs[0], self._stage_vecs[1]
+        W0, F0 = self._block(u), self._halo.faces(u, 0)
+        kern.stage(W0, F0, W0, 0.0, 1.0, True, nu, dt, ih, self._block(w1v, readonly=False))
+        W1, F1 = self._block(w1v), self._halo.faces(w1v, 1)
+        kern.stage(W1, F1, W0, 0.75, 0.25, False, nu, dt, ih, self._block(w2v, readonly=False))
+        W2, F2 = self._block(w2v), self._halo.faces(w2v, 2)
+        if out is not None:
+            kern.stage(W2, F2, W0, 1.0 / 3.0, 2.0 / 3.0, False, nu, dt, ih, self._block(out, readonly=False))
+        return (W0, F0), (W1, F1), (W2, F2)
 
     # -- forward -----------------------------------------------------------------------------
     def step(self, i, u):
-        *_stages, w3 = self._stages(u)
-        return self.grid.vec_from(w3)
+        out = kernels.new_vec(self.grid)
+        self._stages(u, out)
+        return out
 
     def objective(self, i, u):
         if i != self.n_steps:
@@ -189,19 +160,19 @@ class BurgersModel(ComponentSnapshots, Stepper):
 
     # -- adjoint -----------------------------------------------------------------------------
     def adjoint_step(self, i, u, u_next, lam_next, grad):
-        dt, nu = self.dt, self.nu
-        P0, P1, P2, _w3 = self._stages(u)
-        a = self.grid.owned(lam_next).copy()
-        lam = a / 3.0
-        t, g2 = self._rhs_adjoint(P2, self.grid.padded(lam_next), nu)
-        b = (2.0 / 3.0) * (a + dt * t)
-        lam += 0.75 * b
-        t, g1 = self._rhs_adjoint(P1, self._pad(b), nu)
-        c = 0.25 * (b + dt * t)
-        t, g0 = self._rhs_adjoint(P0, self._pad(c), nu)
-        lam += c + dt * t
+        dt, nu, ih = self.dt, self.nu, self._ih
+        (W0, F0), (W1, F1), (W2, F2) = self._stages(u)
+        bv, cv = self._stage_vecs[2], self._stage_vecs[3]
+        out = kernels.new_vec(self.grid)
+        lam = self._block(out, readonly=False)
+        g2 = kern.adjoint_stage(W2, F2, self._block(lam_next), self._halo.faces(lam_next, 3), 3, nu, dt, ih,
+                                self._block(bv, readonly=False), lam)
+        g1 = kern.adjoint_stage(W1, F1, self._block(bv), self._halo.faces(bv, 3), 2, nu, dt, ih,
+                                self._block(cv, readonly=False), lam)
+        g0 = kern.adjoint_stage(W0, F0, self._block(cv), self._halo.faces(cv, 3), 1, nu, dt, ih,
+                                self._block(cv, readonly=False), lam)
         scalar_add(self.comm, grad["nu"], dt * ((2.0 / 3.0) * g2 + 0.25 * g1 + g0))
-        return self.grid.vec_from(lam)
+        return out
 
     def initial_adjoint(self, lam0, grad):
         grad["u0"].axpy(1.0, lam0)
@@ -211,15 +182,19 @@ class BurgersModel(ComponentSnapshots, Stepper):
         return dcontrols["u0"].copy()
 
     def tangent_step(self, i, u, u_next, du, dcontrols):
-        dt, nu = self.dt, self.nu
+        dt, nu, ih = self.dt, self.nu, self._ih
         dnu = scalar_value(self.comm, dcontrols["nu"])
-        P0, P1, P2, _w3 = self._stages(u)
-        D0 = self.grid.padded(du)
-        d0 = D0[self.grid.inner]
-        d1 = d0 + dt * self._rhs_tangent(P0, D0, nu, dnu)
-        d2 = 0.75 * d0 + 0.25 * (d1 + dt * self._rhs_tangent(P1, self._pad(d1), nu, dnu))
-        d3 = d0 / 3.0 + (2.0 / 3.0) * (d2 + dt * self._rhs_tangent(P2, self._pad(d2), nu, dnu))
-        return self.grid.vec_from(d3)
+        (W0, F0), (W1, F1), (W2, F2) = self._stages(u)
+        d1v, d2v = self._stage_vecs[2], self._stage_vecs[3]
+        out = kernels.new_vec(self.grid)
+        D0 = self._block(du)
+        kern.tangent_stage(W0, F0, D0, self._halo.faces(du, 3), D0, 0.0, 1.0, True, nu, dnu, dt, ih,
+                           self._block(d1v, readonly=False))
+        kern.tangent_stage(W1, F1, self._block(d1v), self._halo.faces(d1v, 3), D0, 0.75, 0.25, False, nu, dnu,
+                           dt, ih, self._block(d2v, readonly=False))
+        kern.tangent_stage(W2, F2, self._block(d2v), self._halo.faces(d2v, 3), D0, 1.0 / 3.0, 2.0 / 3.0, False,
+                           nu, dnu, dt, ih, self._block(out, readonly=False))
+        return out
 
     # -- snapshots ---------------------------------------------------------------------------
     def control_layout(self):

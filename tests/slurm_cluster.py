@@ -1,4 +1,5 @@
-"""A throw-away single-node SLURM cluster for tests: install, start, submit, wait, stop.
+"""A throw-away SLURM cluster for tests, one node or several on this machine: install, start, submit,
+wait, stop.
 
 ``SlurmCluster`` installs Debian's ``slurmctld slurmd munge slurm-client`` when they are missing (as
 root, with apt-get), writes a munge key and a single-node ``slurm.conf`` into a temporary directory,
@@ -14,8 +15,26 @@ Client commands (``sbatch``, ``scontrol``, ``scancel``, ``srun``) reach this clu
         job = cluster.sbatch(["jobs/gradient.sbatch"], env={...})
         info = cluster.wait(job, timeout=60)
 
-Usable outside pytest too: ``python tests/slurm_cluster.py`` brings a cluster up, prints the
-``SLURM_CONF`` to export, and waits for Ctrl-C.
+Several nodes (``SlurmCluster(nodes=3)``, ``python tests/slurm_cluster.py --nodes 3``): one ``slurmd``
+per node, ``node1`` .. ``nodeN``, each started under ``unshare --uts --mount`` so that it and every job
+step it starts have their own host name and their own mount table. Inside node *k*:
+
+- the host name is ``nodek`` and ``/etc/hosts`` (bind-mounted, private) maps ``nodeK`` to 127.0.0.(K+1);
+- :attr:`SlurmCluster.local_dir` (the same path on every node) is that node's private scratch: the
+  node's own directory ``<base>/nodes/nodek/local`` is bind-mounted there, and ``<base>/nodes`` is
+  then hidden under an empty tmpfs, so no node sees another's files (the test, outside every node,
+  sees them all under :meth:`SlurmCluster.node_local`);
+- with ``powercap=True``, a fake RAPL tree ``<base>/nodes/nodek/powercap`` is mounted over
+  ``/sys/class/powercap`` (the path hpcadj's energy reader reads; where sysfs has no such directory,
+  ``/sys/class`` is rebuilt on a tmpfs from bind mounts of its real entries plus ``powercap``);
+- everything else (the test's directories, the venv, /tmp) is shared, as a parallel file system is.
+
+Only loopback addresses are used: slurmctld on 127.0.0.1, each slurmd bound to its own NodeAddr
+(``CommunicationParameters=NoInAddrAny``), and :data:`LOOPBACK_MPI` makes OpenMPI's out-of-band and
+TCP transports use ``lo`` only.
+
+Usable outside pytest too: ``python tests/slurm_cluster.py [--nodes N]`` brings a cluster up, prints
+the ``SLURM_CONF`` to export, and waits for Ctrl-C.
 """
 
 from __future__ import annotations
@@ -37,6 +56,13 @@ PROGRAMS = ["munged", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "s
 #: JobState values after which a job does not run again by itself (REQUEUED / PENDING do).
 FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                 "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+
+
+#: OpenMPI settings for jobs on a multi-node test cluster: between "nodes" the traffic goes over TCP
+#: on the loopback interface only (out-of-band wire-up and the byte transfer layer alike); within one
+#: node, shared memory (vader).
+LOOPBACK_MPI = {"OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_btl_tcp_if_include": "lo",
+                "OMPI_MCA_oob_tcp_if_include": "lo"}
 
 
 class SlurmUnavailable(RuntimeError):
@@ -117,10 +143,18 @@ def parse_record(line: str) -> dict[str, str]:
 
 
 class SlurmCluster:
-    """munged + slurmctld + slurmd for this host, in a temporary directory, started and stopped by pid."""
+    """munged + slurmctld + one slurmd per node, in a temporary directory, started and stopped by pid.
+
+    ``nodes=1`` (default): this host is the node, as it is. ``nodes>1``: nodes ``node1`` .. ``nodeN``,
+    each slurmd in its own UTS and mount namespace (see the module's docstring).
+    """
 
     def __init__(self, base: str | os.PathLike | None = None, *, cpus: int | None = None,
-                 partition: str = "debug", keep: bool = False):
+                 partition: str = "debug", keep: bool = False, nodes: int = 1, powercap: bool = False):
+        if nodes < 1 or nodes > 200:
+            raise ValueError(f"nodes must be 1..200, not {nodes}")
+        if powercap and nodes == 1:
+            raise ValueError("powercap=True needs the per-node mount namespaces of nodes > 1")
         self.base = Path(tempfile.mkdtemp(prefix="hpcadj-slurm-", dir=base))
         self.cpus = cpus or max(os.cpu_count() or 1, 2)
         self.partition = partition
@@ -129,6 +163,44 @@ class SlurmCluster:
         self.conf = self.base / "slurm.conf"
         self.munge_socket = self.base / "munge" / "munge.socket"
         self.procs: dict[str, subprocess.Popen] = {}
+        self.multinode = nodes > 1
+        self.powercap = powercap
+        #: node name -> loopback address its slurmd binds
+        self.nodes = ({f"node{k}": f"127.0.0.{k + 1}" for k in range(1, nodes + 1)} if self.multinode
+                      else {self.host: "127.0.0.1"})
+        #: the node-local scratch directory as every node sees it (its own private copy on each)
+        self.local_dir = self.base / "local"
+
+    def node_dir(self, node: str) -> Path:
+        """The test's (outside) view of a node's private files: local/, hosts, powercap/."""
+        return self.base / "nodes" / node
+
+    def node_local(self, node: str) -> Path:
+        """What ``node`` sees at :attr:`local_dir`, read from outside (multi-node clusters)."""
+        return self.node_dir(node) / "local"
+
+    def node_powercap(self, node: str) -> Path:
+        """The fake powercap tree mounted at /sys/class/powercap on ``node`` (``powercap=True``)."""
+        return self.node_dir(node) / "powercap"
+
+    def node_pids(self, node: str) -> list[int]:
+        """Processes running in ``node``'s UTS namespace (its slurmd excluded): job steps and their tasks."""
+        proc = self.procs.get(f"slurmd-{node}")
+        if proc is None or proc.poll() is not None:
+            return []
+        try:
+            ns = os.readlink(f"/proc/{proc.pid}/ns/uts")
+        except OSError:
+            return []
+        pids = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != proc.pid:
+                try:
+                    if os.readlink(f"/proc/{entry}/ns/uts") == ns:
+                        pids.append(int(entry))
+                except OSError:
+                    continue
+        return sorted(pids)
 
     # -- life cycle -------------------------------------------------------------------------------
     def __enter__(self) -> "SlurmCluster":
@@ -164,8 +236,13 @@ class SlurmCluster:
         self._write_conf()
         self._spawn("slurmctld", [which("slurmctld"), "-D", "-c", "-f", str(self.conf)])
         self._wait_for(lambda: self._scontrol_ok(["ping"]), timeout, "slurmctld does not answer scontrol ping")
-        self._spawn("slurmd", [which("slurmd"), "-D", "-f", str(self.conf)])
-        self._wait_for(self._node_ready, timeout, "the node did not become idle")
+        if not self.multinode:
+            self._spawn("slurmd", [which("slurmd"), "-D", "-f", str(self.conf)])
+        else:
+            for node in self.nodes:
+                self._spawn(f"slurmd-{node}", self._node_argv(node))
+        self._wait_for(lambda: all(self._node_ready(n) for n in self.nodes), timeout,
+                       "the nodes did not become idle")
 
     def stop(self, timeout: float = 30) -> None:
         """Cancel this cluster's jobs, then stop slurmd, slurmctld and munged by their pids."""
@@ -179,7 +256,8 @@ class SlurmCluster:
                                    timeout, None)
             except (OSError, subprocess.SubprocessError, SlurmUnavailable):
                 pass
-        for name in ("slurmd", "slurmctld", "munged"):
+        names = [n for n in self.procs if n.startswith("slurmd")] + ["slurmctld", "munged"]
+        for name in names:
             proc = self.procs.pop(name, None)
             if proc is None or proc.poll() is not None:
                 continue
@@ -248,9 +326,11 @@ class SlurmCluster:
 
     def log_tails(self, lines: int = 15) -> str:
         parts = []
-        for name in ("slurmctld.log", "slurmd.log"):
+        names = ["slurmctld.log", "slurmd.log", *(f"slurmd-{n}.log" for n in self.nodes),
+                 *(f"slurmd-{n}.stdout" for n in self.nodes)]
+        for name in names:
             path = self.base / "log" / name
-            if path.exists():
+            if path.exists() and path.stat().st_size:
                 tail = path.read_text(errors="replace").splitlines()[-lines:]
                 parts.append(f"--- {name} (last {lines} lines)\n" + "\n".join(tail))
         return "\n".join(parts)
@@ -285,9 +365,33 @@ class SlurmCluster:
         except subprocess.TimeoutExpired:
             return False
 
-    def _node_ready(self) -> bool:
+    def node_state(self, node: str) -> str:
         try:
-            proc = self.run(["scontrol", "show", "node", "-o", self.host], check=False, timeout=10)
+            proc = self.run(["scontrol", "show", "node", "-o", node], check=False, timeout=10)
+        except subprocess.TimeoutExpired:
+            return ""
+        return parse_record(proc.stdout).get("State", "") if proc.returncode == 0 else ""
+
+    def kill_node(self, node: str, timeout: float = 30) -> None:
+        """A node is lost: SIGKILL its slurmd and every process in its namespace (job steps, ranks).
+
+        slurmctld is told at once (``scontrol update State=DOWN``) instead of waiting SlurmdTimeout.
+        """
+        proc = self.procs.pop(f"slurmd-{node}")
+        victims = self.node_pids(node) if proc.poll() is None else []
+        proc.kill()
+        proc.wait(timeout=timeout)
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.run(["scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=killed by the test"])
+
+    def _node_ready(self, node: str | None = None) -> bool:
+        node = node or self.host
+        try:
+            proc = self.run(["scontrol", "show", "node", "-o", node], check=False, timeout=10)
         except subprocess.TimeoutExpired:
             return False
         state = parse_record(proc.stdout).get("State", "") if proc.returncode == 0 else ""
@@ -301,13 +405,80 @@ class SlurmCluster:
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
 
+    def _node_argv(self, node: str) -> list[str]:
+        """slurmd for ``node`` in new UTS and mount namespaces, after its private mounts (see the module doc).
+
+        unshare execs the shell, which execs slurmd: the pid Popen knows is slurmd's own.
+        """
+        nd = self.node_dir(node)
+        nodes_root = self.base / "nodes"
+        script = ["set -eu", 'hostname "$NODE"', 'mount --bind "$ND/hosts" /etc/hosts',
+                  'mount --bind "$ND/local" "$LOCAL"']
+        if self.powercap:
+            script += [
+                'if [ -d /sys/class/powercap ]; then mount --bind "$ND/powercap" /sys/class/powercap; else',
+                # sysfs has no powercap directory to mount over: rebuild /sys/class on a tmpfs from bind
+                # mounts of its real entries (their ../../devices links resolve as before), plus ours.
+                '  stash="$ND/sysclass"; mkdir -p "$stash"; mount --bind /sys/class "$stash"',
+                '  mount -t tmpfs -o mode=0755 sysclass /sys/class',
+                '  for e in "$stash"/*; do n=${e##*/}; mkdir "/sys/class/$n"; mount --bind "$e" "/sys/class/$n"; done',
+                '  mkdir /sys/class/powercap; mount --bind "$ND/powercap" /sys/class/powercap',
+                '  umount -l "$stash"',
+                'fi']
+        # Hide every node's private directory (this one's included: it is mounted where it belongs).
+        script += ['mount -t tmpfs -o size=1m,mode=0755 hidden "$NODES"',
+                   'exec "$SLURMD" -D -N "$NODE" -f "$CONF"']
+        return ["env", f"NODE={node}", f"ND={nd}", f"LOCAL={self.local_dir}", f"NODES={nodes_root}",
+                f"SLURMD={which('slurmd')}", f"CONF={self.conf}",
+                which("unshare"), "--uts", "--mount", "--propagation", "private",
+                "/bin/sh", "-c", "\n".join(script)]
+
+    def _write_nodes(self) -> None:
+        """Per-node directories (outside view): local scratch, /etc/hosts, the fake powercap tree."""
+        self.local_dir.mkdir(exist_ok=True)
+        hosts = ["127.0.0.1 localhost", f"127.0.0.1 {self.host}",
+                 *(f"{addr} {node}" for node, addr in self.nodes.items())]
+        for k, node in enumerate(self.nodes, start=1):
+            nd = self.node_dir(node)
+            (nd / "local").mkdir(parents=True)
+            (nd / "hosts").write_text("\n".join(hosts) + "\n")
+            if self.powercap:
+                zone = nd / "powercap" / "intel-rapl:0"
+                zone.mkdir(parents=True)
+                (zone / "name").write_text("package-0\n")
+                (zone / "energy_uj").write_text(f"{k * 1000000}\n")
+                (zone / "max_energy_range_uj").write_text("262143328850\n")
+
+    def _node_lines(self) -> str:
+        if not self.multinode:
+            return f"NodeName={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=4000 State=UNKNOWN"
+        return "\n".join(f"NodeName={node} NodeAddr={addr} NodeHostname={node} CPUs={self.cpus} "
+                         f"RealMemory=4000 State=UNKNOWN" for node, addr in self.nodes.items())
+
     def _write_conf(self) -> None:
         b = self.base
         for d in ("state", "spool", "log", "run"):
             (b / d).mkdir(exist_ok=True)
         ctld_port, slurmd_port = free_ports(2)
+        if self.multinode:
+            self._write_nodes()
+            # One slurmd per node on this machine: each binds its own NodeAddr (not INADDR_ANY), so they
+            # share one port; %n (the node name) keeps their spool, pid and log files apart.
+            slurmd_files = f"""\
+CommunicationParameters=NoInAddrAny
+SlurmdSpoolDir={b / 'spool' / '%n'}
+SlurmdPidFile={b / 'run' / 'slurmd-%n.pid'}
+SlurmdLogFile={b / 'log' / 'slurmd-%n.log'}"""
+            for node in self.nodes:
+                (b / "spool" / node).mkdir(exist_ok=True)
+        else:
+            slurmd_files = f"""\
+SlurmdSpoolDir={b / 'spool'}
+SlurmdPidFile={b / 'run' / 'slurmd.pid'}
+SlurmdLogFile={b / 'log' / 'slurmd.log'}"""
+        what = f"{len(self.nodes)}-node" if self.multinode else "single-node"
         conf = f"""\
-# Written by tests/slurm_cluster.py: a private single-node cluster in {b}.
+# Written by tests/slurm_cluster.py: a private {what} cluster in {b}.
 ClusterName=hpcadjtest
 # Loopback addresses: the test needs no DNS or /etc/hosts entry for this host name.
 SlurmctldHost={self.host}(127.0.0.1)
@@ -321,11 +492,9 @@ AuthType=auth/munge
 AuthInfo=socket={self.munge_socket},cred_expire=10
 CredType=cred/munge
 StateSaveLocation={b / 'state'}
-SlurmdSpoolDir={b / 'spool'}
 SlurmctldPidFile={b / 'run' / 'slurmctld.pid'}
-SlurmdPidFile={b / 'run' / 'slurmd.pid'}
 SlurmctldLogFile={b / 'log' / 'slurmctld.log'}
-SlurmdLogFile={b / 'log' / 'slurmd.log'}
+{slurmd_files}
 SlurmctldDebug=info
 SlurmdDebug=info
 # No cgroups: works in containers and VMs without cgroup delegation.
@@ -344,20 +513,34 @@ KillWait=5
 InactiveLimit=0
 # At least 2 CPUs even on a 1-core machine, so 2-rank jobs can be scheduled.
 SlurmdParameters=config_overrides
-NodeName={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=4000 State=UNKNOWN
+{self._node_lines()}
 PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """
         self.conf.write_text(conf)
 
 
 if __name__ == "__main__":
+    import argparse
     import sys
 
+    parser = argparse.ArgumentParser(description="Start a private SLURM cluster; Ctrl-C stops it.")
+    parser.add_argument("--nodes", type=int, default=1,
+                        help="slurmd daemons, one per node in its own UTS and mount namespace when > 1")
+    parser.add_argument("--powercap", action="store_true",
+                        help="mount a fake RAPL tree over /sys/class/powercap on every node (--nodes > 1)")
+    cli = parser.parse_args()
     # Stop cleanly on SIGTERM and SIGINT (a background job of a script ignores SIGINT otherwise).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    with SlurmCluster(keep=True) as cluster:
-        print(f"export SLURM_CONF={cluster.conf}\n# Ctrl-C stops the cluster", flush=True)
+    with SlurmCluster(keep=True, nodes=cli.nodes, powercap=cli.powercap) as cluster:
+        print(f"export SLURM_CONF={cluster.conf}", flush=True)
+        if cluster.multinode:
+            mca = " ".join(f"{k}={v}" for k, v in LOOPBACK_MPI.items())
+            print(f"# nodes: {' '.join(f'{n}={a}' for n, a in cluster.nodes.items())}\n"
+                  f"# node-local scratch (private per node): export SLURM_TMPDIR={cluster.local_dir}\n"
+                  f"#   seen from outside under {cluster.base / 'nodes'}/<node>/local\n"
+                  f"# MPI over loopback only: export {mca}", flush=True)
+        print("# Ctrl-C stops the cluster", flush=True)
         try:
             signal.pause()
         except (KeyboardInterrupt, SystemExit):

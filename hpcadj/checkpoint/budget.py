@@ -52,18 +52,20 @@ def parse_budget(text: str | int) -> Budget:
         return Budget(slots=text)
     match = _PATTERN.match(str(text))
     if not match:
-        raise ValueError(f"budget {text!r} is not slots (e.g. 8) or bytes (e.g. 2GiB, 512MB, 1.5e9B)")
+        raise ValueError(f"{text!r} is not slots (a whole number such as 8) nor bytes "
+                         "(a number with a unit such as 2GiB, 512MB or 1.5e9B)")
     number, unit = match.groups()
     if not unit:
         if not re.fullmatch(r"[0-9]+", number):
-            raise ValueError(f"budget {text!r}: a slot count must be a whole number (add a unit for bytes)")
+            raise ValueError(f"{text} is not slots (a whole number such as 8) nor bytes "
+                             "(a number with a unit such as 2GiB, 512MB or 1.5e9B)")
         return Budget(slots=int(number))
     factor = _UNITS.get(unit.lower())
     if factor is None:
-        raise ValueError(f"budget {text!r}: unknown unit {unit!r} (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+        raise ValueError(f"{text}: unknown unit {unit!r} (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
     value = float(number) * factor
     if not math.isfinite(value):
-        raise ValueError(f"budget {text!r} is too large")
+        raise ValueError(f"{text} is more bytes than any machine holds")
     return Budget(nbytes=int(value))
 
 

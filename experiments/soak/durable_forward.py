@@ -1,8 +1,8 @@
 """What time-driven durable points cost without faults and save with them (issue 12, item 4).
 
 Burgers 1024x1024 (16 MiB a snapshot), 100 steps, ``--ram 4 --disk 16 --pfs 32``, run-dir mode, 2
-ranks, costs calibrated by the run itself (as a user's first run would). For each
-``--durable-interval`` setting: the fault-free wall time and durable seconds, then
+ranks, with one cost profile measured by ``hpcadj calibrate`` at the start and used by every run
+(the plan is then the same in every row). For each ``--durable-interval`` setting: the fault-free wall time and durable seconds, then
 a run killed (kill -9, rank 0) when the first sweep reaches step 97, resumed: the step it resumed
 from and the total seconds (killed run + resume).
 
@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE))
 import _harness as H  # noqa: E402
 from run import json_of, launch  # noqa: E402
 
-SETTINGS = {"off (1e9 s)": "1e9", "auto": "auto", "2 s": "2"}
+SETTINGS = {"off (1e9 s)": "1e9", "auto": "auto", "1 s": "1", "0.3 s": "0.3"}
 
 
 def main(argv=None) -> int:
@@ -36,8 +36,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=HERE)
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="hpcadj-durable-"))
-    base = ["--model", "burgers", "--grid", args.grid, "--steps", args.steps, "--ram", "4", "--disk", "16",
-            "--pfs", "32", "--quiet", "--json"]
+    model = ["--model", "burgers", "--grid", args.grid, "--steps", args.steps]
+    costs = work / "profile.json"
+    (work / "cal").mkdir()
+    H.hpcadj_cmd(2, "calibrate", [*model, "--out", costs, "--local-dir", work / "cal",
+                                  "--pfs-file", work / "cal" / "ck.h5"])
+    base = [*model, "--ram", "4", "--disk", "16", "--pfs", "32", "--costs", costs, "--quiet", "--json"]
     rows = []
     try:
         for label, interval in SETTINGS.items():

@@ -71,3 +71,31 @@ def test_random_resumed_states_give_valid_plans(n, caps, seed, reverse):
         retained.pop(max(retained))
     summary = run_residual(n, caps, retained, lam_step)
     assert summary.adjoint_steps == top
+
+
+def test_predicted_durable_seconds_counts_frontier_stores_adjoint_points_and_the_interval():
+    from hpcadj.adjoint.manager import LevelPlan
+    from hpcadj.adjoint.restart import predicted_durable_seconds
+    from hpcadj.checkpoint.schedules import CostProfile, LevelCost, make_schedule
+
+    plans = [LevelPlan("ram", "ram", 2), LevelPlan("disk", "local", 4)]
+    profile = CostProfile(forward_s=1.0, adjoint_s=2.0, levels=[LevelCost("ram", 0.01, 0.01),
+                                                                LevelCost("disk", 0.2, 0.1)])
+    schedule = make_schedule("multilevel", 30, [2, 4], costs=profile.vector("time"))
+    from hpcadj.checkpoint.schedules.actions import EndForward
+    frontier, stores = 0, 0
+    for a in schedule.actions():
+        if isinstance(a, EndForward):
+            break
+        if isinstance(a, Advance):
+            frontier = max(frontier, a.n1)
+        elif isinstance(a, Store) and a.level == 1 and a.n == frontier:
+            stores += 1
+    assert stores > 0
+    none_timed = predicted_durable_seconds(schedule, plans, profile, every=2, interval=1e9, makespan_s=100.0)
+    assert none_timed == pytest.approx((stores // 2 + 30 // 2) * 0.3)
+    timed = predicted_durable_seconds(schedule, plans, profile, every=2, interval=10.0, makespan_s=100.0)
+    assert timed == pytest.approx(none_timed + 10 * 0.3)
+    ram_only = predicted_durable_seconds(schedule, [plans[0], LevelPlan("disk2", "ram", 4)], profile,
+                                         every=2, interval=10.0, makespan_s=100.0)
+    assert ram_only == 0.0

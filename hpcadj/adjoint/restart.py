@@ -235,6 +235,35 @@ def young_daly_interval(cost_s: float, mtbf_s: float = DEFAULT_MTBF_S) -> float:
     return (2.0 * max(cost_s, 1e-6) * mtbf_s) ** 0.5
 
 
+def predicted_durable_seconds(schedule, plans, profile, every: int, interval: float | None,
+                              makespan_s: float, mtbf_s: float = DEFAULT_MTBF_S) -> float:
+    """What making progress durable adds to a plan's predicted makespan (seconds).
+
+    Counts the durable points the plan triggers: every ``every``-th store on a node-local or HDF5
+    level at the first sweep's frontier, one every ``every`` adjoint steps, and one per ``interval``
+    of ``makespan_s`` (Young's interval for ``None``). Each costs a write and a read-back (the
+    checksums) of one snapshot on the dearest durable level of ``profile``, the HDF5 one when present.
+    """
+    from ..checkpoint.schedules.actions import Advance, EndForward, Store
+
+    kinds = [p.kind for p in plans]
+    costs = {lv.name: lv for lv in profile.levels}
+    durable = [costs[p.name] for p in plans if p.kind in DURABLE_KINDS and p.name in costs]
+    point_s = max((lv.write_s + lv.read_s for lv in durable), default=0.0)
+    frontier, stores = 0, 0
+    for action in schedule.actions():
+        if isinstance(action, EndForward):
+            break
+        if isinstance(action, Advance):
+            frontier = max(frontier, action.n1)
+        elif isinstance(action, Store) and action.n == frontier and kinds[action.level] in DURABLE_KINDS:
+            stores += 1
+    step_points = stores // max(1, every) + schedule.n_steps // max(1, every)
+    seconds = interval if interval is not None else young_daly_interval(point_s, mtbf_s)
+    timed_points = int(makespan_s // seconds) if seconds > 0 else 0
+    return (step_points + timed_points) * point_s
+
+
 class Durability:
     """The driver's durability hook: records durable points in the run directory.
 

@@ -19,7 +19,7 @@ Several nodes (``SlurmCluster(nodes=3)``, ``python tests/slurm_cluster.py --node
 per node, ``node1`` .. ``nodeN``, each started under ``unshare --uts --mount`` so that it and every job
 step it starts have their own host name and their own mount table. Inside node *k*:
 
-- the host name is ``nodek`` and ``/etc/hosts`` (bind-mounted, private) maps ``nodeK`` to 127.0.0.(K+1);
+- the host name is ``nodek`` and ``/etc/hosts`` (bind-mounted, private) maps ``nodeJ`` to 127.0.0.(J+1);
 - :attr:`SlurmCluster.local_dir` (the same path on every node) is that node's private scratch: the
   node's own directory ``<base>/nodes/nodek/local`` is bind-mounted there, and ``<base>/nodes`` is
   then hidden under an empty tmpfs, so no node sees another's files (the test, outside every node,
@@ -29,9 +29,10 @@ step it starts have their own host name and their own mount table. Inside node *
   ``/sys/class`` is rebuilt on a tmpfs from bind mounts of its real entries plus ``powercap``);
 - everything else (the test's directories, the venv, /tmp) is shared, as a parallel file system is.
 
-Only loopback addresses are used: slurmctld on 127.0.0.1, each slurmd bound to its own NodeAddr
-(``CommunicationParameters=NoInAddrAny``), and :data:`LOOPBACK_MPI` makes OpenMPI's out-of-band and
-TCP transports use ``lo`` only.
+Only loopback addresses are connected to: slurmctld on 127.0.0.1, each slurmd reached at its own
+NodeAddr 127.0.0.(k+1) and its own port (``NodeName=... Port=``; why not ``NoInAddrAny``: see
+``_write_conf``), srun's I/O and PMIx on 127.0.0.x, and :data:`LOOPBACK_MPI` makes OpenMPI's
+out-of-band and TCP transports use ``lo`` only.
 
 Usable outside pytest too: ``python tests/slurm_cluster.py [--nodes N]`` brings a cluster up, prints
 the ``SLURM_CONF`` to export, and waits for Ctrl-C.
@@ -170,6 +171,7 @@ class SlurmCluster:
                       else {self.host: "127.0.0.1"})
         #: the node-local scratch directory as every node sees it (its own private copy on each)
         self.local_dir = self.base / "local"
+        self._node_ns: dict[str, str] = {}  # node -> its UTS namespace (/proc/PID/ns/uts link)
 
     def node_dir(self, node: str) -> Path:
         """The test's (outside) view of a node's private files: local/, hosts, powercap/."""
@@ -185,16 +187,14 @@ class SlurmCluster:
 
     def node_pids(self, node: str) -> list[int]:
         """Processes running in ``node``'s UTS namespace (its slurmd excluded): job steps and their tasks."""
+        ns = self._node_ns.get(node)
+        if ns is None:
+            return []
         proc = self.procs.get(f"slurmd-{node}")
-        if proc is None or proc.poll() is not None:
-            return []
-        try:
-            ns = os.readlink(f"/proc/{proc.pid}/ns/uts")
-        except OSError:
-            return []
+        daemon = proc.pid if proc is not None else -1
         pids = []
         for entry in os.listdir("/proc"):
-            if entry.isdigit() and int(entry) != proc.pid:
+            if entry.isdigit() and int(entry) != daemon:
                 try:
                     if os.readlink(f"/proc/{entry}/ns/uts") == ns:
                         pids.append(int(entry))
@@ -243,6 +243,8 @@ class SlurmCluster:
                 self._spawn(f"slurmd-{node}", self._node_argv(node))
         self._wait_for(lambda: all(self._node_ready(n) for n in self.nodes), timeout,
                        "the nodes did not become idle")
+        if self.multinode:  # slurmd runs (it registered): unshare has made and entered its namespaces
+            self._node_ns = {n: os.readlink(f"/proc/{self.procs[f'slurmd-{n}'].pid}/ns/uts") for n in self.nodes}
 
     def stop(self, timeout: float = 30) -> None:
         """Cancel this cluster's jobs, then stop slurmd, slurmctld and munged by their pids."""
@@ -267,6 +269,15 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
+        # Whatever a job left behind on a node (a step's srun, a rank) lives in that node's namespace:
+        # started by this cluster, so stopped here, by pid.
+        for node in list(self._node_ns):
+            for pid in self.node_pids(node):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self._node_ns = {}
         for fh in getattr(self, "_logs", []):
             fh.close()
         self._logs = []
@@ -378,10 +389,9 @@ class SlurmCluster:
         slurmctld is told at once (``scontrol update State=DOWN``) instead of waiting SlurmdTimeout.
         """
         proc = self.procs.pop(f"slurmd-{node}")
-        victims = self.node_pids(node) if proc.poll() is None else []
         proc.kill()
         proc.wait(timeout=timeout)
-        for pid in victims:
+        for pid in self.node_pids(node):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -452,20 +462,30 @@ class SlurmCluster:
     def _node_lines(self) -> str:
         if not self.multinode:
             return f"NodeName={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory=4000 State=UNKNOWN"
-        return "\n".join(f"NodeName={node} NodeAddr={addr} NodeHostname={node} CPUs={self.cpus} "
+        return "\n".join(f"NodeName={node} NodeAddr={addr} NodeHostname={node} Port={self._node_ports[node]} "
+                         f"CPUs={self.cpus} "
                          f"RealMemory=4000 State=UNKNOWN" for node, addr in self.nodes.items())
 
     def _write_conf(self) -> None:
         b = self.base
         for d in ("state", "spool", "log", "run"):
             (b / d).mkdir(exist_ok=True)
-        ctld_port, slurmd_port = free_ports(2)
+        ctld_port, slurmd_port, *node_ports = free_ports(2 + len(self.nodes))
+        self._node_ports = dict(zip(self.nodes, node_ports))
         if self.multinode:
             self._write_nodes()
-            # One slurmd per node on this machine: each binds its own NodeAddr (not INADDR_ANY), so they
-            # share one port; %n (the node name) keeps their spool, pid and log files apart.
+            # One slurmd per node on this machine, each on its own port (NodeName ... Port=): %n (the
+            # node name) keeps their spool, pid and log files apart.
+            #
+            # Not CommunicationParameters=NoInAddrAny (each slurmd bound to its NodeAddr on one shared
+            # port): it applies to srun as well, which then listens on the address its host name
+            # resolves to, 127.0.0.(k+1), while slurmstepd connects back to the source address of
+            # srun's connections, which on lo is 127.0.0.1 ("Slurmd could not connect IO"); and slurmd
+            # overrides the job's SLURM_CONF with its own, so clients cannot be given another file.
             slurmd_files = f"""\
-CommunicationParameters=NoInAddrAny
+# The node-local file system: slurmd reports its size, and srun --mpi=pmix puts its per-step client
+# directories there (in the default /tmp, shared by the nodes here, the steps of nodes collide).
+TmpFS={self.local_dir}
 SlurmdSpoolDir={b / 'spool' / '%n'}
 SlurmdPidFile={b / 'run' / 'slurmd-%n.pid'}
 SlurmdLogFile={b / 'log' / 'slurmd-%n.log'}"""

@@ -9,7 +9,7 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 MPIRUN := mpirun --oversubscribe
 DEMO_RANKS ?= 2
 
-.PHONY: setup demo test test-fast clean
+.PHONY: setup demo test test-fast test-cluster clean
 
 setup:
 	@bash scripts/setup.sh
@@ -27,6 +27,10 @@ demo: setup
 
 test: setup
 	@bash scripts/run-tests.sh
+
+# jobs/*.sbatch on a private 3-node SLURM on this machine (tests/test_slurm_multinode.py, a few minutes).
+test-cluster: setup
+	@HPCADJ_TEST_CLUSTER=1 $(PY) -m pytest -ra -q tests/test_slurm_multinode.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

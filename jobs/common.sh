@@ -36,6 +36,9 @@ hpcadj_init() {
     HPCADJ_REQUEUE=${HPCADJ_REQUEUE:-1}
     HPCADJ_MAX_REQUEUE=${HPCADJ_MAX_REQUEUE:-5}
     HPCADJ_RESUME=${HPCADJ_RESUME:-auto}
+    # After an attempt that failed or was killed (a node lost, SIGKILL) a rerun in the same folder
+    # continues from the durable state in its run directory, if it has one (1), or starts over (0).
+    HPCADJ_RESUME_FAILED=${HPCADJ_RESUME_FAILED:-1}
     HPCADJ_NTASKS=${HPCADJ_NTASKS:-${SLURM_NTASKS:-1}}
     HPCADJ_ATTEMPT=${SLURM_RESTART_COUNT:-0}
     # The job's folder lives on the shared file system (next to where sbatch ran, by default): logs,
@@ -208,6 +211,14 @@ hpcadj_unit() {
         if [[ -e $dir/STOPPED ]] && grep -qx 'resumable=yes' "$dir/STOPPED"; then
             state+=(--resume)
             resuming=1
+        elif [[ $HPCADJ_RESUME_FAILED == 1 && -s $dir/state/manifest.json ]] \
+            && [[ -e $dir/FAILED || -e $dir/STOPPED ]]; then
+            # The earlier attempt died (a node lost, ranks killed) or was stopped without saving: what
+            # it made durable (the HDF5 level, adjoint-<m>.h5) is checksummed, and hpcadj --resume
+            # continues from its newest valid point, on any rank count.
+            state+=(--resume)
+            resuming=1
+            hpcadj_log "$dir: the earlier attempt did not finish cleanly; resuming from its run directory"
         fi
     fi
     ((resuming)) || _hpcadj_set_aside "$dir"

@@ -398,6 +398,15 @@ class SlurmCluster:
                 pass
         self.run(["scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=killed by the test"])
 
+    def restart_node(self, node: str, timeout: float = 60) -> None:
+        """Bring a node killed by :meth:`kill_node` back: a new slurmd in new namespaces, node resumed."""
+        if f"slurmd-{node}" in self.procs:
+            return
+        self._spawn(f"slurmd-{node}", self._node_argv(node))
+        self.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
+        self._wait_for(lambda: self._node_ready(node), timeout, f"{node} did not come back")
+        self._node_ns[node] = os.readlink(f"/proc/{self.procs[f'slurmd-{node}'].pid}/ns/uts")
+
     def _node_ready(self, node: str | None = None) -> bool:
         node = node or self.host
         try:

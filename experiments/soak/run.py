@@ -115,7 +115,8 @@ def reference(work: Path, model: list[str], ranks: int) -> dict:
     grad = work / f"ref-{ranks}.h5"
     code, out, err, elapsed = launch(ranks, [*model, "--gradient-out", grad, "--json", "--quiet"], 900)
     if code != 0:
-        raise RuntimeError(f"store-all reference failed on {ranks} rank(s): {err[-2000:]}")
+        raise RuntimeError(f"store-all reference failed on {ranks} rank(s) (exit {code}): "
+                           f"{err[-2000:]}{out[-1000:]}")
     info = json_of(out)
     info["grad"] = gradients(grad)
     grad.unlink()

@@ -54,7 +54,10 @@ def level_slots(config: CheckpointConfig, layout, comm, n_steps: int) -> list[Le
         text = config.budgets.get(name)
         if text is None:
             continue
-        slots = parse_budget(text).to_slots(sizes[kind])
+        try:
+            slots = parse_budget(text).to_slots(sizes[kind])
+        except ValueError as exc:
+            raise ValueError(f"--{name}: {exc}") from None
         if slots > 0:
             plans.append(LevelPlan(name, kind, slots))
     if not any(config.budgets.get(name) is not None for name, _ in LEVELS):

@@ -1,8 +1,10 @@
 """The ``hpcadj`` command: one subcommand per module in this package.
 
 Bad input never shows a traceback: a :class:`CliError` (or an argparse error) prints one line on
-stderr (rank 0 only under MPI) and exits with status 2. Arguments with a single leading dash that
-hpcadj does not know (``-log_view``, ``-heat_ksp_type cg``) are left to PETSc.
+stderr (rank 0 only under MPI) and exits with status 2; so does memory running out. Arguments with a
+single leading dash that hpcadj does not define (``-log_view``, ``-heat_ksp_type cg``) are PETSc's:
+they are taken out of the command line before argparse sees it, because argparse would read
+``-heat_ksp_type`` as ``-h`` followed by ``eat_ksp_type``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import sys
 
 #: subcommand modules, in ``--help`` order; each has ``add_parser(subparsers)`` and ``main(args)``.
 SUBCOMMANDS = ["run", "gradcheck", "plan", "calibrate", "analyze"]
+#: the subcommands that initialise PETSc; the others refuse PETSc options rather than ignore them
+PETSC_COMMANDS = {"run", "gradcheck", "calibrate"}
 
 EXIT_USAGE = 2
 
@@ -23,7 +27,12 @@ class CliError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """ArgumentParser whose errors are one line, not usage plus message."""
+    """ArgumentParser whose errors are one line, not usage plus message, and which takes no
+    abbreviation of a long option (``--ra 4`` is an error, not ``--ram 4``)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         raise CliError(f"{self.prog}: {message}")
@@ -65,6 +74,54 @@ def build_parser() -> Parser:
     return parser
 
 
+def _single_dash_options(parser: argparse.ArgumentParser) -> set[str]:
+    """Every single-dash option string hpcadj defines (``-h``), in the parser and its subcommands."""
+    found, todo = set(), [parser]
+    while todo:
+        p = todo.pop()
+        for action in p._actions:
+            found.update(o for o in action.option_strings if not o.startswith("--"))
+            if isinstance(action, argparse._SubParsersAction):
+                todo.extend(action.choices.values())
+    return found
+
+
+def _is_petsc_option(token: str, ours: set[str]) -> bool:
+    return (token.startswith("-") and not token.startswith("--") and len(token) > 1
+            and token not in ours and not _is_number(token))
+
+
+def take_petsc_options(argv: list[str], parser: argparse.ArgumentParser) -> tuple[list[str], list[str]]:
+    """Split ``argv`` into (hpcadj's arguments, PETSc's options) before argparse sees it.
+
+    A single-dash token hpcadj does not define is a PETSc option, whatever its first letters; the
+    token after it is its value unless it looks like an option itself (a negative number is a value)
+    or names the subcommand.
+    """
+    ours = _single_dash_options(parser)
+    mine: list[str] = []
+    petsc: list[str] = []
+    command_seen = False
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":  # everything after is positional: not ours to split
+            mine.extend(argv[i:])
+            break
+        if _is_petsc_option(token, ours):
+            petsc.append(token)
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            if (nxt is not None and (not nxt.startswith("-") or _is_number(nxt))
+                    and (command_seen or nxt not in SUBCOMMANDS)):
+                petsc.append(nxt)
+                i += 1
+        else:
+            command_seen = command_seen or token in SUBCOMMANDS
+            mine.append(token)
+        i += 1
+    return mine, petsc
+
+
 def split_petsc_options(unknown: list[str]) -> list[str]:
     """Return the PETSc options among ``unknown``; anything else is a usage error."""
     petsc_opts: list[str] = []
@@ -94,11 +151,62 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         parser = build_parser()
+        argv, petsc_opts = take_petsc_options(list(argv), parser)
         args, unknown = parser.parse_known_args(argv)
-        args.petsc_options = split_petsc_options(unknown)
+        petsc_opts += split_petsc_options(unknown)
+        if petsc_opts and args.command not in PETSC_COMMANDS:
+            raise CliError(f"{args.command} runs no PETSc solver, so it takes no PETSc option "
+                           f"(got {' '.join(petsc_opts)})")
+        args.petsc_options = petsc_opts
         return int(args.func(args) or 0)
     except CliError as exc:
         return report_error(str(exc))
+    except BaseException as exc:  # noqa: BLE001 - anything but memory running out is re-raised
+        if not out_of_memory(exc):
+            raise
+        return memory_exhausted(exc)
+
+
+def out_of_memory(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what it was raised from) is an allocation that failed: numpy's
+    MemoryError, or a PETSc error whose trace ends in PetscMalloc (its error code is unreliable)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, MemoryError):
+            return True
+        if type(exc).__name__ == "Error" and type(exc).__module__.startswith("petsc4py"):
+            if getattr(exc, "ierr", None) == 55 or "PetscMalloc" in str(exc):  # 55: PETSC_ERR_MEM
+                return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def memory_exhausted(exc: BaseException) -> int:
+    """Report memory running out as the one error line, exit status 2; abort a multi-rank job.
+
+    Another rank may be waiting in a collective, so the job cannot end normally. Ranks other than 0
+    wait a moment first: if rank 0 ran out too, its line is the one that shows.
+    """
+    import time
+
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if "PetscMalloc" in str(exc):
+        where = [line.split("] ")[-1].split(" at ")[0] for line in str(exc).splitlines() if " at " in line]
+        detail = f"PETSc allocation failed in {where[0] if where else 'PETSc'}"
+    message = (f"out of memory ({detail}); a smaller --grid, a smaller --ram budget or more nodes "
+               f"may fit")
+    mpi = sys.modules.get("mpi4py.MPI")
+    size = mpi.COMM_WORLD.size if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() else 1
+    rank = _rank()
+    if size > 1:
+        if rank != 0:
+            time.sleep(2.0)
+            message = f"rank {rank}: {message}"
+        print(f"hpcadj: error: {message}", file=sys.stderr, flush=True)
+        _abort_job(EXIT_USAGE)
+        return EXIT_USAGE
+    return report_error(message)
 
 
 def console() -> int:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 
 from . import CliError
 from ..models.base import SolverError
-from .common import add_model_arguments, build_model, int_in, solver_failure, world
+from .common import (add_model_arguments, build_model, check_can_create, check_usable_directory, int_in,
+                     solver_failure, world)
 
 
 def add_parser(subparsers) -> None:
@@ -29,16 +31,14 @@ def main(args) -> int:
     from ..adjoint.calibrate import calibrate
     from ..adjoint.manager import CheckpointConfig, LevelPlan
     from ..checkpoint.storage.base import LevelError
-    from ..fieldio import check_writable
 
     if args.repeats < 1:
         raise CliError(f"--repeats must be >= 1, got {args.repeats}")
-    for path in (args.out, args.pfs_file):
+    for path, flag in ((args.out, "--out"), (args.pfs_file, "--pfs-file")):  # before measuring
         if path:
-            try:
-                check_writable(path)
-            except ValueError as exc:
-                raise CliError(str(exc)) from None
+            check_can_create(path, flag)
+    if args.local_dir:
+        check_usable_directory(args.local_dir, "--local-dir")
     comm = world(args)
     model = build_model(args, comm)
     plans = [LevelPlan("ram", "ram", args.repeats), LevelPlan("disk", "local", args.repeats)]
@@ -54,7 +54,7 @@ def main(args) -> int:
     profile.source = "calibrated"
     if comm.rank == 0:
         if args.out:
-            profile.save(args.out)
+            save_profile(profile, args.out)
         if args.json:
             print(json.dumps(profile.to_dict()))
         else:
@@ -66,3 +66,15 @@ def main(args) -> int:
             if args.out:
                 print(f"  profile written to {args.out}")
     return 0
+
+
+def save_profile(profile, path: str) -> None:
+    """Write the profile under a temporary name and rename it, so no partial profile is left."""
+    partial = f"{path}.partial"
+    try:
+        profile.save(partial)
+        os.replace(partial, path)
+    except OSError as exc:
+        if os.path.exists(partial):
+            os.unlink(partial)
+        raise CliError(f"cannot write {path}: {exc.strerror or exc}") from None

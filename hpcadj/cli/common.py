@@ -36,33 +36,139 @@ def positive_float(text: str) -> float:
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """--model, --grid, --steps, --dt and every model's own options."""
+    """--model, --grid, --steps, --dt and every model's own options.
+
+    Records which model added which option (``args.model_options``) and the shared options
+    (``args.common_model_options``), so :func:`build_model` can refuse a flag the model never uses.
+    """
     models = registered_models()
     parser.add_argument("--model", default="heat", choices=sorted(models),
                         help="PDE model (default: heat)")
+    start = len(parser._actions)
     parser.add_argument("--grid", default=None, metavar="NXxNY[xNZ]",
                         help="interior grid points per axis, e.g. 128x128 or 32x32x32")
     parser.add_argument("--steps", type=int, default=None, help="number of time steps n")
     parser.add_argument("--dt", type=positive_float, default=None, help="time step (model default if omitted)")
+    common = _options(parser._actions[start:])
+    owners = {}
     for name in sorted(models):
+        start = len(parser._actions)
         model_class(name).add_arguments(parser)
+        owners.update({opt: name for opt in _options(parser._actions[start:])})
+    parser.set_defaults(common_model_options=common, model_options=owners)
+
+
+def _options(actions) -> tuple:
+    """(dest, first option string, default) of each action."""
+    return tuple((a.dest, a.option_strings[0], a.default) for a in actions if a.option_strings)
+
+
+class _ReadTracker(argparse.Namespace):
+    """The parsed arguments, remembering which of them a model's ``from_args`` reads."""
+
+    def __init__(self, args: argparse.Namespace):
+        super().__init__(**vars(args))
+        object.__setattr__(self, "_read", set())
+
+    def __getattribute__(self, name):
+        if name == "__dict__":  # vars(args): everything may have been read
+            object.__getattribute__(self, "_read").add("*")
+        elif not name.startswith("_"):
+            object.__getattribute__(self, "_read").add(name)
+        return object.__getattribute__(self, name)
+
+
+def unused_model_options(args, read: set) -> list[str]:
+    """The model flags given on the command line that the selected model does not use: another
+    model's own options, and shared ones (--grid, --steps, --dt) its ``from_args`` never read."""
+    unused = []
+    for (dest, flag, default), owner in getattr(args, "model_options", {}).items():
+        if owner != args.model and getattr(args, dest, default) != default:
+            unused.append(f"{flag} (an option of model {owner})")
+    if "*" not in read:
+        for dest, flag, default in getattr(args, "common_model_options", ()):
+            if dest not in read and getattr(args, dest, default) != default:
+                unused.append(flag)
+    return unused
 
 
 def build_model(args, comm):
-    """The model selected on the command line; bad values become a CliError."""
+    """The model selected on the command line; bad values, a flag the model does not use and a
+    grid that does not fit in memory become a CliError (a MemoryError for the last)."""
     if args.steps is not None and args.steps < 1:
         raise CliError(f"--steps must be >= 1, got {args.steps}")
     if args.dt is not None and not args.dt > 0:
         raise CliError(f"--dt must be positive, got {args.dt}")
+    tracked = _ReadTracker(args)
     try:
-        return model_class(args.model).from_args(comm, args)
+        model = model_class(args.model).from_args(comm, tracked)
     except ValueError as exc:
+        from . import out_of_memory
+
+        if out_of_memory(exc.__context__):  # e.g. the DMDA's own allocation, reported as "cannot split"
+            raise MemoryError(f"PETSc could not allocate the {args.grid} grid over {comm.size} "
+                              f"rank(s)") from exc.__context__
         raise CliError(str(exc)) from None
+    unused = unused_model_options(args, object.__getattribute__(tracked, "_read"))
+    if unused:
+        raise CliError(f"model {args.model} does not use {', '.join(unused)}: drop "
+                       f"{'it' if len(unused) == 1 else 'them'} (it would be ignored)")
+    return model
 
 
 def solver_failure(exc: SolverError, hint: str = "") -> CliError:
     """A model solver that did not converge, as the one error line."""
     return CliError(f"{exc}{'; ' + hint if hint else ''}")
+
+
+def check_can_create(path: str, flag: str | None = None) -> None:
+    """CliError unless a file can be created beside ``path`` (tried for real: root passes every
+    permission check, yet cannot create files under /proc or on a read-only mount)."""
+    import os
+    import tempfile
+
+    from ..fieldio import check_writable
+
+    try:
+        check_writable(path)
+        parent = os.path.dirname(os.path.abspath(path)) or "."
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".hpcadj-probe-"):
+            pass
+    except ValueError as exc:
+        raise CliError(f"{flag + ' ' if flag else ''}{exc}") from None
+    except OSError as exc:
+        raise CliError(f"{flag + ' ' if flag else ''}cannot write {path}: {exc.strerror or exc}") from None
+
+
+def check_usable_directory(path: str, flag: str) -> None:
+    """CliError unless ``path`` is a directory files can be created in, or can be made into one."""
+    import os
+    import tempfile
+
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        what = "is not a directory" if existing == os.path.abspath(path) else f"lies under the file {existing}"
+        raise CliError(f"{flag} {path} {what}")
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".hpcadj-probe-"):
+            pass
+    except OSError as exc:
+        raise CliError(f"{flag} {path}: cannot create files in {existing} ({exc.strerror or exc})") from None
+
+
+def agreed(comm, check, *args) -> None:
+    """Run ``check(*args)`` on every rank; if it raised CliError on any, raise the first rank's on all
+    (a check that failed on some ranks only would leave the others waiting in a collective)."""
+    try:
+        check(*args)
+        error = None
+    except CliError as exc:
+        error = str(exc)
+    first = next((e for e in comm.allgather(error) if e), None)
+    if first:
+        raise CliError(first)
 
 
 def world(args):

@@ -119,6 +119,7 @@ def main(args) -> int:
                    for name, s, w, r, p in zip(names, slots, summary.writes, summary.reads, summary.peak)],
         "predicted_s": summary.predicted, "minimize": args.minimize, "costs_source": profile.source,
         "costs_file": args.costs, "planning_s": planning_s,
+        "predicted_unit": "s" if args.costs else "relative",
     }
     if args.minimize == "energy":
         info["predicted_j"] = summary.cost(costs)
@@ -136,8 +137,12 @@ def print_human(info: dict) -> None:
     print(f"  {'level':<6} {'slots':>8} {'writes':>9} {'reads':>9} {'peak':>8}")
     for lv in info["levels"]:
         print(f"  {lv['name']:<6} {lv['slots']:>8} {lv['writes']:>9} {lv['reads']:>9} {lv['peak']:>8}")
-    source = info["costs_file"] or f"default costs ({info['costs_source']})"
-    print(f"  predicted makespan {info['predicted_s']:.6g} s ({source})")
+    if info["costs_file"]:
+        time_unit, energy_unit, source = "s", "J", info["costs_file"]
+    else:  # the documented default profile: forward step 1, adjoint step 2, ... (no unit)
+        time_unit = energy_unit = "relative units"
+        source = "default costs: forward step 1, give --costs PROFILE.json for seconds"
+    print(f"  predicted makespan {info['predicted_s']:.6g} {time_unit} ({source})")
     if "predicted_j" in info:
-        print(f"  predicted energy {info['predicted_j']:.6g} J")
+        print(f"  predicted energy {info['predicted_j']:.6g} {energy_unit}")
     print(f"  planned in {info['planning_s']:.3f} s")

@@ -9,7 +9,8 @@ import sys
 import time
 
 from . import CliError
-from .common import add_model_arguments, build_model, world
+from .common import (add_model_arguments, agreed, build_model, check_can_create, check_usable_directory,
+                     world)
 
 PHASES = ("forward", "recompute", "adjoint", "io_wait")
 EXIT_FAILED = 1
@@ -64,9 +65,11 @@ def add_checkpoint_arguments(p, schedules) -> None:
     g.add_argument("--local-dir", default=None, metavar="DIR",
                    help="node-local directory (default: $HPCADJ_LOCAL_DIR, $SLURM_TMPDIR, $TMPDIR, /tmp)")
     g.add_argument("--pfs-file", default=None, metavar="PATH.h5", help="the parallel HDF5 checkpoint file")
-    g.add_argument("--async", dest="async_io", action="store_true", default=True,
-                   help="asynchronous writes and read-ahead on file levels (default)")
-    g.add_argument("--no-async", dest="async_io", action="store_false", help="synchronous file I/O")
+    io = g.add_mutually_exclusive_group()  # default None, so that giving both is seen and refused
+    io.add_argument("--async", dest="async_io", action="store_const", const=True, default=None,
+                    help="asynchronous writes and read-ahead on file levels (default)")
+    io.add_argument("--no-async", dest="async_io", action="store_const", const=False,
+                    help="synchronous file I/O")
     g.add_argument("--keep-checkpoints", action="store_true", help="keep checkpoint files after the run")
     g.add_argument("--costs", default=None, metavar="PROFILE.json",
                    help="cost profile from 'hpcadj calibrate' (else a brief calibration when needed)")
@@ -74,11 +77,18 @@ def add_checkpoint_arguments(p, schedules) -> None:
                    help="what the planner minimises (default: time)")
 
 
+def check_level_arguments(args) -> None:
+    """Refuse level options that contradict each other (a file for a level without a budget)."""
+    if args.pfs_file and args.pfs is None:
+        raise CliError(f"--pfs-file {args.pfs_file} names the HDF5 level's file, but no --pfs budget "
+                       "is given: add --pfs SLOTS|BYTES or drop --pfs-file")
+
+
 def checkpoint_config(args):
     from ..adjoint.manager import CheckpointConfig
 
     return CheckpointConfig(budgets={"ram": args.ram, "disk": args.disk, "pfs": args.pfs},
-                            local_dir=args.local_dir, pfs_file=args.pfs_file, async_io=args.async_io,
+                            local_dir=args.local_dir, pfs_file=args.pfs_file, async_io=args.async_io is not False,
                             keep=args.keep_checkpoints)
 
 
@@ -106,10 +116,23 @@ def load_energy_model(args):
         raise CliError(f"--energy-model {args.energy_model}: {exc}") from None
 
 
+#: schedules that keep every snapshot on one level: a second budget given with them is never used
+ONE_LEVEL_SCHEDULES = ("store-all", "revolve", "online")
+#: forward evaluations per step above which a run is warned about (store-all makes 1, revolve with
+#: 2 slots on 100 steps 8.5, one slot on 100 steps 49.5)
+SLOW_RECOMPUTE_FACTOR = 10.0
+
+
 def plan_for(args, model, controls, comm, config, note):
-    """Levels in use, the schedule and the cost profile it was chosen with."""
+    """Levels in use, the schedule and the cost profile it was chosen with.
+
+    Refuses a budget the chosen schedule can never use, notes a level the planner left empty, and
+    warns once on stderr when the budget makes the run recompute absurdly often. The plan's
+    simulated summary is kept as ``args.plan_summary``.
+    """
     from ..adjoint.calibrate import calibrate
     from ..adjoint.manager import level_slots, make_plan, profile_for
+    from ..checkpoint.storage.base import LevelError
 
     try:
         plans = level_slots(config, model.snapshot_layout(), comm, model.n_steps)
@@ -118,7 +141,11 @@ def plan_for(args, model, controls, comm, config, note):
     name = args.schedule or ("store-all" if all(b is None for b in config.budgets.values()) else "auto")
     profile = load_costs(args)
     if profile is None and name in ("auto", "multilevel") and len(plans) > 1:
-        profile = calibrate(model, controls, comm, plans, config, repeats=2)
+        try:
+            profile = calibrate(model, controls, comm, plans, config, repeats=2)
+        except (OSError, LevelError) as exc:  # an unusable --local-dir or --pfs-file
+            raise CliError(f"cannot measure the levels' costs (give --costs PROFILE.json to skip it): "
+                           f"{exc}") from None
         profile.source = "calibrated"
         note("no --costs profile given: calibrated step and level costs briefly")
     profile = profile_for(plans, profile)
@@ -126,7 +153,32 @@ def plan_for(args, model, controls, comm, config, note):
         schedule = make_plan(name, model.n_steps, plans, profile, args.minimize)
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    args.plan_summary = check_plan(args, name, schedule, plans, profile, comm, note)
     return plans, schedule, profile
+
+
+def check_plan(args, name, schedule, plans, profile, comm, note):
+    """Simulate the plan; refuse or note levels it never writes, warn about extreme recomputation."""
+    from ..checkpoint.schedules import simulate
+
+    summary = simulate(schedule.actions(), schedule.n_steps, [p.slots for p in plans],
+                       profile.vector("time"))
+    unused = [p for p, writes in zip(plans, summary.writes) if writes == 0]
+    if unused and name in ONE_LEVEL_SCHEDULES:
+        used = [p.name for p, writes in zip(plans, summary.writes) if writes] or [plans[0].name]
+        flags = ", ".join(f"--{p.name} {getattr(args, p.name)}" for p in unused)
+        raise CliError(f"--schedule {name} keeps its snapshots on one level ({used[0]}), so {flags} "
+                       f"would never be used: drop it, or use --schedule auto or multilevel")
+    for p in unused:
+        note(f"level {p.name} (--{p.name} {getattr(args, p.name)}) holds no snapshot in this plan: "
+             f"the planner found it not worth its cost")
+    factor = summary.forward_steps / max(schedule.n_steps, 1)
+    if factor > SLOW_RECOMPUTE_FACTOR and comm.rank == 0:
+        print(f"hpcadj: warning: this plan evaluates {summary.forward_steps} forward steps for "
+              f"{schedule.n_steps} (recompute factor {factor:.1f}): the run will take about "
+              f"{factor:.0f} times as long as one with room for every state; raise --ram/--disk/--pfs",
+              file=sys.stderr, flush=True)
+    return summary
 
 
 def gradient_norms(result) -> dict:
@@ -135,9 +187,9 @@ def gradient_norms(result) -> dict:
 
 
 def summary(model, comm, result, wall_s: float) -> dict:
-    """The run's facts as the ``--json`` object."""
+    """The run's facts as the ``--json`` object (``grid`` null for a model whose describe() has none)."""
     norms = gradient_norms(result)
-    out = {**model.describe(), "ranks": comm.size, "J": result.J,
+    out = {"grid": None, **model.describe(), "ranks": comm.size, "J": result.J,
            "grad_norm": norms.get("u0", next(iter(norms.values()))),
            "forward_steps": result.forward_steps, "recomputed_steps": result.recomputed_steps,
            "adjoint_steps": result.adjoint_steps, "snapshot_bytes": model.snapshot_bytes(),
@@ -167,7 +219,8 @@ def level_summary(comm, plans, levels) -> list[dict]:
 
 
 def print_human(info: dict) -> None:
-    print(f"hpcadj run: {info['model']} {info['grid']}, {info['steps']} steps, {info['ranks']} rank(s), "
+    grid = info.get("grid") or "(no grid: the model's describe() reports none)"
+    print(f"hpcadj run: {info['model']} {grid}, {info['steps']} steps, {info['ranks']} rank(s), "
           f"schedule {info['schedule']}")
     print(f"  J = {info['J']:.12e}")
     for name, value in info["grad_norms"].items():
@@ -188,20 +241,20 @@ def print_human(info: dict) -> None:
 
 def main(args) -> int:
     from ..adjoint.manager import build_levels
-    from ..fieldio import check_writable
     from ..telemetry import LogDirError, Telemetry, open_run_log
 
     stop = StopFlag()
     stop.install()  # from the start: a SIGUSR1 during set-up must not kill the run either
     comm = world(args)
-    for path in (args.gradient_out,):
-        if path:
-            try:
-                check_writable(path)
-            except ValueError as exc:
-                raise CliError(str(exc)) from None
+    if args.gradient_out:
+        agreed(comm, check_can_create, args.gradient_out, "--gradient-out")
     if args.resume and not args.run_dir:
         raise CliError("--resume needs --run-dir DIR (the directory of the run to continue)")
+    check_level_arguments(args)
+    if args.local_dir and args.disk is not None:
+        agreed(comm, check_usable_directory, args.local_dir, "--local-dir")
+    if args.pfs_file and not args.resume:
+        agreed(comm, check_can_create, args.pfs_file, "--pfs-file")
     if args.durable_every < 1:
         raise CliError(f"--durable-every must be >= 1, got {args.durable_every}")
     args.durable_interval_s = durable_interval(args)
@@ -212,7 +265,7 @@ def main(args) -> int:
     config = checkpoint_config(args)
     rundir = open_run_directory(args, model, controls, comm, config)
     plans, schedule, profile = plan_for(args, model, controls, comm, config, notes.append)
-    predicted = _predicted(schedule, plans, profile)
+    predicted = _predicted(schedule, plans, profile, args.plan_summary)
 
     log = None
     if args.log_dir:
@@ -433,9 +486,11 @@ class StopFlag:
             signal.signal(sig, self._handle)
 
 
-def _predicted(schedule, plans, profile) -> float:
-    """Predicted makespan (seconds) of the plan under the profile."""
+def _predicted(schedule, plans, profile, summary=None) -> float:
+    """Predicted makespan (seconds) of the plan under the profile (from its simulated summary)."""
     from ..checkpoint.schedules import simulate
 
     costs = profile.vector("time")
-    return simulate(schedule.actions(), schedule.n_steps, [p.slots for p in plans], costs).cost(costs)
+    if summary is None:
+        summary = simulate(schedule.actions(), schedule.n_steps, [p.slots for p in plans], costs)
+    return summary.cost(costs)

@@ -279,3 +279,4 @@ def test_forward_progress_is_durable_at_the_interval(reference, tmp_path):
     info = _resume_bitwise(tmp_path, args, ref_info, ref)
     assert info["forward_steps"] - info["recomputed_steps"] <= n - frontier, info
     assert info["durable"]["points"] >= 1 and info["durable"]["seconds"] > 0
+    assert info["predicted_durable_s"] > 0  # counted in the predicted makespan

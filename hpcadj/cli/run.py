@@ -266,6 +266,14 @@ def main(args) -> int:
     rundir = open_run_directory(args, model, controls, comm, config)
     plans, schedule, profile = plan_for(args, model, controls, comm, config, notes.append)
     predicted = _predicted(schedule, plans, profile, args.plan_summary)
+    predicted_durable = 0.0
+    if rundir is not None:
+        from ..adjoint.restart import predicted_durable_seconds
+
+        predicted_durable = predicted_durable_seconds(
+            schedule, plans, profile, args.durable_every, args.durable_interval_s, predicted,
+            **({"mtbf_s": args.mtbf} if args.mtbf else {}))
+        predicted += predicted_durable
 
     log = None
     if args.log_dir:
@@ -303,6 +311,8 @@ def main(args) -> int:
         d = driver.durability
         info["durable"] = {"points": d.points, "seconds": comm.allreduce(d.seconds, op=_mpi_max()),
                            "interval_s": d.interval}
+    if rundir is not None:
+        info["predicted_durable_s"] = predicted_durable
     info.update(schedule=schedule.name, minimize=args.minimize, predicted_s=predicted,
                 costs_source=profile.source, levels=level_summary(comm, plans, levels),
                 resumed=args.resume)

@@ -28,6 +28,7 @@ from collections import Counter
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -541,3 +542,114 @@ def test_subprocess_no_arguments_and_version():
     _one_error_line(proc)
     proc = hpcadj_subprocess(["--version"], timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("hpcadj ") and proc.stderr == ""
+
+
+# -- issue 13: each of these failed before its fix -----------------------------------------------------
+MEMORY_LIMIT = 3 * 10**9  # bytes of address space: enough to start hpcadj (and mpirun), not for the grids
+ISSUE_13 = [
+    # PETSc options whatever their first letters (argparse took -heat... for -h with 'eat_ksp_type')
+    ("run", BASE + ["-heat_ksp_type", "gmres"], 0, ""),
+    ("run", BASE + ["-heat_ksp_rtol", "1e-12", "-log_view"], 0, ""),
+    ("gradcheck", BASE + ["--halvings", "1", "-heat_pc_type", "none"], 0, ""),
+    ("plan", ["--steps", "10", "--ram", "3", "-log_view"], 2, "takes no PETSc option"),
+    # an abbreviation is no longer a flag
+    ("run", BASE + ["--gri", "6x6"], 2, "unrecognized argument: --gri"),
+    # a flag the model does not use (the README's plug-in model ignored --grid silently)
+    ("run", BASE + ["--model", "burgers", "--theta", "0.7"], 2, "does not use --theta"),
+    ("run", BASE + ["--model", "heat", "--feed", "0.04"], 2, "does not use --feed"),
+    # unusable file levels on the implicit calibration path: tracebacks before
+    ("run", BASE + ["--ram", "2", "--disk", "2", "--local-dir", "/proc/nonexist"], 2, "--local-dir /proc/nonexist"),
+    ("run", BASE + ["--ram", "2", "--disk", "2", "--local-dir", "{regular}"], 2, "is not a directory"),
+    ("run", BASE + ["--ram", "2", "--pfs", "2", "--pfs-file", "/proc/x.h5"], 2, "--pfs-file"),
+    ("run", BASE + ["--gradient-out", "/proc/x.h5"], 2, "--gradient-out"),  # failed after the gradient
+    ("calibrate", BASE + ["--repeats", "1", "--out", "/proc/x.json"], 2, "--out"),  # after measuring
+    # (one line before too: guards the new directory check, which now names the flag)
+    ("calibrate", BASE + ["--repeats", "1", "--local-dir", "/proc/nonexist"], 2, "--local-dir /proc/nonexist"),
+    # contradictions accepted silently before
+    ("run", BASE + ["--async", "--no-async"], 2, "not allowed with"),
+    ("run", BASE + ["--pfs-file", "{fresh}.h5"], 2, "no --pfs budget"),
+    ("run", ["--grid", "6x6", "--steps", "10", "--schedule", "online", "--ram", "4", "--disk", "40"], 2,
+     "--disk 40 would never be used"),
+    ("run", ["--grid", "6x6", "--steps", "10", "--schedule", "revolve", "--ram", "4", "--disk", "40"], 2,
+     "--disk 40 would never be used"),
+    ("run", BASE + ["--disk", "1e30"], 2, "1e30 is not slots (a whole number such as 8) nor bytes"),
+    # a budget that makes the run absurdly slow: warned once, with the factor
+    ("run", ["--grid", "6x6", "--steps", "100", "--ram", "1"], 0, "recompute factor 49.5"),
+]
+
+
+@pytest.mark.parametrize("command,argv,status,says", ISSUE_13, ids=[" ".join([c, *a]) for c, a, _, _ in ISSUE_13])
+def test_issue_13_cases(files, command, argv, status, says):
+    argv = [files["fresh"]() + a[len("{fresh}"):] if a.startswith("{fresh}")
+            else files[a[1:-1]] if a.startswith("{") else a for a in argv]
+    rc, out, err = check_property(command, argv)
+    assert rc == status, (rc, out, err)
+    assert says in err, err
+    if status == 0:
+        assert len([line for line in err.splitlines() if "warning" in line]) <= 1, err
+
+
+def test_slow_plan_warning_is_absent_for_a_sane_budget():
+    rc, _, err = check_property("run", ["--grid", "6x6", "--steps", "100", "--ram", "8"])
+    assert rc == 0 and "warning" not in err, err
+
+
+def test_plan_default_costs_have_no_seconds():
+    """Without --costs the default costs are relative: the makespan was printed in "s"."""
+    rc, out, _ = check_property("plan", ["--steps", "100", "--ram", "4"])
+    assert rc == 0 and "relative units" in out and re.search(r"makespan [\d.]+ s\b", out) is None, out
+    rc, out, _ = check_property("plan", ["--steps", "100", "--ram", "4", "--json"])
+    assert json.loads(out)["predicted_unit"] == "relative"
+
+
+def test_unused_level_of_a_planning_schedule_is_noted(files):
+    """multilevel may leave a level empty (too dear for its benefit): said, not silent."""
+    costs = files["fresh"](".json")
+    level = {"write_s": 1e-5, "read_s": 1e-5}
+    Path(costs).write_text(json.dumps({"forward_s": 1e-3, "adjoint_s": 2e-3, "levels": [
+        dict(level, name="ram"), dict(level, name="disk", write_s=1e3, read_s=1e3)]}))
+    rc, out, err = check_property("run", ["--grid", "6x6", "--steps", "10", "--ram", "4", "--disk", "4",
+                                          "--local-dir", files["fresh"](), "--costs", costs])
+    assert rc == 0 and "level disk (--disk 4) holds no snapshot" in out, out + err
+
+
+def _limited(limit):
+    import resource
+
+    def preexec():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return preexec
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("nranks,argv", [
+    (1, ["run", "--model", "burgers", "--grid", "4096x4096", "--steps", "2", "--ram", "40GiB"]),  # numpy
+    (1, ["run", "--grid", "1200x1200x1200", "--steps", "2"]),   # PETSc's malloc: "cannot split grid"
+    (2, ["run", "--grid", "1200x1200x1200", "--steps", "2"]),
+])
+def test_out_of_memory_is_one_line(nranks, argv):
+    """Memory running out reads as such, in one line, exit 2 (was: a MemoryError traceback per rank, or
+    "PETSc cannot split grid ... over 2 ranks")."""
+    import subprocess
+
+    from .helpers import HPCADJ, mpi_env
+
+    cmd = [HPCADJ, *argv] if nranks == 1 else ["mpirun", "--oversubscribe", "-n", str(nranks), HPCADJ, *argv]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=100, env=mpi_env(),
+                          preexec_fn=_limited(MEMORY_LIMIT))
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("hpcadj: error:")]
+    assert proc.returncode == 2, proc.stderr
+    assert len(errors) == 1 and "out of memory" in errors[0] and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot split" not in proc.stderr
+
+
+def test_petsc_options_reach_petsc_under_mpirun():
+    proc = hpcadj_subprocess(["run", "--grid", "6x6", "--steps", "1", "-heat_ksp_type", "gmres", "-heat_ksp_view"],
+                             nranks=2, timeout=120)
+    assert proc.returncode == 0 and "type: gmres" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_implicit_calibration_with_a_bad_local_dir_under_mpirun():
+    proc = hpcadj_subprocess(["run", "--grid", "6x6", "--steps", "4", "--ram", "2", "--disk", "2",
+                              "--local-dir", "/proc/nonexist"], nranks=2, timeout=120)
+    assert "--local-dir /proc/nonexist" in _one_error_line(proc)

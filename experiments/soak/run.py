@@ -84,7 +84,8 @@ def soak_case(work: Path, model: list[str], ranks: int, mix: str, async_io: bool
     local.mkdir()
     shared.mkdir()
     grad = work / f"grad-{tag}.h5"
-    args = [*model, *MIXES[mix], "--local-dir", local, "--pfs-file", shared / "ck.h5", "--costs", costs,
+    pfs_file = ["--pfs-file", shared / "ck.h5"] if "--pfs" in MIXES[mix] else []  # refused without --pfs
+    args = [*model, *MIXES[mix], "--local-dir", local, *pfs_file, "--costs", costs,
             "--gradient-out", grad, "--json", "--quiet", *([] if async_io else ["--no-async"])]
     code, out, err, elapsed = launch(ranks, args, timeout=max(120.0, 4 * ref["wall_s"] + 60))
     info = json_of(out)

@@ -51,7 +51,7 @@ def main() -> int:
     for mode in ("sync", "async"):
         flag = ["--no-async"] if mode == "sync" else ["--async"]
         configs.append((f"RAM {args.ram} + disk {n}, {mode}",
-                        base + ["--schedule", "multilevel", "--disk", n] + files + flag))
+                        base + ["--schedule", "multilevel", "--disk", n] + files[:2] + flag))  # no --pfs-file
         configs.append((f"RAM {args.ram} + disk {disk3} + HDF5 {n}, {mode}",
                         base + ["--schedule", "multilevel", "--disk", disk3, "--pfs", n] + files + flag))
     raw, rows = H.run_configs(configs, args.ranks, args.repeats)

@@ -77,3 +77,14 @@ def test_help_lists_every_model():
     assert proc.returncode == 0
     for model in ("heat", "burgers", "wave", "grayscott"):
         assert model in proc.stdout
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("model,foreign", [("heat", ["--viscosity", "0.1"]), ("burgers", ["--theta", "1"]),
+                                           ("wave", ["--feed", "0.04"]), ("grayscott", ["--anomaly", "0.2"])])
+def test_another_models_option_is_refused(model, foreign):
+    """An option of another model was silently ignored; now one error line naming it, exit 2."""
+    proc = hpcadj(["run", "--model", model, "--grid", "8x8", "--steps", "2", *foreign])
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"hpcadj: error: model {model} does not use {foreign[0]}"), lines

@@ -623,7 +623,7 @@ def _limited(limit):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("nranks,argv", [
-    (1, ["run", "--model", "burgers", "--grid", "4096x4096", "--steps", "2", "--ram", "40GiB"]),  # numpy
+    (1, ["run", "--model", "burgers", "--grid", "4096x4096", "--steps", "2", "--ram", "40GiB"]),  # numpy/PETSc
     (1, ["run", "--grid", "1200x1200x1200", "--steps", "2"]),   # PETSc's malloc: "cannot split grid"
     (2, ["run", "--grid", "1200x1200x1200", "--steps", "2"]),
 ])
@@ -641,6 +641,17 @@ def test_out_of_memory_is_one_line(nranks, argv):
     assert proc.returncode == 2, proc.stderr
     assert len(errors) == 1 and "out of memory" in errors[0] and "Traceback" not in proc.stderr, proc.stderr
     assert "cannot split" not in proc.stderr
+
+
+def test_numpy_memory_error_is_one_line(monkeypatch):
+    """numpy's MemoryError anywhere in a run (here in building the controls) is the one line, exit 2."""
+    from hpcadj.models.heat import HeatModel
+
+    def no_memory(self):
+        raise MemoryError("Unable to allocate 256. MiB for an array with shape (4098, 4098, 2)")
+    monkeypatch.setattr(HeatModel, "default_controls", no_memory)
+    rc, out, err = check_property("run", BASE)
+    assert rc == 2 and "out of memory (Unable to allocate 256. MiB" in err, err
 
 
 def test_petsc_options_reach_petsc_under_mpirun():

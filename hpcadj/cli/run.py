@@ -169,7 +169,7 @@ def check_plan(args, name, schedule, plans, profile, comm, note):
         flags = ", ".join(f"--{p.name} {getattr(args, p.name)}" for p in unused)
         raise CliError(f"--schedule {name} keeps its snapshots on one level ({used[0]}), so {flags} "
                        f"would never be used: drop it, or use --schedule auto or multilevel")
-    for p in unused:
+    for p in unused if not args.resume else ():  # a resume re-plans: this plan is not the one run
         note(f"level {p.name} (--{p.name} {getattr(args, p.name)}) holds no snapshot in this plan: "
              f"the planner found it not worth its cost")
     factor = summary.forward_steps / max(schedule.n_steps, 1)

@@ -130,6 +130,24 @@ class Stepper(abc.ABC):
         """Facts for summaries and logs (``model``, ``grid``, ``steps``, ...)."""
         return {"model": self.name, "steps": self.n_steps}
 
+    def working_set_states(self) -> float:
+        """The model's own peak memory per rank, in state-equivalents (one snapshot's bytes here).
+
+        Count everything the model allocates and holds at its peak beside the driver's states:
+        operators (a matrix by its bytes), Krylov/SNES work vectors and preconditioner data,
+        persistent scratch, its copies of the controls, and the transients of its largest step
+        or adjoint step (padded halo copies, numpy temporaries). Not counted here: the states and
+        lambda the driver holds, the caller's controls and the gradient, checkpoint slots and
+        staging buffers (:func:`hpcadj.adjoint.memory.plan_memory` adds those).
+
+        Used to predict a run's memory and to size RAM slots from a whole-process budget. The
+        default, 32, is conservative for a matrix-based implicit solver in 3-D; a model that does
+        not override it still works, it only leaves fewer slots than it could. Override it with a
+        count (measured peak RSS minus baseline, per state, less the driver's share, is a good check;
+        see ``experiments/memory_budget``).
+        """
+        return 32.0
+
     def snapshot_bytes(self) -> int:
         """Bytes of one snapshot over all ranks."""
         return sum(f.global_nbytes for f in self.snapshot_layout().values())

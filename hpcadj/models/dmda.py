@@ -62,7 +62,6 @@ class Grid:
         self.dof = int(dof)
         self.components = () if self.dof == 1 else (self.dof,)
         self._local = self.da.createLocalVec()
-        self._lg = self.padded_indices()
 
     # -- vectors --------------------------------------------------------------------------
     def create_vec(self):
@@ -146,7 +145,8 @@ class Grid:
         return tuple(slice(1, 1 + m) for m in self.shape)
 
     def owned_global_indices(self) -> np.ndarray:
-        return self._lg[self.inner]
+        """PETSc global indices of the owned points (computed on each call, not kept)."""
+        return self.padded_indices()[self.inner]
 
     def spacing(self) -> tuple[float, ...]:
         """Grid spacing per natural axis."""

@@ -3,13 +3,21 @@
 Interior nodes x_i = (i+1)h, h = 1/(N+1) per axis; 5-point (7-point) finite differences with face
 diffusivities kappa_{i+1/2} = (kappa_i + kappa_{i+1})/2, and kappa at a boundary face taken from
 the interior node, so kappa = const gives exactly kappa times the standard Laplacian. One step solves
-(I - theta dt L) u_{i+1} = (I + (1 - theta) dt L) u_i. L is symmetric, so the adjoint step solves with
-the same matrix. Each solve is CG with a Jacobi preconditioner (the same on any rank count) to a
+(I - theta dt L) u_{i+1} = (I + (1 - theta) dt L) u_i. Only A = I - theta dt L is assembled: the
+right-hand side operator follows from it, B u = (u - (1 - theta) A u) / theta (B = I for theta = 1).
+L is symmetric, so the adjoint step solves with the same matrix and applies the same B. Each solve is CG with a Jacobi preconditioner (the same on any rank count) to a
 relative residual of 1e-13, far below the 1e-10 the dot-product and rank-invariance checks demand;
 the initial guess is always zero, so a step is a pure function of its input.
 
 Objective: J = 1/2 h^d sum over observed steps i of ||u_i - d_i||^2; by default only the final state
 is observed, against d = 0.
+
+Working set (per rank, in states of 8 bytes per grid point; see :meth:`HeatModel.working_set_states`):
+A (AIJ, 5/7 nonzeros a row: about 9/12 states with PETSc's row arrays), CG's 3 work vectors and the
+Jacobi diagonal (4), the copy of u0 (1), two scratch Vecs (2), the DMDA's ghosted local Vec (1) and
+the adjoint step's transients (padded w and mu, dkappa, two temporaries: 5). Assembly inserts A's rows
+in slabs of axis-0 planes into a DMDA-preallocated matrix, so its transient stays below one state
+beside the padded kappa and index arrays (2).
 """
 
 from __future__ import annotations
@@ -52,11 +60,13 @@ class HeatModel(Stepper):
         self.cell_volume = float(np.prod(self.h))
         self.observations = observations or Observations.final_state_zero(self.n_steps)
         self.observations.check(self.n_steps, self.grid.global_shape)
-        self._targets = {i: self.observations.target_block(i, self.grid) for i in self.observations.steps}
+        # d = 0 (no observation file) is kept as None, not as a block of zeros
+        self._targets = {i: (None if self.observations.path is None else self.observations.target_block(i, self.grid))
+                         for i in self.observations.steps}
         self._ksp = self._make_ksp()
-        self._controls = None
+        self._u0 = None
         self._work: dict = {}
-        self.A = self.B = None
+        self.A = None
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -97,20 +107,35 @@ class HeatModel(Stepper):
                           + 0.5 * np.sin(3 * np.pi * x) * np.sin(2 * np.pi * y))
         else:
             z, y, x = coords
-            block[...] = (np.sin(np.pi * x) * np.sin(np.pi * y) * np.sin(np.pi * z)
-                          + 0.5 * np.sin(3 * np.pi * x) * np.sin(2 * np.pi * y) * np.sin(np.pi * z))
+            # in place, term by term: no full-grid temporaries beside the block
+            block[...] = np.sin(np.pi * x) * np.sin(np.pi * y)
+            block *= np.sin(np.pi * z)
+            second = 0.5 * np.sin(3 * np.pi * x) * np.sin(2 * np.pi * y)
+            block += second * np.sin(np.pi * z)
         kappa = self.grid.create_vec()
         kappa.set(1.0)
         return {"u0": u0, "kappa": kappa}
 
     def set_controls(self, controls):
-        self._controls = {name: vec.copy() for name, vec in controls.items()}
-        self.A, self.B = self._assemble(self._controls["kappa"])
+        # kappa enters only A, so only u0 is kept (a copy: the caller may change its Vecs later)
+        if self.A is not None:  # free the old operator, u0 and CG's work vectors before assembling anew
+            self.A = self._u0 = None
+            self._ksp.reset()
+            petsc().garbage_cleanup(self.comm)  # collective, like set_controls itself
+        self._u0 = controls["u0"].copy()
+        self.A = self._assemble(controls["kappa"])
         self._ksp.setOperators(self.A)
         self._ksp.setUp()
 
     def initial_state(self):
-        return self._controls["u0"].copy()
+        return self._u0.copy()
+
+    def working_set_states(self) -> float:
+        """A (9 states in 2-D, 12 in 3-D), CG + Jacobi (4), u0 (1), scratch (2), ghosted local (1),
+        adjoint transients (5); 1 more for a file of observations (its targets are held)."""
+        matrix = 12.0 if self.grid.dim == 3 else 9.0
+        observed = sum(1.0 for t in self._targets.values() if t is not None)
+        return matrix + 4.0 + 1.0 + 2.0 + 1.0 + 5.0 + observed
 
     # -- operators ---------------------------------------------------------------------------
     def _faces(self, kappa_padded):
@@ -120,33 +145,58 @@ class HeatModel(Stepper):
             face = np.where(inside, 0.5 * (kp + kappa_padded[nb]), kp)
             yield nb, inside, face / self.h[axis] ** 2
 
+    #: owned points per assembly slab (whole axis-0 planes; at least one plane)
+    ASSEMBLY_SLAB_POINTS = 1 << 16
+
     def _assemble(self, kappa):
-        """A = I - theta dt L(kappa) and B = I + (1 - theta) dt L(kappa) as parallel AIJ matrices."""
+        """A = I - theta dt L(kappa) as a parallel AIJ matrix, preallocated by the DMDA.
+
+        Rows go in slabs of axis-0 planes (``setValuesRCV``; a -1 column, outside the domain, is
+        skipped), so the transient beside A is the padded kappa and index arrays and one slab's
+        rows. Every entry is computed as before (1 + w diag, w face), so A is the same bitwise.
+        """
         PETSc = petsc()
         grid = self.grid
-        nloc = int(np.prod(grid.shape))
-        rows = grid.owned_global_indices().ravel()
-        diag = np.zeros(grid.shape)
-        cols, offs = [rows.reshape(grid.shape)], []
-        for nb, inside, face in self._faces(grid.padded(kappa)):
-            diag -= face
-            cols.append(np.where(inside, grid._lg[nb], -1))
-            offs.append(np.where(inside, face, 0.0))
-        cols = np.stack([c.reshape(nloc) for c in cols], axis=1)
-        lvals = np.stack([diag.reshape(nloc)] + [o.reshape(nloc) for o in offs], axis=1)
-        keep = cols >= 0
-        indptr = np.concatenate([[0], np.cumsum(keep.sum(axis=1))]).astype(PETSc.IntType)
-        indices = cols[keep].astype(PETSc.IntType)
-        identity = np.zeros_like(lvals)
-        identity[:, 0] = 1.0
-        size = ((nloc, None), (nloc, None))
-        mats = []
-        for weight in (-self.theta * self.dt, (1.0 - self.theta) * self.dt):
-            values = (identity + weight * lvals)[keep]
-            mat = PETSc.Mat().createAIJ(size=size, csr=(indptr, indices, values), comm=self.comm)
-            mat.assemble()
-            mats.append(mat)
-        return mats
+        weight = -self.theta * self.dt
+        kappa_padded = grid.padded(kappa)
+        lg = grid.padded_indices()
+        inner = grid.inner
+        mat = grid.da.createMatrix()
+        mat.setOption(PETSc.Mat.Option.NEW_NONZERO_ALLOCATION_ERR, True)
+        faces = list(grid.neighbours())
+        ncols = 1 + len(faces)
+        plane = int(np.prod(grid.shape[1:], dtype=np.int64))
+        per_slab = max(1, self.ASSEMBLY_SLAB_POINTS // max(plane, 1))
+        m0 = grid.shape[0]
+        for k0 in range(0, m0, per_slab):
+            k1 = min(m0, k0 + per_slab)
+            npts = (k1 - k0) * plane
+            cut = lambda a: a[k0:k1]  # noqa: E731 - a slab of an owned-shaped view
+            kp = cut(kappa_padded[inner])
+            cols = np.empty((npts, ncols), dtype=PETSc.IntType)
+            vals = np.empty((npts, ncols))
+            diag = np.zeros(kp.shape)
+            cols[:, 0] = cut(lg[inner]).reshape(npts)
+            for j, (axis, _direction, nb, inside) in enumerate(faces, start=1):
+                inside = inside[k0:k1] if axis == 0 else inside
+                face = np.where(inside, 0.5 * (kp + cut(kappa_padded[nb])), kp) / self.h[axis] ** 2
+                diag -= face
+                cols[:, j] = np.where(inside, cut(lg[nb]), -1).reshape(npts)
+                vals[:, j] = np.where(inside, weight * face, 0.0).reshape(npts)
+            vals[:, 0] = (1.0 + weight * diag).reshape(npts)
+            mat.setValuesRCV(cols[:, :1], cols, vals, addv=PETSc.InsertMode.INSERT_VALUES)
+        mat.assemble()
+        return mat
+
+    def _apply_b(self, u, out):
+        """out = B u = (u - (1 - theta) A u) / theta = (I + (1 - theta) dt L) u."""
+        if self.theta == 1.0:
+            u.copy(out)
+            return out
+        self.A.mult(u, out)
+        out.aypx(-(1.0 - self.theta), u)
+        out.scale(1.0 / self.theta)
+        return out
 
     def _apply_l(self, kappa_padded, w_padded) -> np.ndarray:
         """(L(kappa) w) on the owned block, matrix-free (L is linear in kappa)."""
@@ -175,28 +225,28 @@ class HeatModel(Stepper):
 
     # -- forward -----------------------------------------------------------------------------
     def step(self, i, u):
-        rhs = self._scratch("rhs", u)
-        self.B.mult(u, rhs)
+        rhs = self._apply_b(u, self._scratch("rhs", u))
         return self._solve(rhs)
 
     def objective(self, i, u):
-        target = self._targets.get(i)
-        if target is None:
+        if i not in self._targets:
             return 0.0
-        diff = self.grid.owned(u) - target
+        target = self._targets[i]
+        diff = self.grid.owned(u) if target is None else self.grid.owned(u) - target
         local = 0.5 * self.cell_volume * float(np.dot(diff.ravel(), diff.ravel()))
         return self.comm.allreduce(local)
 
     def objective_gradient(self, i, u):
         target = self._targets.get(i)
-        if target is None:
+        if i not in self._targets:
             return None
-        return self.grid.vec_from(self.cell_volume * (self.grid.owned(u) - target))
+        diff = self.grid.owned(u) if target is None else self.grid.owned(u) - target
+        return self.grid.vec_from(self.cell_volume * diff)
 
     # -- adjoint -----------------------------------------------------------------------------
-    def _w(self, u, u_next):
+    def _w(self, u, u_next, scratch="w"):
         """The theta-weighted state at which the step's operator acts."""
-        w = self._scratch("w", u)
+        w = self._scratch(scratch, u)
         u.copy(w)
         w.scale(1.0 - self.theta)
         w.axpy(self.theta, u_next)
@@ -204,16 +254,22 @@ class HeatModel(Stepper):
 
     def adjoint_step(self, i, u, u_next, lam_next, grad):
         mu = self._solve(lam_next, self._scratch("mu", lam_next))
-        lam = mu.duplicate()
-        self.B.mult(mu, lam)
-        w_pad = self.grid.padded(self._w(u, u_next))
+        lam = self._apply_b(mu, mu.duplicate())
+        # the step's rhs scratch is free here: w goes there (no third scratch Vec)
+        w_pad = self.grid.padded(self._w(u, u_next, scratch="rhs"))
         mu_pad = self.grid.padded(mu)
         wp, mp = w_pad[self.grid.inner], mu_pad[self.grid.inner]
         dkappa = np.zeros(self.grid.shape)
+        dw, dm = np.empty_like(dkappa), np.empty_like(dkappa)
         for axis, _direction, nb, inside in self.grid.neighbours():
             # d(mu^T L w)/d kappa_p: half of each interior face, all of a boundary face
             share = np.where(inside, 0.5, 1.0) / self.h[axis] ** 2
-            dkappa += share * (w_pad[nb] - wp) * (mp - mu_pad[nb])
+            np.subtract(w_pad[nb], wp, out=dw)
+            np.subtract(mp, mu_pad[nb], out=dm)
+            np.multiply(dw, share, out=dw)  # (share * dw) * dm, the order it always had
+            np.multiply(dw, dm, out=dw)
+            dkappa += dw
+        del dw, dm, w_pad, mu_pad, wp, mp
         self.grid.owned(grad["kappa"])[...] += self.dt * dkappa
         return lam
 
@@ -225,8 +281,7 @@ class HeatModel(Stepper):
         return dcontrols["u0"].copy()
 
     def tangent_step(self, i, u, u_next, du, dcontrols):
-        rhs = self._scratch("rhs", du)
-        self.B.mult(du, rhs)
+        rhs = self._apply_b(du, self._scratch("rhs", du))
         dl_w = self._apply_l(self.grid.padded(dcontrols["kappa"]), self.grid.padded(self._w(u, u_next)))
         self.grid.owned(rhs)[...] += self.dt * dl_w
         return self._solve(rhs)

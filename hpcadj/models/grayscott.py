@@ -6,8 +6,12 @@ Nodes x_j = j h, h = L/N, on a DMDA with dof 2 (u, v interleaved); 5-point Lapla
 G(w) = w - w_i - dt R(w; F, k) = 0 by Newton (SNES newtonls, initial guess w_i itself, so a step is a
 pure function of w_i) to ||G|| <= max(1e-12 ||G(w_i)||, 1e-13). The Jacobian
 J(w) = I - dt (D lap + K(w)), K the pointwise 2x2 reaction Jacobian, is a shell matrix (exact, no
-assembly); each linear solve is GMRES (modified Gram-Schmidt) with Jacobi preconditioning (identical
-on any rank count) to a relative residual of 1e-14.
+assembly); each linear solve is GMRES(10) (modified Gram-Schmidt) with Jacobi preconditioning (identical
+on any rank count) to a relative residual of 1e-14. GMRES allocates a Krylov vector per iteration of
+a restart cycle, so the restart length is the memory knob: GMRES(100), used before, held 30-45
+state-sized vectors in each of the Newton and adjoint solvers at 512^2 (about 30 iterations a solve);
+GMRES(10) takes about as many iterations (100 vs 96 a Newton solve, 27 vs 26 an adjoint solve at
+512^2) and holds 12 (``-grayscott_ksp_gmres_restart`` etc. change it).
 
 Adjoint of step i, at w_{i+1} (which the driver supplies): solve J(w_{i+1})^T mu = lambda_{i+1}; then
 lambda_i = mu and dJ/dF += dt <dR/dF, mu>, dJ/dk += dt <dR/dk, mu>. The tangent solves
@@ -18,6 +22,12 @@ reaches ||G|| ~ 1e-16 in 3 iterations here, and J and gradients agree across 1-3
 
 Controls: ``u0`` (initial (u, v), shape (ny, nx, 2)), ``F`` and ``k`` (scalars). Objective: the
 final-time pattern strength J = 1/2 h^2 sum v_n^2.
+
+Working set (per rank, in states; see :meth:`GrayScottModel.working_set_states`): two GMRES(10)
+Krylov spaces in use in a gradient (Newton's, the adjoint's: 2 x 13), SNES newtonls's work vectors
+and the residual Vec (6), the Jacobi diagonals (2), the copy of u0 (1), the DMDA's ghosted local Vec
+(1), and one step's transients (w_i, the 2x2 reaction Jacobian = 2 states, the residual's padded copy
+and temporaries: about 6). The reaction Jacobian and w_i live only during the solve that reads them.
 """
 
 from __future__ import annotations
@@ -81,6 +91,7 @@ class GrayScottModel(ComponentSnapshots, Stepper):
     snes_rtol = 1e-12
     snes_atol = 1e-13
     ksp_rtol = 1e-14
+    gmres_restart = 10
 
     def __init__(self, comm, grid=(64, 64), n_steps: int = 50, dt: float = 1.0, feed: float = 0.04,
                  kill: float = 0.06, length: float = 2.5, du: float = 2e-5, dv: float = 1e-5):
@@ -125,7 +136,7 @@ class GrayScottModel(ComponentSnapshots, Stepper):
 
     def _configure_ksp(self, ksp):
         ksp.setType("gmres")
-        ksp.setGMRESRestart(100)
+        ksp.setGMRESRestart(self.gmres_restart)
         ksp.getPC().setType("jacobi")
         ksp.setTolerances(rtol=self.ksp_rtol, atol=1e-300, max_it=2000)
 
@@ -202,6 +213,12 @@ class GrayScottModel(ComponentSnapshots, Stepper):
     def initial_state(self):
         return self._controls["u0"].copy()
 
+    def working_set_states(self) -> float:
+        """2 x 13 (GMRES(10) Newton and adjoint Krylov spaces) + 6 (SNES) + 2 (Jacobi) + 1 (u0)
+        + 1 (ghosted local) + 6 (a step's transients)."""
+        krylov = 2 * (self.gmres_restart + 3)
+        return krylov + 6.0 + 2.0 + 1.0 + 1.0 + 6.0
+
     # -- the reaction-diffusion right-hand side ------------------------------------------------
     def _reaction_diffusion(self, X) -> np.ndarray:
         w = X[self.grid.inner]
@@ -232,7 +249,11 @@ class GrayScottModel(ComponentSnapshots, Stepper):
     def step(self, i, u):
         self._base = self.grid.owned(u).copy()
         x = u.copy()
-        self._snes.solve(None, x)
+        try:
+            self._snes.solve(None, x)
+        finally:  # nothing of this step stays alive: w_i and the reaction Jacobian go
+            self._base = None
+            self._newton.K = None
         reason = self._snes.getConvergedReason()
         if reason < 0:
             raise SolverError(f"grayscott: Newton failed at step {i} (SNES reason {reason})")
@@ -257,7 +278,10 @@ class GrayScottModel(ComponentSnapshots, Stepper):
     def adjoint_step(self, i, u, u_next, lam_next, grad):
         w_next = self.grid.owned(u_next)
         self._adjoint_op.set_state(w_next)
-        mu = self._linear_solve(self._ksp_t, lam_next)
+        try:
+            mu = self._linear_solve(self._ksp_t, lam_next)
+        finally:
+            self._adjoint_op.K = None
         m = self.grid.owned(mu)
         dF, dk = self._parameter_derivatives(w_next)
         scalar_add(self.comm, grad["F"], self.dt * float(np.sum(dF * m)))
@@ -278,7 +302,10 @@ class GrayScottModel(ComponentSnapshots, Stepper):
         self.grid.owned(rhs)[...] += self.dt * (scalar_value(self.comm, dcontrols["F"]) * dF
                                                 + scalar_value(self.comm, dcontrols["k"]) * dk)
         self._forward_op.set_state(w_next)
-        return self._linear_solve(self._ksp, rhs)
+        try:
+            return self._linear_solve(self._ksp, rhs)
+        finally:
+            self._forward_op.K = None
 
     # -- snapshots ---------------------------------------------------------------------------
     def control_layout(self):

@@ -15,7 +15,7 @@ is observed, against d = 0.
 Working set (per rank, in states of 8 bytes per grid point; see :meth:`HeatModel.working_set_states`):
 A (AIJ, 5/7 nonzeros a row: about 9/12 states with PETSc's row arrays), CG's 3 work vectors and the
 Jacobi diagonal (4), the copy of u0 (1), two scratch Vecs (2), the DMDA's ghosted local Vec (1) and
-the adjoint step's transients (padded w and mu, dkappa, two temporaries: 5). Assembly inserts A's rows
+the adjoint step's transients (padded w and mu, slabs: 2). Assembly inserts A's rows
 in slabs of axis-0 planes into a DMDA-preallocated matrix, so its transient stays below one state
 beside the padded kappa and index arrays (2).
 """
@@ -131,11 +131,12 @@ class HeatModel(Stepper):
         return self._u0.copy()
 
     def working_set_states(self) -> float:
-        """A (9 states in 2-D, 12 in 3-D), CG + Jacobi (4), u0 (1), scratch (2), ghosted local (1),
-        adjoint transients (5); 1 more for a file of observations (its targets are held)."""
+        """A (9 states in 2-D, 12 in 3-D), CG + Jacobi (4), u0 (1), scratch (2), the DMDA's ghosted
+        local Vec and scatter indices (3), adjoint or assembly transients (padded copies: 2),
+        allocator slack (2); 1 more per observed state from a file (its targets are held)."""
         matrix = 12.0 if self.grid.dim == 3 else 9.0
         observed = sum(1.0 for t in self._targets.values() if t is not None)
-        return matrix + 4.0 + 1.0 + 2.0 + 1.0 + 5.0 + observed
+        return matrix + 4.0 + 1.0 + 2.0 + 3.0 + 2.0 + 2.0 + observed
 
     # -- operators ---------------------------------------------------------------------------
     def _faces(self, kappa_padded):
@@ -259,18 +260,24 @@ class HeatModel(Stepper):
         w_pad = self.grid.padded(self._w(u, u_next, scratch="rhs"))
         mu_pad = self.grid.padded(mu)
         wp, mp = w_pad[self.grid.inner], mu_pad[self.grid.inner]
-        dkappa = np.zeros(self.grid.shape)
-        dw, dm = np.empty_like(dkappa), np.empty_like(dkappa)
-        for axis, _direction, nb, inside in self.grid.neighbours():
-            # d(mu^T L w)/d kappa_p: half of each interior face, all of a boundary face
-            share = np.where(inside, 0.5, 1.0) / self.h[axis] ** 2
-            np.subtract(w_pad[nb], wp, out=dw)
-            np.subtract(mp, mu_pad[nb], out=dm)
-            np.multiply(dw, share, out=dw)  # (share * dw) * dm, the order it always had
-            np.multiply(dw, dm, out=dw)
-            dkappa += dw
-        del dw, dm, w_pad, mu_pad, wp, mp
-        self.grid.owned(grad["kappa"])[...] += self.dt * dkappa
+        gk = self.grid.owned(grad["kappa"])
+        faces = list(self.grid.neighbours())
+        # slabs of axis-0 planes: the temporaries stay a fraction of a state (same arithmetic per point)
+        plane = int(np.prod(self.grid.shape[1:], dtype=np.int64))
+        per_slab = max(1, self.ASSEMBLY_SLAB_POINTS // max(plane, 1))
+        for k0 in range(0, self.grid.shape[0], per_slab):
+            k1 = min(self.grid.shape[0], k0 + per_slab)
+            dkappa = np.zeros((k1 - k0,) + tuple(self.grid.shape[1:]))
+            dw, dm = np.empty_like(dkappa), np.empty_like(dkappa)
+            for axis, _direction, nb, inside in faces:
+                # d(mu^T L w)/d kappa_p: half of each interior face, all of a boundary face
+                share = np.where(inside[k0:k1] if axis == 0 else inside, 0.5, 1.0) / self.h[axis] ** 2
+                np.subtract(w_pad[nb][k0:k1], wp[k0:k1], out=dw)
+                np.subtract(mp[k0:k1], mu_pad[nb][k0:k1], out=dm)
+                np.multiply(dw, share, out=dw)  # (share * dw) * dm, the order it always had
+                np.multiply(dw, dm, out=dw)
+                dkappa += dw
+            gk[k0:k1] += self.dt * dkappa
         return lam
 
     def initial_adjoint(self, lam0, grad):

@@ -106,13 +106,14 @@ def build_model(args, comm):
         from . import out_of_memory
 
         if out_of_memory(exc.__context__):  # e.g. the DMDA's own allocation, reported as "cannot split"
-            raise MemoryError(f"PETSc could not allocate the {args.grid} grid over {comm.size} "
-                              f"rank(s)") from exc.__context__
+            raise MemoryError(f"PETSc could not allocate the {args.grid or 'default'} grid over "
+                              f"{comm.size} rank(s)") from exc.__context__
         raise CliError(str(exc)) from None
     unused = unused_model_options(args, object.__getattribute__(tracked, "_read"))
     if unused:
-        raise CliError(f"model {args.model} does not use {', '.join(unused)}: drop "
-                       f"{'it' if len(unused) == 1 else 'them'} (it would be ignored)")
+        one = len(unused) == 1
+        raise CliError(f"model {args.model} does not use {', '.join(unused)}: drop {'it' if one else 'them'} "
+                       f"({'it' if one else 'they'} would be ignored)")
     return model
 
 

@@ -185,6 +185,8 @@ class PfsLevel(AsyncLevel):
         f.attrs["fields"] = np.array(self.fields, dtype=h5.string_dtype())
         f.create_group("slots")
         f.create_group("snapshots")
+        if self.keep:  # a run killed before its first write still leaves a file that opens
+            f.flush()
 
     def _group(self, slot: int):
         g = self._groups.get(slot)

@@ -23,8 +23,13 @@ PY = ROOT / ".venv" / "bin" / "python"
 HPCADJ = ROOT / ".venv" / "bin" / "hpcadj"
 
 
+#: variables an MPI singleton (a Python process that initialised MPI without mpirun) puts in its
+#: environment; a child mpirun that inherits them exits 1 without a word
+_SINGLETON = ("PMIX_", "ORTE_", "OMPI_MCA_ess", "OMPI_MCA_orte_", "OMPI_MCA_pmix", "OMPI_APP_CTX_")
+
+
 def mpi_env() -> dict:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_SINGLETON)}
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1", HDF5_USE_FILE_LOCKING="FALSE",
                PYTHONUNBUFFERED="1")

@@ -3,6 +3,7 @@ sync, 2 and 3 ranks; every run must exit in time, match store-all bitwise and le
 The full study (20+ runs at 10-32 MiB per rank, and a kill -9 sweep) is ``make soak``."""
 
 import csv
+import os
 import subprocess
 import sys
 
@@ -12,7 +13,8 @@ from .helpers import ROOT
 def test_quick_soak_passes_every_check(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "soak" / "run.py"), "--quick",
                            "--out", str(tmp_path), "--scratch", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+                          capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env=dict(os.environ))  # not the MPI singleton variables in-process tests left
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with open(tmp_path / "results.csv") as f:
         rows = list(csv.DictReader(f))

@@ -445,25 +445,33 @@ def resume_point(rundir: RunDirectory, model, controls, levels, costs=None):
     return Residual(n, capacities, keep, lam_step=point.lam_step, costs=costs), point
 
 
+def _verified(rundir: RunDirectory, generations, file_key: str, step_key: str, read, what: str):
+    """Yield ``(durable, step, payload)`` for each generation, newest first, whose durable point names
+    a ``file_key`` file that ``read(name) -> (step, *payload)`` verifies and whose step is the one the
+    manifest records under ``step_key``; each that does not check out is reported in ``rundir.faults``."""
+    for m in generations:
+        durable = m.get("durable") or {}
+        name = durable.get(file_key)
+        if not name:
+            continue
+        try:
+            step, *payload = read(name)
+            if step != durable.get(step_key):
+                raise CorruptFile(f"{name} holds step {step}, the manifest says {durable.get(step_key)}")
+        except (CorruptFile, OSError, KeyError) as exc:
+            rundir.faults.append(f"durable {what} state of step {durable.get(step_key)} unusable "
+                                 f"({exc}): falling back to an older durable point")
+            continue
+        yield durable, step, payload
+
+
 def _reverse_point(rundir: RunDirectory, model, controls, generations, n: int):
     """The newest reverse-sweep durable point whose adjoint file checks out, else None."""
     from .driver import ResumePoint
 
-    for m in generations:
-        durable = m.get("durable") or {}
-        if durable.get("phase") != "reverse":
-            continue
-        name = durable.get("adjoint")
-        try:
-            if not name:
-                raise CorruptFile("the manifest names no adjoint file")
-            lam_step, lam, grad = rundir.read_adjoint(model, controls, name)
-            if lam_step != durable.get("lam_step"):
-                raise CorruptFile(f"{name} holds step {lam_step}, the manifest says {durable.get('lam_step')}")
-        except (CorruptFile, OSError, KeyError) as exc:
-            rundir.faults.append(f"durable adjoint state of step {durable.get('lam_step')} unusable "
-                                 f"({exc}): falling back to an older durable point")
-            continue
+    for durable, lam_step, (lam, grad) in _verified(
+            rundir, generations, "adjoint", "lam_step",
+            lambda name: rundir.read_adjoint(model, controls, name), "adjoint"):
         return ResumePoint(frontier=n, J=durable["J"], lam_step=lam_step, lam=lam, grad=grad)
     return None
 
@@ -497,19 +505,8 @@ def _forward_file_point(rundir: RunDirectory, model, generations, levels, valid)
     """
     from ..checkpoint.storage.base import LevelError
 
-    for m in generations:
-        durable = m.get("durable") or {}
-        name = durable.get("forward")
-        if not name:
-            continue
-        try:
-            step, snapshot = rundir.read_state(model, name)
-            if step != durable.get("frontier"):
-                raise CorruptFile(f"{name} holds step {step}, the manifest says {durable.get('frontier')}")
-        except (CorruptFile, OSError, KeyError) as exc:
-            rundir.faults.append(f"durable forward state of step {durable.get('frontier')} unusable "
-                                 f"({exc}): falling back to an older durable point")
-            continue
+    for durable, step, (snapshot,) in _verified(rundir, generations, "forward", "frontier",
+                                                lambda name: rundir.read_state(model, name), "forward"):
         free = [level.capacity - sum(1 for i in valid.values() if i == index)
                 for index, level in enumerate(levels)]
         index = max(range(len(levels)), key=lambda i: (free[i], -i))

@@ -149,8 +149,8 @@ class LocalLevel(AsyncLevel):
             _rmdir(old)
         if node is not None:
             node.Free()
-        files = sum(n for n, _ in self._gather(tuple(removed)))
-        nbytes = sum(b for _, b in self._gather(tuple(removed)))
+        everyone = self._gather(tuple(removed))
+        files, nbytes = sum(n for n, _ in everyone), sum(b for _, b in everyone)
         if files:
             self.attach_note = (f"removed {files} node-local snapshot file(s) ({nbytes / 2**20:.1f} MiB) "
                                 f"that run {run_id} left on another rank layout")

@@ -41,6 +41,25 @@ def _injected_kill(rank: int) -> tuple[int | None, int | None]:
     return int(after), None
 
 
+class RunObserver:
+    """What the driver tells an observer as the run goes (every rank, same points of the plan).
+
+    ``J`` is the objective accumulated so far. The base class ignores everything.
+    """
+
+    def stored(self, step: int, level, J: float) -> None:
+        """A snapshot of the first sweep's frontier state ``step`` was written to ``level``."""
+
+    def advanced(self, step: int, state, J: float) -> None:
+        """The first sweep reached ``step`` (``state`` is u_step; do not change it)."""
+
+    def adjoint(self, step: int, lam, grad: dict, J: float) -> None:
+        """The reverse sweep computed ``lam`` = lambda_step; ``grad`` holds the gradient so far."""
+
+    def stopping(self, step: int | None, lam, grad: dict, J: float) -> None:
+        """A stop was requested; ``step`` is the adjoint step reached (None: still forward)."""
+
+
 class StopRequested(Exception):
     """The run was asked to stop (SIGTERM/SIGUSR1); its state was made durable first."""
 
@@ -89,27 +108,25 @@ class Driver:
         Receives every phase (forward, recompute, adjoint, objective, store, restore, move, fault).
     costs : OpCosts, optional
         What re-plans after a storage fault minimise.
-    durability : object, optional
-        Makes progress durable: ``forward_point(driver, level)`` after a store at the frontier,
-        ``forward_progress(driver)`` after an Advance that moved the frontier,
-        ``reverse_point(driver)`` after an adjoint step, ``stop(driver)`` before a requested stop.
+    observer : RunObserver, optional
+        Told where the run stands (e.g. to make progress durable, :class:`~.restart.Durability`);
+        it may flush levels and raise LevelError, which the driver re-plans around.
     should_stop : callable, optional
         Polled after every Advance and Adjoint (one small allreduce each); when it returns True on
         any rank, the run stops on every rank.
     """
 
     def __init__(self, stepper, levels, telemetry: Telemetry | None = None, progress=None, *,
-                 costs=None, durability=None, should_stop=None):
+                 costs=None, observer=None, should_stop=None):
         self.stepper = stepper
         self.levels = list(levels)
         self.telemetry = telemetry or Telemetry(petsc_events=False)
         self.progress = progress
         self.costs = costs
-        self.durability = durability
+        self.observer = observer
         self.should_stop = should_stop
         self.comm = stepper.comm
         self.faults: list[str] = []
-        self.capacities = [level.capacity for level in self.levels]
         self.actions_done = 0
         self._gc_calls = 0
         self._kill_after, self._kill_at_frontier = _injected_kill(self.comm.rank)
@@ -145,6 +162,9 @@ class Driver:
                 for name, vec in resume.grad.items():
                     vec.copy(self.grad[name])
         self.finished = False
+        self.faults = []
+        self.capacities = [level.capacity for level in self.levels]
+        self.actions_done = 0
         automatic_gc = gc.isenabled()
         gc.disable()  # cycles are collected in plan order on this thread (see _collect_garbage)
         try:
@@ -170,8 +190,8 @@ class Driver:
                         os.kill(os.getpid(), signal.SIGKILL)
                     if (self.should_stop is not None and isinstance(action, (Advance, Adjoint))
                             and not self.finished and self._agree(self.should_stop())):
-                        if self.durability is not None:
-                            self.durability.stop(self)
+                        if self.observer is not None:
+                            self.observer.stopping(self.lam_step, self.lam, self.grad, self.result.J)
                         raise StopRequested(f"stopped at forward step {self.frontier}, "
                                             f"adjoint step {self.lam_step}")
                 if not self.finished:
@@ -342,18 +362,18 @@ class Driver:
                 self.progress.forward(end - k, recompute=not first)
             k = end
         self.work.advanced(action.n0, action.n1, previous, u)
-        if self.durability is not None and self.lam_step is None and self.frontier == action.n1:
-            self.durability.forward_progress(self)
+        if self.observer is not None and self.lam_step is None and self.frontier == action.n1:
+            self.observer.advanced(self.frontier, u, self.result.J)
 
     @execute.register
     def _(self, action: Store) -> None:
         level = self._level(action.level)
         snapshot = self.stepper.snapshot(self.work.get(action.n))
-        t = action.n * self.stepper.dt if hasattr(self.stepper, "dt") else None
+        t = self.stepper.time(action.n)
         # states are never changed in place, so the level may write the snapshot's views as they are
         self._timed_io("store", level, action.n, lambda: level.write(action.n, snapshot, time=t, donate=True))
-        if self.durability is not None and action.n == self.frontier and self.lam_step is None:
-            self.durability.forward_point(self, level)
+        if self.observer is not None and action.n == self.frontier and self.lam_step is None:
+            self.observer.stored(action.n, level, self.result.J)
 
     @execute.register
     def _(self, action: Restore) -> None:
@@ -398,8 +418,8 @@ class Driver:
         self._collect_garbage()
         if self.progress is not None:
             self.progress.adjoint(1)
-        if self.durability is not None:
-            self.durability.reverse_point(self)
+        if self.observer is not None:
+            self.observer.adjoint(self.lam_step, self.lam, self.grad, self.result.J)
 
     @execute.register
     def _(self, action: EndReverse) -> None:

@@ -34,6 +34,7 @@ import numpy as np
 
 from ..fieldio import CorruptFile, verify_fields, write_fields
 from ..stack import h5py
+from .driver import RunObserver
 
 MANIFEST = "manifest.json"
 PREVIOUS = "manifest.prev.json"
@@ -264,8 +265,8 @@ def predicted_durable_seconds(schedule, plans, profile, every: int, interval: fl
     return (step_points + timed_points) * point_s
 
 
-class Durability:
-    """The driver's durability hook: records durable points in the run directory.
+class Durability(RunObserver):
+    """The driver's durability observer: records durable points in the run directory.
 
     Forward sweep: J is remembered for each snapshot stored on a durable level at the frontier;
     every ``every`` such stores (and at a stop) the durable levels are flushed and the manifest
@@ -345,45 +346,44 @@ class Durability:
         m["durable"] = durable
         self.rundir.save()
 
-    def forward_point(self, driver, level) -> None:
+    def stored(self, step: int, level, J: float) -> None:
         """After a store at the frontier: a durable point every ``every`` durable stores."""
         if level.kind not in DURABLE_KINDS:
             return
-        self._forward_J[driver.frontier] = driver.result.J
+        self._forward_J[step] = J
         self._since += 1
         if self._since >= self.every:
             self._since = 0
             self._timed(lambda: self._record({"phase": "forward"}))
 
-    def forward_progress(self, driver) -> None:
+    def advanced(self, step: int, state, J: float) -> None:
         """After a first-sweep Advance: the frontier state made durable once the interval passed."""
-        if driver.frontier >= driver.n or not self._due():
+        if step >= self.model.n_steps or not self._due():
             return
-        k, J = driver.frontier, driver.result.J
 
         def write():
-            name = self.rundir.write_state(self.model, k, driver.work.get(k), J)
-            self._record({"phase": "forward", "forward": name, "frontier": k, "J": J})
+            name = self.rundir.write_state(self.model, step, state, J)
+            self._record({"phase": "forward", "forward": name, "frontier": step, "J": J})
 
         self._timed(write)
 
-    def reverse_point(self, driver, force: bool = False) -> None:
+    def adjoint(self, step: int, lam, grad: dict, J: float, force: bool = False) -> None:
+        """After an adjoint step: lambda and the gradient so far, every ``every`` steps or interval."""
         self._since += 1
-        if not force and self._since < self.every and driver.lam_step != 0 and not self._due():
+        if not force and self._since < self.every and step != 0 and not self._due():
             return
         self._since = 0
 
         def write():
-            name = self.rundir.write_adjoint(self.model, driver.lam_step, driver.lam, driver.grad)
-            self._record({"phase": "reverse", "J": driver.result.J, "lam_step": driver.lam_step,
-                          "adjoint": name})
+            name = self.rundir.write_adjoint(self.model, step, lam, grad)
+            self._record({"phase": "reverse", "J": J, "lam_step": step, "adjoint": name})
 
         self._timed(write)
 
-    def stop(self, driver) -> None:
+    def stopping(self, step: int | None, lam, grad: dict, J: float) -> None:
         """Make everything durable before a requested stop."""
-        if driver.lam_step is not None:
-            self.reverse_point(driver, force=True)
+        if step is not None:
+            self.adjoint(step, lam, grad, J, force=True)
         else:
             self._record({"phase": "forward"})
         self.rundir.manifest["status"] = "stopped"

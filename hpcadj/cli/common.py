@@ -123,53 +123,23 @@ def solver_failure(exc: SolverError, hint: str = "") -> CliError:
 
 
 def check_can_create(path: str, flag: str | None = None) -> None:
-    """CliError unless a file can be created beside ``path`` (tried for real: root passes every
-    permission check, yet cannot create files under /proc or on a read-only mount)."""
-    import os
-    import tempfile
-
-    from ..fieldio import check_writable
+    """CliError unless a file can be created beside ``path`` (see the session's check)."""
+    from ..adjoint import session
 
     try:
-        check_writable(path)
-        parent = os.path.dirname(os.path.abspath(path)) or "."
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=".hpcadj-probe-"):
-            pass
-    except ValueError as exc:
-        raise CliError(f"{flag + ' ' if flag else ''}{exc}") from None
-    except OSError as exc:
-        raise CliError(f"{flag + ' ' if flag else ''}cannot write {path}: {exc.strerror or exc}") from None
+        session.check_can_create(path, flag)
+    except session.ConfigError as exc:
+        raise CliError(str(exc)) from None
 
 
 def check_usable_directory(path: str, flag: str) -> None:
     """CliError unless ``path`` is a directory files can be created in, or can be made into one."""
-    import os
-    import tempfile
+    from ..adjoint import session
 
-    existing = os.path.abspath(path)
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        what = "is not a directory" if existing == os.path.abspath(path) else f"lies under the file {existing}"
-        raise CliError(f"{flag} {path} {what}")
     try:
-        with tempfile.NamedTemporaryFile(dir=existing, prefix=".hpcadj-probe-"):
-            pass
-    except OSError as exc:
-        raise CliError(f"{flag} {path}: cannot create files in {existing} ({exc.strerror or exc})") from None
-
-
-def agreed(comm, check, *args) -> None:
-    """Run ``check(*args)`` on every rank; if it raised CliError on any, raise the first rank's on all
-    (a check that failed on some ranks only would leave the others waiting in a collective)."""
-    try:
-        check(*args)
-        error = None
-    except CliError as exc:
-        error = str(exc)
-    first = next((e for e in comm.allgather(error) if e), None)
-    if first:
-        raise CliError(first)
+        session.check_usable_directory(path, flag)
+    except session.ConfigError as exc:
+        raise CliError(str(exc)) from None
 
 
 def world(args):

@@ -126,6 +126,12 @@ class Stepper(abc.ABC):
         """This rank's owned blocks of control-shaped Vecs (gradients included)."""
 
     # -- description ------------------------------------------------------------------------
+    def time(self, i: int) -> float | None:
+        """Simulated time of state i, stored with its snapshot: ``i * dt`` for a model with a fixed
+        step ``dt``, None for one without a clock. A model with varying steps overrides it."""
+        dt = getattr(self, "dt", None)
+        return None if dt is None else i * dt
+
     def describe(self) -> dict:
         """Facts for summaries and logs (``model``, ``grid``, ``steps``, ...)."""
         return {"model": self.name, "steps": self.n_steps}

@@ -1,0 +1,585 @@
+"""One gradient run as a library object: budgets -> plan -> levels -> driver -> result, logs and restart.
+
+:class:`GradientSession` is what ``hpcadj run`` does, without the command line: a user who brings
+their own :class:`~hpcadj.models.base.Stepper` gets the same checkpointed, restartable, logged
+gradient. The life cycle follows PETSc's create → set up → solve::
+
+    session = GradientSession(model, Checkpointing(ram="512MiB", disk="2GiB", pfs="4GiB",
+                                                   pfs_file="ckpt.h5"),
+                              restart=Restart("run-dir"), log_dir="logs")
+    outcome = session.solve()          # set_up() first if not called
+    outcome.result.gradient["u0"]      # a PETSc Vec; outcome.info is the ``run --json`` object
+
+Every method is collective over the model's communicator: call it on every rank, in the same
+order. Bad configuration raises :class:`ConfigError` (one line, the same on every rank) before any
+work; a storage fault the driver cannot plan around ends the solve with status ``"failed"``, a
+requested stop (``should_stop`` returning True, e.g. on SIGTERM) with ``"stopped"`` after the state
+was made durable.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import resource
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from ..checkpoint.schedules import CostProfile, simulate
+from ..checkpoint.storage.base import LevelError, agree_run_id
+from .driver import Driver, StopRequested, Unrecoverable
+from .manager import (CheckpointConfig, build_levels, level_slots, make_plan, profile_for)
+
+#: phases summed in the summary (seconds, the slowest rank's)
+PHASES = ("forward", "recompute", "adjoint", "io_wait")
+#: schedules that keep every snapshot on one level: a second budget given with them is never used
+ONE_LEVEL_SCHEDULES = ("store-all", "revolve", "online")
+#: forward evaluations per step above which a plan is warned about (store-all makes 1, revolve with
+#: 2 slots on 100 steps 8.5, one slot on 100 steps 49.5)
+SLOW_RECOMPUTE_FACTOR = 10.0
+
+
+class ConfigError(ValueError):
+    """A configuration no run can use (a budget too small, an unusable file): nothing was done."""
+
+
+@dataclass
+class Checkpointing:
+    """Where snapshots may go and how the plan is chosen.
+
+    Budgets are slots (``8``) or bytes (``"2GiB"``): per rank for ``ram`` and ``disk``, for the
+    whole file for ``pfs``. With no budget at all every state is kept in RAM (store-all).
+    ``schedule`` None is store-all without budgets, else ``auto`` (the cheapest plan over the
+    levels, from ``costs``: a :class:`CostProfile`, a profile file from ``hpcadj calibrate``, or
+    None for a brief calibration when the plan needs one).
+    """
+
+    ram: object = None
+    disk: object = None
+    pfs: object = None
+    local_dir: str | None = None
+    pfs_file: str | None = None
+    async_io: bool = True
+    keep: bool = False
+    schedule: str | None = None
+    minimize: str = "time"
+    costs: object = None
+
+    @property
+    def budgets(self) -> dict:
+        return {"ram": self.ram, "disk": self.disk, "pfs": self.pfs}
+
+    def check(self, comm) -> None:
+        """Refuse contradictions and unusable paths before any work (collective)."""
+        if self.pfs_file and self.pfs is None:
+            raise ConfigError(f"--pfs-file {self.pfs_file} names the HDF5 level's file, but no --pfs budget "
+                              "is given: add --pfs SLOTS|BYTES or drop --pfs-file")
+        if self.minimize not in ("time", "energy"):
+            raise ConfigError(f"minimize must be 'time' or 'energy', got {self.minimize!r}")
+        if self.local_dir and self.disk is not None:
+            agreed(comm, check_usable_directory, self.local_dir, "--local-dir")
+
+    def config(self) -> CheckpointConfig:
+        return CheckpointConfig(budgets=self.budgets, local_dir=self.local_dir, pfs_file=self.pfs_file,
+                                async_io=self.async_io, keep=self.keep)
+
+
+@dataclass
+class Restart:
+    """Make the run resumable: a manifest and durable states in ``run_dir``.
+
+    ``durable_every``: a durable point every that many durable stores / adjoint steps;
+    ``durable_interval``: also after that many seconds (None: Young's interval sqrt(2 C M) from the
+    measured cost C of a durable point and ``mtbf`` M, default 4 h). ``resume`` continues the run
+    recorded there (same model, controls and levels) from its newest durable point.
+    """
+
+    run_dir: str
+    resume: bool = False
+    durable_every: int = 10
+    durable_interval: float | None = None
+    mtbf: float | None = None
+
+    def check(self) -> None:
+        if self.durable_every < 1:
+            raise ConfigError(f"--durable-every must be >= 1, got {self.durable_every}")
+        if self.mtbf is not None and not (math.isfinite(self.mtbf) and self.mtbf > 0):
+            raise ConfigError(f"--mtbf must be a positive number of seconds, got {self.mtbf}")
+        if self.durable_interval is not None:
+            if not (math.isfinite(self.durable_interval) and self.durable_interval > 0):
+                raise ConfigError(f"--durable-interval must be 'auto' or a positive number of seconds, "
+                                  f"got {self.durable_interval!r}")
+            if self.mtbf is not None:
+                raise ConfigError("--mtbf only informs --durable-interval auto; give one or the other")
+
+    def durability_options(self) -> dict:
+        return {"mtbf_s": self.mtbf} if self.mtbf else {}
+
+
+@dataclass
+class PlannedRun:
+    """What :meth:`GradientSession.set_up` decided: the levels in use, the plan, its predicted cost."""
+
+    plans: list
+    schedule: object
+    profile: CostProfile
+    summary: object                 # the plan's simulated summary (forward steps, writes per level)
+    predicted_s: float              # predicted makespan, durable points included
+    predicted_durable_s: float = 0.0
+
+
+@dataclass
+class Outcome:
+    """How a solve ended: ``status`` "complete" (``result`` and ``info`` set), "stopped" or "failed"
+    (``message`` says why)."""
+
+    status: str
+    result: object = None
+    info: dict = field(default_factory=dict)
+    message: str = ""
+
+
+class GradientSession:
+    """A checkpointed gradient of ``model`` (a Stepper) with respect to its controls.
+
+    Parameters
+    ----------
+    model : Stepper
+        The time stepper; its communicator is the session's.
+    checkpointing : Checkpointing, optional
+        Budgets, directories and plan choice (default: store-all in RAM).
+    controls : dict, optional
+        name -> PETSc Vec (default: ``model.default_controls()``).
+    restart : Restart, optional
+        Make the run resumable (or resume it).
+    log_dir : str, optional
+        JSON-lines telemetry (one file per rank, ``run.json``, ``summary.json``).
+    energy_model : EnergyModel, optional
+        Constants of the modelled energy when no counter is readable.
+    gradient_out : str, optional
+        Write the gradients as global datasets ``grad_<control>`` of this parallel HDF5 file.
+    record : dict, optional
+        Extra facts for the log's ``run.json`` (e.g. ``argv``).
+    progress : bool
+        Progress bars / lines on rank 0 (stderr).
+    should_stop : callable, optional
+        Polled after every step; True on any rank stops the run on every rank (state made durable).
+    on_message : callable, optional
+        ``on_message(kind, text)`` as things happen, on every rank: ``"warning"`` (extreme
+        recomputation) and ``"fault"`` (what a resume found unusable). Default: kept in ``messages``.
+        The planner's notes (a level left empty, a calibration made) are kept in ``notes``.
+    """
+
+    def __init__(self, model, checkpointing: Checkpointing | None = None, *, controls=None,
+                 restart: Restart | None = None, log_dir: str | None = None, energy_model=None,
+                 gradient_out: str | None = None, record: dict | None = None, progress: bool = False,
+                 should_stop=None, on_message=None):
+        self.model = model
+        self.comm = model.comm
+        self.checkpointing = checkpointing or Checkpointing()
+        self.controls = controls if controls is not None else model.default_controls()
+        self.restart = restart
+        self.log_dir = log_dir
+        self.energy_model = energy_model
+        self.gradient_out = gradient_out
+        self.record = dict(record or {})
+        self.progress = progress
+        self.should_stop = should_stop
+        self.notes: list[str] = []
+        self.messages: list[tuple[str, str]] = []
+        self._on_message = on_message or (lambda kind, text: self.messages.append((kind, text)))
+        self.planned: PlannedRun | None = None
+        self.levels: list = []
+        self.rundir = None
+        self.log = None
+        self.faults: list[str] = []
+        self._config = self.checkpointing.config()
+        self.telemetry = None
+
+    # -- set-up -------------------------------------------------------------------------------
+    def check(self) -> None:
+        """Refuse a configuration no run can use, before any work (collective)."""
+        check_configuration(self.comm, self.checkpointing, self.restart, self.gradient_out)
+
+    @property
+    def resuming(self) -> bool:
+        return self.restart is not None and self.restart.resume
+
+    def plan(self) -> PlannedRun:
+        """Choose the levels and the plan (calibrating the costs briefly when the plan needs them)."""
+        if self.planned is not None:
+            return self.planned
+        self.check()
+        model, comm = self.model, self.comm
+        self._open_run_directory()
+        try:
+            plans = level_slots(self._config, model.snapshot_layout(), comm, model.n_steps)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        ck = self.checkpointing
+        name = ck.schedule or ("store-all" if all(b is None for b in ck.budgets.values()) else "auto")
+        profile = load_costs(ck.costs)
+        if profile is None and name in ("auto", "multilevel") and len(plans) > 1:
+            from .calibrate import calibrate
+
+            try:
+                profile = calibrate(model, self.controls, comm, plans, self._config, repeats=2)
+            except (OSError, LevelError) as exc:  # an unusable local directory or HDF5 file
+                raise ConfigError(f"cannot measure the levels' costs (give --costs PROFILE.json to skip "
+                                  f"it): {exc}") from None
+            profile.source = "calibrated"
+            self.notes.append("no --costs profile given: calibrated step and level costs briefly")
+        profile = profile_for(plans, profile)
+        try:
+            schedule = make_plan(name, model.n_steps, plans, profile, ck.minimize)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        summary = self._check_plan(name, schedule, plans, profile)
+        predicted = summary.cost(profile.vector("time"))
+        durable_s = 0.0
+        if self.restart is not None:
+            from .restart import predicted_durable_seconds
+
+            r = self.restart
+            durable_s = predicted_durable_seconds(schedule, plans, profile, r.durable_every,
+                                                  r.durable_interval, predicted, **r.durability_options())
+        self.planned = PlannedRun(plans, schedule, profile, summary, predicted + durable_s, durable_s)
+        return self.planned
+
+    def _check_plan(self, name, schedule, plans, profile):
+        """Simulate the plan; refuse or note levels it never writes, warn about extreme recomputation."""
+        summary = simulate(schedule.actions(), schedule.n_steps, [p.slots for p in plans],
+                           profile.vector("time"))
+        unused = [p for p, writes in zip(plans, summary.writes) if writes == 0]
+        budgets = self.checkpointing.budgets
+        if unused and name in ONE_LEVEL_SCHEDULES:
+            used = [p.name for p, writes in zip(plans, summary.writes) if writes] or [plans[0].name]
+            flags = ", ".join(f"--{p.name} {budgets[p.name]}" for p in unused)
+            raise ConfigError(f"--schedule {name} keeps its snapshots on one level ({used[0]}), so {flags} "
+                              f"would never be used: drop it, or use --schedule auto or multilevel")
+        for p in unused if not self.resuming else ():  # a resume re-plans: this plan is not the one run
+            self.notes.append(f"level {p.name} (--{p.name} {budgets[p.name]}) holds no snapshot in this plan: "
+                          f"the planner found it not worth its cost")
+        factor = summary.forward_steps / max(schedule.n_steps, 1)
+        if factor > SLOW_RECOMPUTE_FACTOR:
+            self._on_message("warning", f"this plan evaluates {summary.forward_steps} forward steps for "
+                             f"{schedule.n_steps} (recompute factor {factor:.1f}): the run will take about "
+                             f"{factor:.0f} times as long as one with room for every state; raise "
+                             f"--ram/--disk/--pfs")
+        return summary
+
+    def set_up(self) -> PlannedRun:
+        """Plan, open the log and create the levels (reopening a resumed run's snapshots)."""
+        planned = self.plan()
+        if self.levels:
+            return planned
+        if self.log_dir and self.log is None:
+            self._open_log(planned)
+        from ..telemetry import Telemetry
+
+        self.telemetry = Telemetry(sinks=[self.log] if self.log is not None else [])
+        try:
+            self.levels = build_levels(planned.plans, self.model.snapshot_layout(), self.comm, self._config,
+                                       attach=self._attach_kinds())
+        except Exception as exc:
+            if self.log is not None:
+                self.log.abort(str(exc))
+            raise ConfigError(str(exc)) from None
+        return planned
+
+    def _open_run_directory(self) -> None:
+        """The run directory; on resume, the level set-up it recorded."""
+        if self.restart is None or self.rundir is not None:
+            return
+        from .restart import RunDirectory, RunDirError, controls_fingerprint
+
+        model, comm, config = self.model, self.comm, self._config
+        identity = {**model.describe(), "controls": controls_fingerprint(model, self.controls, comm)}
+        rundir = RunDirectory(self.restart.run_dir, comm)
+        try:
+            if self.restart.resume:
+                setup = rundir.open(identity)["setup"]
+                config.run_id = setup["run_id"]
+                config.local_dir = config.local_dir or setup.get("local_dir")
+                config.pfs_file = config.pfs_file or setup.get("pfs_file")
+            else:
+                config.run_id = agree_run_id(comm)
+                rundir.create(identity, {"run_id": config.run_id, "local_dir": config.local_dir,
+                                         "pfs_file": config.pfs_file})
+        except RunDirError as exc:
+            raise ConfigError(str(exc)) from None
+        config.keep = True  # snapshots must outlive a crash; removed when the run completes
+        self.rundir = rundir
+
+    def _attach_kinds(self) -> frozenset:
+        """Levels a resumed run reopens: node-local files only on the same rank count, HDF5 always."""
+        if not self.resuming:
+            return frozenset()
+        return frozenset({"local", "pfs"} if self.rundir.manifest["ranks"] == self.comm.size else {"pfs"})
+
+    def _open_log(self, planned: PlannedRun) -> None:
+        from ..telemetry import LogDirError, open_run_log
+
+        ck, model = self.checkpointing, self.model
+        record = {**self.record, **model.describe(), "schedule": planned.schedule.name,
+                  "minimize": ck.minimize,
+                  "levels": [{"name": p.name, "kind": p.kind, "capacity": p.slots} for p in planned.plans],
+                  "snapshot_bytes": model.snapshot_bytes(), "budgets": ck.budgets,
+                  "async_io": ck.async_io, "resumed": self.resuming}
+        try:
+            self.log = open_run_log(self.log_dir, self.comm, record, energy_model=self.energy_model,
+                                    overwrite=self.resuming)
+        except LogDirError as exc:
+            raise ConfigError(str(exc)) from None
+
+    # -- solve --------------------------------------------------------------------------------
+    def solve(self) -> Outcome:
+        """Run the gradient (resumed where asked); the levels are closed when it returns."""
+        planned = self.set_up()
+        try:
+            outcome = self._execute(planned)
+        except BaseException as exc:
+            if self.log is not None:
+                self.log.abort(f"{type(exc).__name__}: {exc}")
+            raise
+        if outcome.status != "complete":
+            if self.log is not None:
+                self.log.close({"status": outcome.status})
+            return outcome
+        self._finish(outcome)
+        return outcome
+
+    def _execute(self, planned: PlannedRun) -> Outcome:
+        from ..stack import mpi
+        from ..telemetry import SweepProgress
+        from .restart import Durability, resume_point
+
+        model, comm, levels = self.model, self.comm, self.levels
+        ck, profile = self.checkpointing, planned.profile
+        costs = profile.vector(ck.minimize)
+        schedule, point = planned.schedule, None
+        if self.resuming:
+            resumed, point = resume_point(self.rundir, model, self.controls, levels, costs)
+            schedule = resumed or schedule
+        durability = None
+        if self.rundir is not None:
+            r = self.restart
+            durability = Durability(self.rundir, model, levels, r.durable_every, interval=r.durable_interval,
+                                    **r.durability_options())
+        progress = SweepProgress(model.n_steps, rank=comm.rank, ranks=comm.size, quiet=not self.progress,
+                                 levels=levels, plan=schedule, costs=profile.vector("time"))
+        driver = Driver(model, levels, self.telemetry, progress=progress, costs=costs, observer=durability,
+                        should_stop=self.should_stop)
+        self._report_recovered()
+        comm.Barrier()
+        t0 = time.perf_counter()
+        stopped = False
+        try:
+            result = driver.run(schedule, self.controls, resume=point)
+            for level in levels:
+                level.flush()
+            wall_s = comm.allreduce(time.perf_counter() - t0, op=mpi().MAX)
+        except StopRequested as exc:
+            stopped = True
+            where = self.restart.run_dir if self.restart is not None else "memory only (no --run-dir)"
+            return Outcome("stopped", message=f"{exc}; state is durable in {where}; continue with --resume")
+        except Unrecoverable as exc:
+            return Outcome("failed", message=str(exc))
+        finally:
+            for level in levels:
+                if stopped:
+                    level.keep = True
+                elif self.rundir is not None:
+                    level.keep = ck.keep
+                level.close()
+            progress.close()
+        if durability is not None:
+            durability.finished()
+        self.faults += driver.faults
+        info = run_summary(model, comm, result, wall_s)
+        info.update(actions=driver.actions_done, faults=list(self.faults))
+        if durability is not None:
+            info["durable"] = {"points": durability.points,
+                               "seconds": comm.allreduce(durability.seconds, op=mpi().MAX),
+                               "interval_s": durability.interval}
+        if self.rundir is not None:
+            info["predicted_durable_s"] = planned.predicted_durable_s
+        info.update(schedule=planned.schedule.name, minimize=ck.minimize, predicted_s=planned.predicted_s,
+                    costs_source=profile.source, levels=level_summary(comm, planned.plans, levels),
+                    resumed=self.resuming)
+        return Outcome("complete", result=result, info=info)
+
+    def _report_recovered(self) -> None:
+        """What a resume found unusable (corrupt durable files, snapshots dropped on attach): a
+        ``fault`` log event each, listed in ``faults`` and passed to ``on_message``."""
+        found = list(self.rundir.faults) if self.rundir is not None else []
+        for level in self.levels:
+            found += [f"{level.name}: dropped on attach: {why}" for why in getattr(level, "attach_dropped", [])]
+            note = getattr(level, "attach_note", None)
+            if note and note.startswith("removed"):
+                found.append(f"{level.name}: {note}")
+        for fault in found:
+            self.faults.append(fault)
+            self.telemetry.record("fault", t0=time.time(), seconds=0.0, detail=fault)
+            self._on_message("fault", fault)
+
+    def _finish(self, outcome: Outcome) -> None:
+        """Phase totals, peak memory, the gradient file and the log's summary."""
+        from ..stack import mpi
+
+        comm, info, result = self.comm, outcome.info, outcome.result
+        phase_s = self.telemetry.phase_seconds()
+        info["phase_s"] = {k: comm.allreduce(phase_s.get(k, 0.0), op=mpi().MAX) for k in PHASES}
+        info["peak_rss_bytes"] = comm.allreduce(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                                                op=mpi().MAX)
+        if self.notes:
+            info["notes"] = list(self.notes)
+        if self.gradient_out:
+            self.write_gradient(self.gradient_out, result)
+        if self.log is not None:
+            summary_out = self.log.close({**info, "levels": {lv["name"]: lv for lv in info["levels"]}})
+            if "energy" in summary_out:
+                info["energy"] = summary_out["energy"].get("total")
+
+    def write_gradient(self, path: str, result) -> None:
+        """The gradients as global natural-ordered datasets ``grad_<control>`` (parallel HDF5)."""
+        from ..fieldio import write_fields
+
+        model = self.model
+        layouts = {f"grad_{k}": v for k, v in model.control_layout().items()}
+        arrays = {f"grad_{k}": v for k, v in model.control_arrays(result.gradient).items()}
+        write_fields(path, self.comm, layouts, arrays,
+                     attrs={"J": result.J, "model": model.name, "steps": model.n_steps})
+
+    def close(self) -> None:
+        """Close the levels of a session that was set up but not solved (solve closes them itself)."""
+        for level in self.levels:
+            level.close()
+        if self.log is not None and not self.log.closed:
+            self.log.abort("closed before solving")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.planned is not None and not exc[0]:
+            return
+        self.close()
+
+
+def compute_gradient_checkpointed(model, checkpointing: Checkpointing | None = None, **kwargs):
+    """J and dJ/d(controls) under ``checkpointing`` in one call; raises on a stopped or failed run."""
+    outcome = GradientSession(model, checkpointing, **kwargs).solve()
+    if outcome.status != "complete":
+        raise RuntimeError(outcome.message)
+    return outcome.result
+
+
+def load_costs(costs) -> CostProfile | None:
+    """A cost profile from a :class:`CostProfile`, a path to a profile file, or None."""
+    if costs is None or isinstance(costs, CostProfile):
+        return costs
+    try:
+        return CostProfile.load(costs)
+    except (ValueError, UnicodeDecodeError) as exc:
+        message = str(exc)
+        raise ConfigError(message if str(costs) in message else f"{costs}: {message}") from None
+    except OSError as exc:
+        raise ConfigError(f"{costs}: {exc.strerror or exc}") from None
+
+
+def run_summary(model, comm, result, wall_s: float) -> dict:
+    """The run's facts as the ``run --json`` object (``grid`` null for a model whose describe() has none)."""
+    norms = {name: result.gradient[name].norm() for name in sorted(result.gradient)}
+    out = {"grid": None, **model.describe(), "ranks": comm.size, "J": result.J,
+           "grad_norm": norms.get("u0", next(iter(norms.values()))),
+           "forward_steps": result.forward_steps, "recomputed_steps": result.recomputed_steps,
+           "adjoint_steps": result.adjoint_steps, "snapshot_bytes": model.snapshot_bytes(),
+           "wall_s": wall_s}
+    for name, value in norms.items():
+        if name != "u0":
+            out[f"grad_{name}_norm"] = value
+    out["grad_norms"] = norms
+    return out
+
+
+def level_summary(comm, plans, levels) -> list[dict]:
+    """Per level: counts, bytes and seconds (bytes summed over ranks, seconds the slowest rank's)."""
+    from ..stack import mpi
+
+    MPI = mpi()
+    out = []
+    for plan, level in zip(plans, levels):
+        s = level.stats
+        out.append({"name": plan.name, "kind": plan.kind, "slots": plan.slots, "writes": s.writes,
+                    "reads": s.reads, "bytes_written": comm.allreduce(s.bytes_written),
+                    "bytes_read": comm.allreduce(s.bytes_read),
+                    "write_s": comm.allreduce(s.write_s, op=MPI.MAX),
+                    "read_s": comm.allreduce(s.read_s, op=MPI.MAX),
+                    "wait_s": comm.allreduce(s.wait_s, op=MPI.MAX), "peak_slots": s.peak_slots})
+    return out
+
+
+# -- checks of the configuration and its paths, agreed across ranks ------------------------------
+def check_configuration(comm, checkpointing: Checkpointing, restart: Restart | None = None,
+                        gradient_out: str | None = None) -> None:
+    """ConfigError on every rank for a configuration no run can use (needs no model: callable first)."""
+    if gradient_out:
+        agreed(comm, check_can_create, gradient_out, "--gradient-out")
+    checkpointing.check(comm)
+    if checkpointing.pfs_file and not (restart is not None and restart.resume):
+        agreed(comm, check_can_create, checkpointing.pfs_file, "--pfs-file")
+    if restart is not None:
+        restart.check()
+
+
+def agreed(comm, check, *args) -> None:
+    """Run ``check(*args)`` on every rank; if it raised ConfigError on any, raise the first rank's on
+    all (a check that failed on some ranks only would leave the others waiting in a collective)."""
+    try:
+        check(*args)
+        error = None
+    except ConfigError as exc:
+        error = str(exc)
+    first = next((e for e in comm.allgather(error) if e), None)
+    if first:
+        raise ConfigError(first)
+
+
+def check_can_create(path: str, flag: str | None = None) -> None:
+    """ConfigError unless a file can be created beside ``path`` (tried for real: root passes every
+    permission check, yet cannot create files under /proc or on a read-only mount)."""
+    from ..fieldio import check_writable
+
+    try:
+        check_writable(path)
+        parent = os.path.dirname(os.path.abspath(path)) or "."
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".hpcadj-probe-"):
+            pass
+    except ValueError as exc:
+        raise ConfigError(f"{flag + ' ' if flag else ''}{exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{flag + ' ' if flag else ''}cannot write {path}: {exc.strerror or exc}") from None
+
+
+def check_usable_directory(path: str, flag: str) -> None:
+    """ConfigError unless ``path`` is a directory files can be created in, or can be made into one."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        what = "is not a directory" if existing == os.path.abspath(path) else f"lies under the file {existing}"
+        raise ConfigError(f"{flag} {path} {what}")
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".hpcadj-probe-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot create files in {existing} ({exc.strerror or exc})") from None
+
+
+def print_warning(comm, message: str) -> None:
+    """A warning line on stderr, from rank 0 only."""
+    if comm.rank == 0:
+        print(f"hpcadj: warning: {message}", file=sys.stderr, flush=True)

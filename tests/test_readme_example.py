@@ -1,5 +1,6 @@
 """The user-defined model in README.md runs as documented, on 1 and 2 ranks, with a correct gradient."""
 
+import json
 import re
 
 from .helpers import PYTHON, ROOT, mpirun
@@ -17,8 +18,21 @@ def readme_example(tmp_path):
 def test_readme_user_model_gradient_is_verified(tmp_path):
     script = readme_example(tmp_path)
     for nranks in (1, 2):
-        proc = mpirun(nranks, [PYTHON, str(script)], timeout=180)
+        work = tmp_path / f"work{nranks}"
+        proc = mpirun(nranks, [PYTHON, str(script), str(work)], timeout=180)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         rate = float(re.search(r"Taylor rate \(a\): (\S+)", proc.stdout).group(1))
         mismatch = float(re.search(r"dot-product mismatch: (\S+)", proc.stdout).group(1))
         assert rate >= 1.95 and mismatch <= 1e-10, proc.stdout
+        # the checkpointed gradient: three levels, recomputation, bitwise the store-all one
+        line = re.search(r"checkpointed: (\S+) over \[(.*?)\] (\d+) forward steps for (\d+); "
+                         r"bitwise equal to store-all: (\w+)", proc.stdout)
+        assert line, proc.stdout
+        assert line.group(2) == "'ram', 'disk', 'pfs'" and int(line.group(3)) > int(line.group(4))
+        assert line.group(5) == "True", proc.stdout
+        # logged for `hpcadj analyze`, restartable, and no checkpoint file left behind
+        summary = json.loads((work / "logs" / "summary.json").read_text())
+        assert summary["result"]["forward_steps"] == int(line.group(3))
+        manifest = json.loads((work / "run" / "manifest.json").read_text())
+        assert manifest["status"] == "complete"
+        assert not (work / "ckpt.h5").exists() and not any((work / "local").iterdir())

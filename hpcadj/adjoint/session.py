@@ -469,6 +469,32 @@ class GradientSession:
         self.close()
 
 
+def measure_costs(model, checkpointing: Checkpointing | None = None, *, controls=None, repeats: int = 3,
+                  slots: int | None = None, energy_model=None) -> CostProfile:
+    """Measure the model's step costs and each level's write/read cost with the current ranks.
+
+    Measures RAM and node-local disk always (``checkpointing.local_dir``), the HDF5 level when
+    ``checkpointing.pfs_file`` is set, each with ``slots`` (default ``repeats``) slots. The profile's
+    ``source`` is ``"calibrated"``. Collective.
+    """
+    from .calibrate import calibrate
+    from .manager import LevelPlan
+
+    ck = checkpointing or Checkpointing()
+    slots = slots or repeats
+    plans = [LevelPlan("ram", "ram", slots), LevelPlan("disk", "local", slots)]
+    if ck.pfs_file:
+        plans.append(LevelPlan("pfs", "pfs", slots))
+    controls = controls if controls is not None else model.default_controls()
+    try:
+        profile = calibrate(model, controls, model.comm, plans, ck.config(), repeats=repeats,
+                            energy_model=energy_model)
+    except (OSError, LevelError) as exc:  # an unusable local directory or HDF5 file
+        raise ConfigError(str(exc)) from None
+    profile.source = "calibrated"
+    return profile
+
+
 def compute_gradient_checkpointed(model, checkpointing: Checkpointing | None = None, **kwargs):
     """J and dJ/d(controls) under ``checkpointing`` in one call; raises on a stopped or failed run."""
     outcome = GradientSession(model, checkpointing, **kwargs).solve()

@@ -28,9 +28,7 @@ def add_parser(subparsers) -> None:
 
 
 def main(args) -> int:
-    from ..adjoint.calibrate import calibrate
-    from ..adjoint.manager import CheckpointConfig, LevelPlan
-    from ..checkpoint.storage.base import LevelError
+    from ..adjoint.session import Checkpointing, ConfigError, measure_costs
 
     if args.repeats < 1:
         raise CliError(f"--repeats must be >= 1, got {args.repeats}")
@@ -41,17 +39,13 @@ def main(args) -> int:
         check_usable_directory(args.local_dir, "--local-dir")
     comm = world(args)
     model = build_model(args, comm)
-    plans = [LevelPlan("ram", "ram", args.repeats), LevelPlan("disk", "local", args.repeats)]
-    if args.pfs_file:
-        plans.append(LevelPlan("pfs", "pfs", args.repeats))
-    config = CheckpointConfig(local_dir=args.local_dir, pfs_file=args.pfs_file, async_io=args.async_io)
+    options = Checkpointing(local_dir=args.local_dir, pfs_file=args.pfs_file, async_io=args.async_io)
     try:
-        profile = calibrate(model, model.default_controls(), comm, plans, config, repeats=args.repeats)
-    except (OSError, LevelError) as exc:  # an unusable --local-dir / --pfs-file
+        profile = measure_costs(model, options, repeats=args.repeats)
+    except ConfigError as exc:  # an unusable --local-dir / --pfs-file
         raise CliError(str(exc)) from None
     except SolverError as exc:
         raise solver_failure(exc, "a smaller --dt may help") from None
-    profile.source = "calibrated"
     if comm.rank == 0:
         if args.out:
             save_profile(profile, args.out)

@@ -28,7 +28,8 @@ def add_parser(subparsers) -> None:
 
 
 def main(args) -> int:
-    from ..adjoint import compute_gradient, dot_product_test, taylor_test
+    from ..adjoint import dot_product_test, taylor_test
+    from ..adjoint.session import GradientSession
     from . import CliError
 
     if not args.eps > 0 or args.halvings < 1:
@@ -38,7 +39,7 @@ def main(args) -> int:
     controls = model.default_controls()
     tol = args.dot_tol if args.dot_tol is not None else getattr(model, "dot_product_tolerance", 1e-10)
     try:
-        gradient = compute_gradient(model, controls)
+        gradient = GradientSession(model, controls=controls).solve().result
         taylor = {name: taylor_test(model, controls, name, eps0=args.eps, halvings=args.halvings,
                                     gradient=gradient) for name in sorted(controls)}
         dot = dot_product_test(model, controls, gradient=gradient)

@@ -203,7 +203,7 @@ NOT_RUN: list[tuple[str, str]] = [
     (r"python3 -m venv --system-site-packages ~/venvs/hpcadj && \. ~/venvs/hpcadj/bin/activate",
      SITE + "; scripts/setup.sh makes this project's venv the same way (every make test runs it)"),
     (r"(CC=mpicc \S+ \S+ )?pip install .*", SITE),
-    (r"mpirun -n 2 python reaction\.py", "tests/test_readme_example.py runs exactly this, on 1 and 2 ranks"),
+    (r"mpirun -n 2 python reaction\.py( \S+)?", "tests/test_readme_example.py runs exactly this, on 1 and 2 ranks"),
     (r"hpcadj run --model reaction", "test_plugin_model_recipe below declares the entry point and runs it"),
     (r"make soak|\.venv/bin/python experiments/soak/durable_forward\.py",
      "the soak takes minutes; tests/test_soak_small.py runs its --quick version"),

@@ -27,7 +27,7 @@ import pytest
 
 from .helpers import ROOT, mpi_env, run
 
-DOCS = ["README.md", "jobs/README.md", "experiments/README.md",
+DOCS = ["README.md", "docs/api.md", "jobs/README.md", "experiments/README.md",
         *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("experiments/*/README.md"))]
 COMMAND_WORDS = {"hpcadj", "mpirun", "make", "python", "python3", "sbatch", "srun", "bash", "pip", "module",
                  "scancel", "scontrol", ".", "export", ".venv/bin/python", ".venv/bin/hpcadj"}
@@ -204,6 +204,8 @@ NOT_RUN: list[tuple[str, str]] = [
      SITE + "; scripts/setup.sh makes this project's venv the same way (every make test runs it)"),
     (r"(CC=mpicc \S+ \S+ )?pip install .*", SITE),
     (r"mpirun -n 2 python reaction\.py( \S+)?", "tests/test_readme_example.py runs exactly this, on 1 and 2 ranks"),
+    (r"mpirun -n 2 python example\.py DIR", "tests/test_docs_api.py runs every example of docs/api.md, 1 and 2 ranks"),
+    (r"hpcadj run --model NAME", FRAGMENT),
     (r"hpcadj run --model reaction", "test_plugin_model_recipe below declares the entry point and runs it"),
     (r"make soak|\.venv/bin/python experiments/soak/durable_forward\.py",
      "the soak takes minutes; tests/test_soak_small.py runs its --quick version"),

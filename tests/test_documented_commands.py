@@ -204,7 +204,6 @@ NOT_RUN: list[tuple[str, str]] = [
      SITE + "; scripts/setup.sh makes this project's venv the same way (every make test runs it)"),
     (r"(CC=mpicc \S+ \S+ )?pip install .*", SITE),
     (r"mpirun -n 2 python reaction\.py( \S+)?", "tests/test_readme_example.py runs exactly this, on 1 and 2 ranks"),
-    (r"mpirun -n 2 python example\.py DIR", "tests/test_docs_api.py runs every example of docs/api.md, 1 and 2 ranks"),
     (r"hpcadj run --model NAME", FRAGMENT),
     (r"hpcadj run --model reaction", "test_plugin_model_recipe below declares the entry point and runs it"),
     (r"make soak|\.venv/bin/python experiments/soak/durable_forward\.py",

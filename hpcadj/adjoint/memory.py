@@ -209,3 +209,55 @@ def process_rss_bytes() -> int | None:
     except OSError:
         return None
     return None
+
+
+#: the whole-process budget per rank when no --memory is given
+MEMORY_ENV = "HPCADJ_MEMORY"
+
+
+def budget_from_environment(environ) -> tuple[str, str, bool] | None:
+    """The memory budget the environment sets: ``(text, source, per_node)`` or None.
+
+    ``$HPCADJ_MEMORY`` (per rank, as ``--memory``) first; else under SLURM the job's memory per
+    task: ``SLURM_MEM_PER_CPU`` (MiB) times ``SLURM_CPUS_PER_TASK`` (default 1), or
+    ``SLURM_MEM_PER_NODE`` (MiB) for the whole node (``per_node`` True: the caller divides it among
+    the node's ranks).
+    """
+    text = (environ.get(MEMORY_ENV) or "").strip()
+    if text:
+        return text, f"${MEMORY_ENV}", False
+    per_cpu = (environ.get("SLURM_MEM_PER_CPU") or "").strip()
+    if per_cpu.isdigit() and int(per_cpu) > 0:
+        cpus = (environ.get("SLURM_CPUS_PER_TASK") or "1").strip()
+        cpus = int(cpus) if cpus.isdigit() and int(cpus) > 0 else 1
+        return f"{int(per_cpu) * cpus}MiB", "SLURM_MEM_PER_CPU", False
+    per_node = (environ.get("SLURM_MEM_PER_NODE") or "").strip()
+    if per_node.isdigit() and int(per_node) > 0:
+        return f"{int(per_node)}MiB", "SLURM_MEM_PER_NODE", True
+    return None
+
+
+def node_memory_bytes() -> tuple[int | None, str]:
+    """What this node (or the cgroup this process runs in) can hold: ``(bytes, what)``.
+
+    The smaller of MemTotal and a cgroup limit (v2 ``memory.max``, v1 ``memory.limit_in_bytes``);
+    ``(None, ...)`` where neither is readable.
+    """
+    best, what = None, "unknown"
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    best, what = int(line.split()[1]) * 1024, "the node's memory (MemTotal)"
+                    break
+    except OSError:
+        pass
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and (best is None or int(text) < best):
+            best, what = int(text), f"this job's memory limit ({path})"
+    return best, what

@@ -29,8 +29,12 @@ from dataclasses import dataclass, field
 
 from ..checkpoint.schedules import CostProfile, simulate
 from ..checkpoint.storage.base import LevelError, agree_run_id
+from ..checkpoint.budget import parse_budget
+from ..checkpoint.schedules.storeall import store_all_slots
 from .driver import Driver, StopRequested, Unrecoverable
-from .manager import (CheckpointConfig, build_levels, level_slots, make_plan, profile_for)
+from .manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
+from .memory import (budget_from_environment, least_budget, node_memory_bytes, plan_memory,
+                     process_rss_bytes)
 
 #: phases summed in the summary (seconds, the slowest rank's)
 PHASES = ("forward", "recompute", "adjoint", "io_wait")
@@ -54,6 +58,13 @@ class Checkpointing:
     ``schedule`` None is store-all without budgets, else ``auto`` (the cheapest plan over the
     levels, from ``costs``: a :class:`CostProfile`, a profile file from ``hpcadj calibrate``, or
     None for a brief calibration when the plan needs one).
+
+    ``memory`` is the whole-process budget per rank in bytes (``"3GiB"``; default ``$HPCADJ_MEMORY``,
+    else under SLURM the job's memory per task): the model's working set, the driver's states and
+    the file levels' staging are predicted (:mod:`hpcadj.adjoint.memory`) and the rest goes to RAM
+    slots, ``ram`` staying an upper bound. ``memory_baseline`` is the process's resident set before
+    the model was built (default: measured when the session is created, which counts the model twice
+    and so errs on the safe side).
     """
 
     ram: object = None
@@ -66,6 +77,8 @@ class Checkpointing:
     schedule: str | None = None
     minimize: str = "time"
     costs: object = None
+    memory: object = None
+    memory_baseline: int | None = None
 
     @property
     def budgets(self) -> dict:
@@ -80,6 +93,8 @@ class Checkpointing:
             raise ConfigError(f"minimize must be 'time' or 'energy', got {self.minimize!r}")
         if self.local_dir and self.disk is not None:
             agreed(comm, check_usable_directory, self.local_dir, "--local-dir")
+        if self.memory is not None:
+            memory_bytes(self.memory, "--memory")
 
     def config(self) -> CheckpointConfig:
         return CheckpointConfig(budgets=self.budgets, local_dir=self.local_dir, pfs_file=self.pfs_file,
@@ -197,6 +212,9 @@ class GradientSession:
         self.faults: list[str] = []
         self._config = self.checkpointing.config()
         self.telemetry = None
+        self.memory = None  # the MemoryPlan the RAM slots were sized with (see plan())
+        baseline = self.checkpointing.memory_baseline
+        self._baseline = baseline if baseline is not None else (process_rss_bytes() or 0)
 
     # -- set-up -------------------------------------------------------------------------------
     def check(self) -> None:
@@ -219,7 +237,9 @@ class GradientSession:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         ck = self.checkpointing
-        name = ck.schedule or ("store-all" if all(b is None for b in ck.budgets.values()) else "auto")
+        plans, reshaped = self._fit_memory(plans)
+        store_all = all(b is None for b in ck.budgets.values()) and not reshaped
+        name = ck.schedule or ("store-all" if store_all else "auto")
         profile = load_costs(ck.costs)
         if profile is None and name in ("auto", "multilevel") and len(plans) > 1:
             from .calibrate import calibrate
@@ -248,12 +268,101 @@ class GradientSession:
         self.planned = PlannedRun(plans, schedule, profile, summary, predicted + durable_s, durable_s)
         return self.planned
 
+    def _fit_memory(self, plans):
+        """Size the RAM level from the whole-process budget and refuse what this node cannot hold.
+
+        Returns ``(plans, reshaped)``, ``reshaped`` True when the budget replaced store-all's RAM
+        level by a smaller one. Sets ``self.memory`` (the :class:`MemoryPlan`, None without budget).
+        """
+        from ..stack import mpi
+        from .manager import LevelPlan
+
+        MPI = mpi()
+        comm, model, ck = self.comm, self.model, self.checkpointing
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        try:
+            budget, source = self._memory_budget(node.size)
+            snapshot = comm.allreduce(sum(f.local_nbytes for f in model.snapshot_layout().values()), op=MPI.MAX)
+            controls = comm.allreduce(sum(f.local_nbytes for f in model.control_layout().values()), op=MPI.MAX)
+            baseline = comm.allreduce(int(self._baseline), op=MPI.MAX)
+            usable = store_all_slots(model.n_steps)  # no plan stores more on one level
+            capped = [p if p.kind != "ram" else LevelPlan(p.name, p.kind, min(p.slots, usable)) for p in plans]
+            predicted = plan_memory(model, capped, budget_bytes=budget, baseline_bytes=baseline,
+                                    snapshot_bytes=snapshot, control_bytes=controls)
+            reshaped = False
+            if budget is not None:
+                predicted, plans, reshaped = self._ram_within(predicted, plans, budget, source, snapshot)
+            self._check_node(node, budget if budget is not None else predicted.peak_bytes, source)
+        finally:
+            node.Free()
+        self.memory = predicted if budget is not None else None
+        if self.memory is not None:
+            self.memory.detail["source"] = source
+        return plans, reshaped
+
+    def _memory_budget(self, node_ranks: int) -> tuple[int | None, str]:
+        """The whole-process budget per rank in bytes and where it came from (None: no budget)."""
+        if self.checkpointing.memory is not None:
+            return memory_bytes(self.checkpointing.memory, "--memory"), "--memory"
+        found = budget_from_environment(os.environ)
+        if found is None:
+            return None, ""
+        text, source, per_node = found
+        nbytes = memory_bytes(text, source)
+        return (nbytes // max(1, node_ranks) if per_node else nbytes), source
+
+    def _ram_within(self, predicted, plans, budget: int, source: str, snapshot: int):
+        """RAM slots from what the budget leaves; ConfigError naming the least budget if nothing fits."""
+        from .manager import LevelPlan
+
+        fit = predicted.ram_slots_fit
+        ram = [p for p in plans if p.kind == "ram"]
+        others = [p for p in plans if p.kind != "ram"]
+        explicit = self.checkpointing.ram is not None
+        wanted = ram[0].slots if ram and (explicit or not others) else None
+        slots = min(fit if wanted is None else min(fit, wanted), store_all_slots(self.model.n_steps))
+        needed = 0 if others else 1  # u_0 needs a slot somewhere
+        if predicted.fixed_bytes > budget or slots < needed:
+            least = least_budget(predicted, needed)
+            parts = ", ".join(f"{k} {fmt_bytes(v)}" for k, v in predicted.breakdown().items() if k != "ram slots")
+            raise ConfigError(f"{source} {fmt_bytes(budget)} per rank cannot hold this gradient: the process "
+                              f"needs {fmt_bytes(predicted.fixed_bytes)} before any RAM slot (baseline "
+                              f"{fmt_bytes(predicted.baseline_bytes)}, {parts}); the least budget that would "
+                              f"do is {fmt_bytes(least)}"
+                              + ("" if others else " (with one RAM slot; or add --disk/--pfs)"))
+        reshaped = not explicit and not others and slots < (ram[0].slots if ram else 0)
+        if ram and wanted is not None and slots < wanted and explicit:
+            self.notes.append(f"--ram {self.checkpointing.ram} capped to {slots} slots by {source} "
+                              f"{fmt_bytes(budget)}")
+        plans = ([LevelPlan("ram", "ram", slots)] if slots > 0 else []) + others
+        predicted = plan_memory(self.model, plans, budget_bytes=budget, baseline_bytes=predicted.baseline_bytes,
+                                snapshot_bytes=snapshot, control_bytes=predicted.detail["control_bytes"])
+        return predicted, plans, reshaped
+
+    def _check_node(self, node, claim: int, source: str) -> None:
+        """ConfigError when the ranks sharing this node claim more memory than the node holds."""
+        from ..stack import mpi
+
+        total = node.allreduce(int(claim))
+        capacity, what = node_memory_bytes()
+        capacity = node.allreduce(capacity if capacity is not None else -1, op=mpi().MIN)
+        problem = None
+        if capacity > 0 and total > capacity:
+            basis = f"{source} per rank" if source else "the predicted peak (model, working states, RAM slots)"
+            problem = (f"the {node.size} rank(s) on {os.uname().nodename} would need {fmt_bytes(total)} "
+                       f"({basis}), more than {what} holds ({fmt_bytes(capacity)}): lower --ram/--memory, "
+                       f"or spread the ranks over more nodes")
+        problems = [p for p in self.comm.allgather(problem) if p]
+        if problems:
+            raise ConfigError(problems[0])
+
     def _check_plan(self, name, schedule, plans, profile):
         """Simulate the plan; refuse or note levels it never writes, warn about extreme recomputation."""
         summary = simulate(schedule.actions(), schedule.n_steps, [p.slots for p in plans],
                            profile.vector("time"))
         unused = [p for p, writes in zip(plans, summary.writes) if writes == 0]
-        budgets = self.checkpointing.budgets
+        budgets = {name: (text if text is not None else f"{p.slots} (slots the memory budget leaves)")
+                   for name, text in self.checkpointing.budgets.items() for p in plans if p.name == name}
         if unused and name in ONE_LEVEL_SCHEDULES:
             used = [p.name for p, writes in zip(plans, summary.writes) if writes] or [plans[0].name]
             flags = ", ".join(f"--{p.name} {budgets[p.name]}" for p in unused)
@@ -406,6 +515,8 @@ class GradientSession:
                                "interval_s": durability.interval}
         if self.rundir is not None:
             info["predicted_durable_s"] = planned.predicted_durable_s
+        if self.memory is not None:
+            info["memory"] = {**self.memory.as_dict(), "source": self.memory.detail["source"]}
         info.update(schedule=planned.schedule.name, minimize=ck.minimize, predicted_s=planned.predicted_s,
                     costs_source=profile.source, levels=level_summary(comm, planned.plans, levels),
                     resumed=self.resuming)
@@ -603,6 +714,28 @@ def check_usable_directory(path: str, flag: str) -> None:
             pass
     except OSError as exc:
         raise ConfigError(f"{flag} {path}: cannot create files in {existing} ({exc.strerror or exc})") from None
+
+
+def memory_bytes(text, flag: str) -> int:
+    """A whole-process budget in bytes (``"3GiB"``, or an int of bytes); ConfigError otherwise."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text <= 0:
+            raise ConfigError(f"{flag} must be a positive number of bytes, got {text}")
+        return text
+    try:
+        budget = parse_budget(text)
+    except ValueError as exc:
+        raise ConfigError(f"{flag}: {exc}") from None
+    if budget.nbytes is None:
+        raise ConfigError(f"{flag} {text} is a slot count: give bytes per rank, e.g. 3GiB")
+    if budget.nbytes <= 0:
+        raise ConfigError(f"{flag} must be a positive number of bytes, got {text}")
+    return budget.nbytes
+
+
+def fmt_bytes(n: int) -> str:
+    """Bytes for people: 1.50 GiB, 320.0 MiB."""
+    return f"{n / 2**30:.2f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def print_warning(comm, message: str) -> None:

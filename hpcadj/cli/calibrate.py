@@ -23,12 +23,16 @@ def add_parser(subparsers) -> None:
     p.add_argument("--pfs-file", default=None, metavar="PATH.h5", help="measure parallel HDF5 here")
     p.add_argument("--no-async", dest="async_io", action="store_false", default=True,
                    help="do not measure how much of a write asynchronous I/O hides")
+    p.add_argument("--memory", default=None, metavar="BYTES",
+                   help="refuse to measure unless the model and one RAM slot fit this whole-process "
+                        "budget per rank (as hpcadj run --memory)")
     p.add_argument("--json", action="store_true", help="print the profile as one JSON object")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
-    from ..adjoint.session import Checkpointing, ConfigError, measure_costs
+    from ..adjoint.memory import process_rss_bytes
+    from ..adjoint.session import Checkpointing, ConfigError, GradientSession, measure_costs
 
     if args.repeats < 1:
         raise CliError(f"--repeats must be >= 1, got {args.repeats}")
@@ -38,9 +42,12 @@ def main(args) -> int:
     if args.local_dir:
         check_usable_directory(args.local_dir, "--local-dir")
     comm = world(args)
+    baseline = process_rss_bytes()
     model = build_model(args, comm)
     options = Checkpointing(local_dir=args.local_dir, pfs_file=args.pfs_file, async_io=args.async_io)
     try:
+        if args.memory is not None:  # the run this profile is for must fit, or measuring is moot
+            GradientSession(model, Checkpointing(memory=args.memory, memory_baseline=baseline)).plan()
         profile = measure_costs(model, options, repeats=args.repeats)
     except ConfigError as exc:  # an unusable --local-dir / --pfs-file
         raise CliError(str(exc)) from None

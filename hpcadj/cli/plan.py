@@ -31,6 +31,15 @@ def add_parser(subparsers) -> None:
                        help=f"{what} budget: slots (8) or bytes (2GiB, 512MB, 1.5e9B)")
     p.add_argument("--snapshot-bytes", type=int_in(1), default=None, metavar="BYTES",
                    help="bytes of one snapshot, to turn byte budgets into slots")
+    p.add_argument("--memory", default=None, metavar="BYTES",
+                   help="whole-process budget per rank: RAM slots are what it leaves beside the model's "
+                        "working set (--model-states), the driver's states and I/O staging; needs "
+                        "--snapshot-bytes (one snapshot on one rank); --ram stays a cap")
+    p.add_argument("--model-states", type=float, default=None, metavar="S",
+                   help="the model's working set in snapshot-equivalents (default 32; `hpcadj run "
+                        "--memory` uses the model's own count)")
+    p.add_argument("--baseline", default="0B", metavar="BYTES",
+                   help="the process's memory before the model is built (default 0)")
     p.add_argument("--schedule", default="auto", choices=SCHEDULES,
                    help="auto: revolve on one level, multilevel on several (default)")
     p.add_argument("--costs", metavar="PROFILE.json", default=None,
@@ -42,11 +51,61 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=main)
 
 
+class _Declared:
+    """A stand-in stepper for the memory plan: only its declared working set is known."""
+
+    def __init__(self, states: float):
+        self.states = states
+
+    def working_set_states(self) -> float:
+        return self.states
+
+
+def memory_plan(args, given):
+    """The --memory breakdown and the RAM slots it leaves (``given``: the --ram/--disk/--pfs slots)."""
+    from ..adjoint.memory import DEFAULT_MODEL_STATES, LevelSpec, least_budget, plan_memory
+    from ..adjoint.session import ConfigError, memory_bytes
+
+    if args.snapshot_bytes is None:
+        raise CliError("--memory needs --snapshot-bytes (one snapshot's bytes on one rank)")
+    try:
+        budget = memory_bytes(args.memory, "--memory")
+        baseline = 0 if args.baseline in ("0", "0B") else memory_bytes(args.baseline, "--baseline")
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    states = DEFAULT_MODEL_STATES if args.model_states is None else args.model_states
+    if not (states >= 0 and states < float("inf")):
+        raise CliError(f"--model-states must be a number >= 0, got {args.model_states}")
+    files = [LevelSpec(name, "local" if name == "disk" else "pfs", slots) for name, slots in given.items()
+             if name != "ram" and slots]
+    plan = plan_memory(_Declared(states), files, budget_bytes=budget, baseline_bytes=baseline,
+                       snapshot_bytes=args.snapshot_bytes, control_bytes=args.snapshot_bytes)
+    ram = min(plan.ram_slots_fit, given["ram"]) if given.get("ram") is not None else plan.ram_slots_fit
+    ram = min(ram, max(1, args.steps - 1))
+    if plan.fixed_bytes > budget or (ram < 1 and not files):
+        raise CliError(f"--memory {args.memory} per rank cannot hold this gradient: the least budget that "
+                       f"would do is {least_budget(plan, 0 if files else 1)} bytes")
+    final = plan_memory(_Declared(states), [LevelSpec("ram", "ram", ram), *files], budget_bytes=budget,
+                        baseline_bytes=baseline, snapshot_bytes=args.snapshot_bytes,
+                        control_bytes=args.snapshot_bytes)
+    return ram, final
+
+
 def capacities_from(args) -> tuple[list[str], list[int]]:
-    """Level names and slots from --ram/--disk/--pfs (levels up to the slowest one given)."""
+    """Level names and slots from --ram/--disk/--pfs (levels up to the slowest one given), the RAM
+    level's slots from --memory when it is given."""
     from ..checkpoint.budget import parse_budget
 
     given = [(name, getattr(args, name)) for name, _ in LEVEL_OPTIONS]
+    if args.memory is not None:
+        slots = {}
+        for name, value in given:
+            try:
+                slots[name] = None if value is None else parse_budget(value).to_slots(args.snapshot_bytes)
+            except ValueError as exc:
+                raise CliError(f"--{name}: {exc}") from None
+        ram, args.memory_plan = memory_plan(args, slots)
+        given = [("ram", str(ram))] + [(n, v) for n, v in given if n != "ram"]
     last = max((i for i, (_, value) in enumerate(given) if value is not None), default=-1)
     if last < 0:
         raise CliError("give a budget for at least one level: --ram, --disk or --pfs")
@@ -123,6 +182,8 @@ def main(args) -> int:
     }
     if args.minimize == "energy":
         info["predicted_j"] = summary.cost(costs)
+    if args.memory is not None:
+        info["memory"] = args.memory_plan.as_dict()
     if args.json:
         print(json.dumps(info))
     else:
@@ -145,4 +206,10 @@ def print_human(info: dict) -> None:
     print(f"  predicted makespan {info['predicted_s']:.6g} {time_unit} ({source})")
     if "predicted_j" in info:
         print(f"  predicted energy {info['predicted_j']:.6g} {energy_unit}")
+    if "memory" in info:
+        m = info["memory"]
+        print(f"  memory per rank, budget {m['budget'] / 2**20:.1f} MiB: baseline {m['baseline'] / 2**20:.1f} + "
+              f"model {m['model'] / 2**20:.1f} + working states {m['working states'] / 2**20:.1f} + staging "
+              f"{m['staging'] / 2**20:.1f} + RAM slots {m['ram slots'] / 2**20:.1f} "
+              f"({m['ram_slots_fit']} fit) = peak {m['peak'] / 2**20:.1f} MiB")
     print(f"  planned in {info['planning_s']:.3f} s")

@@ -58,6 +58,10 @@ def add_checkpoint_arguments(p, schedules) -> None:
                    help="node-local disk budget per rank: slots or bytes")
     g.add_argument("--pfs", default=None, metavar="B",
                    help="parallel HDF5 file budget (whole file): slots or bytes")
+    g.add_argument("--memory", default=None, metavar="BYTES",
+                   help="whole-process memory budget per rank (3GiB): the model's working set, the "
+                        "driver's states and I/O staging are predicted and the rest goes to RAM slots, "
+                        "--ram staying a cap (default: $HPCADJ_MEMORY, else SLURM's memory per task)")
     g.add_argument("--local-dir", default=None, metavar="DIR",
                    help="node-local directory (default: $HPCADJ_LOCAL_DIR, $SLURM_TMPDIR, $TMPDIR, /tmp)")
     g.add_argument("--pfs-file", default=None, metavar="PATH.h5", help="the parallel HDF5 checkpoint file")
@@ -80,7 +84,7 @@ def checkpointing(args):
     return Checkpointing(ram=args.ram, disk=args.disk, pfs=args.pfs, local_dir=args.local_dir,
                          pfs_file=args.pfs_file, async_io=args.async_io is not False,
                          keep=args.keep_checkpoints, schedule=args.schedule, minimize=args.minimize,
-                         costs=args.costs)
+                         costs=args.costs, memory=args.memory, memory_baseline=args.memory_baseline)
 
 
 def restart(args):
@@ -125,6 +129,9 @@ def main(args) -> int:
     stop = StopFlag()
     stop.install()  # from the start: a SIGUSR1 during set-up must not kill the run either
     comm = world(args)
+    from ..adjoint.memory import process_rss_bytes
+
+    args.memory_baseline = process_rss_bytes()  # before the model exists: its working set is predicted
     try:
         options, resumable = checkpointing(args), restart(args)
         check_configuration(comm, options, resumable, args.gradient_out)
@@ -186,6 +193,12 @@ def print_human(info: dict) -> None:
               f"writes {lv['writes']:>6}  reads {lv['reads']:>6}  "
               f"{(lv['bytes_written'] + lv['bytes_read']) / 2**20:10.2f} MiB  "
               f"write {lv['write_s']:.3f} s  read {lv['read_s']:.3f} s")
+    if "memory" in info:
+        m = info["memory"]
+        print(f"  memory per rank: budget {m['budget'] / 2**20:.1f} MiB ({m['source']}): baseline "
+              f"{m['baseline'] / 2**20:.1f}, model {m['model'] / 2**20:.1f}, working states "
+              f"{m['working states'] / 2**20:.1f}, staging {m['staging'] / 2**20:.1f}, RAM slots "
+              f"{m['ram slots'] / 2**20:.1f} MiB; predicted peak {m['peak'] / 2**20:.1f} MiB")
     phases = ", ".join(f"{k} {v:.3f} s" for k, v in info["phase_s"].items())
     print(f"  phases: {phases}; peak RSS {info['peak_rss_bytes'] / 2**20:.1f} MiB")
 

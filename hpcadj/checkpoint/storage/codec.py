@@ -1,0 +1,306 @@
+"""Snapshot codecs: how a rank block is turned into stored bytes and back.
+
+Three kinds, named by a spec string (``--compress``):
+
+- ``none``: the block's C-order bytes as they are.
+- ``lossless[:CNAME]``: Blosc byte-shuffle (the bytes of each float regrouped by significance, so
+  the slowly varying exponent bytes sit together) followed by a fast codec, ``zstd`` at level 1 by
+  default (``lz4``, ``lz4hc``, ``zlib`` and ``blosclz`` also accepted); decoding is **bitwise**.
+  Blosc comes from numcodecs (Debian's python3-numcodecs, built against Debian's numpy).
+- ``lossy:TOL``: zfp in fixed-accuracy mode (Debian's python3-zfpy). TOL is an **absolute**,
+  pointwise bound: every decoded value differs from the stored one by at most TOL, in the field's
+  own units. zfp's accuracy mode aims at that bound; the codec does not trust it: it decodes every
+  block it encodes and checks ``max |decoded - original| <= TOL``, and stores a block whose check
+  fails (or that holds NaN/inf, is not float32/float64, or is too small to gain) losslessly instead.
+  The check doubles as the decoded checksum's source, so it costs one zfp decode per write.
+
+Every encoded block carries two CRC-32 checksums: one of the stored (encoded) payload, checked
+before decoding, and one of the decoded block's bytes, checked after; a mismatch raises
+:class:`CodecError`. :meth:`EncodedBlock.to_bytes` gives a self-describing container (magic, a
+header with its own CRC, the payload) for file-backed levels.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...snapshot import Snapshot
+
+#: Blosc1 refuses buffers of 2 GiB or more: larger blocks are compressed in chunks of this many bytes
+CHUNK_BYTES = 256 * 1024 * 1024
+#: blocks smaller than this are stored raw by the compressing codecs (headers would eat the gain)
+MIN_COMPRESS_BYTES = 256
+BLOSC_CODECS = ("zstd", "lz4", "lz4hc", "zlib", "blosclz")
+#: container format: magic, then <u4 header length, <u4 header CRC-32, JSON header, payload
+MAGIC = b"HPCADJZ1"
+_PREFIX = struct.Struct("<8sII")
+
+
+class CodecError(ValueError):
+    """An encoded block is corrupt (checksum, header or size mismatch) or cannot be decoded."""
+
+
+def crc32(data) -> int:
+    """CRC-32 of a bytes-like object or a C-contiguous array's bytes (unsigned 32-bit)."""
+    if isinstance(data, np.ndarray):
+        data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    return zlib.crc32(memoryview(data)) & 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class EncodedBlock:
+    """One rank block as stored: ``method`` (``raw``, ``blosc`` or ``zfp``), the block's shape and
+    dtype, the payload chunks, their CRC-32 and the decoded block's, and the measured max error."""
+
+    method: str
+    shape: tuple[int, ...]
+    dtype: str
+    chunks: tuple[bytes, ...]
+    stored_crc: int
+    decoded_crc: int
+    max_error: float = 0.0
+    params: dict = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        """Stored payload bytes."""
+        return sum(len(c) for c in self.chunks)
+
+    @property
+    def raw_nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    def header(self) -> dict:
+        return {"method": self.method, "shape": list(self.shape), "dtype": self.dtype,
+                "chunks": [len(c) for c in self.chunks], "stored_crc": self.stored_crc,
+                "decoded_crc": self.decoded_crc, "max_error": self.max_error, "params": self.params}
+
+    def to_bytes(self) -> bytes:
+        """The self-describing container: magic, header length and CRC, JSON header, payload."""
+        head = json.dumps(self.header(), separators=(",", ":")).encode()
+        return b"".join([_PREFIX.pack(MAGIC, len(head), crc32(head)), head, *self.chunks])
+
+    @classmethod
+    def from_bytes(cls, buf) -> "EncodedBlock":
+        """Parse :meth:`to_bytes`'s container; :class:`CodecError` if it is truncated or corrupt."""
+        view = memoryview(buf).cast("B")
+        if len(view) < _PREFIX.size:
+            raise CodecError(f"encoded block truncated: {len(view)} bytes")
+        magic, hlen, hcrc = _PREFIX.unpack_from(view)
+        if magic != MAGIC:
+            raise CodecError("not an hpcadj encoded block (bad magic)")
+        end = _PREFIX.size + hlen
+        if end > len(view) or crc32(view[_PREFIX.size:end]) != hcrc:
+            raise CodecError("encoded block header corrupt or truncated")
+        h = json.loads(bytes(view[_PREFIX.size:end]))
+        chunks, pos = [], end
+        for n in h["chunks"]:
+            chunks.append(bytes(view[pos:pos + n]))
+            pos += n
+        if pos != len(view):
+            raise CodecError(f"encoded block has {len(view)} bytes, header says {pos}")
+        return cls(h["method"], tuple(h["shape"]), h["dtype"], tuple(chunks), h["stored_crc"],
+                   h["decoded_crc"], float(h["max_error"]), h.get("params", {}))
+
+
+def _payload_crc(chunks) -> int:
+    crc = 0
+    for c in chunks:
+        crc = zlib.crc32(c, crc)
+    return crc & 0xFFFFFFFF
+
+
+def _raw(a: np.ndarray, crc: int | None = None) -> EncodedBlock:
+    data = a.tobytes()
+    c = crc32(data)
+    return EncodedBlock("raw", a.shape, a.dtype.str, (data,), c, c if crc is None else crc)
+
+
+class Codec:
+    """Base codec: :meth:`encode` a block, :meth:`decode` it back; ``spec`` is its name."""
+
+    spec = "none"
+    lossy = False
+    tolerance = 0.0
+
+    def encode(self, block: np.ndarray) -> EncodedBlock:
+        return _raw(np.ascontiguousarray(block))
+
+    def decode(self, enc: EncodedBlock, out: np.ndarray | None = None) -> np.ndarray:
+        """The decoded block (written into ``out`` when given); checks both checksums."""
+        if _payload_crc(enc.chunks) != enc.stored_crc:
+            raise CodecError(f"stored bytes fail their checksum ({enc.method} block {enc.shape})")
+        dtype = np.dtype(enc.dtype)
+        if out is None:
+            out = np.empty(enc.shape, dtype)
+        elif out.shape != tuple(enc.shape) or out.dtype != dtype or not out.flags.c_contiguous:
+            raise CodecError(f"output array {out.shape} {out.dtype} does not fit block "
+                             f"{tuple(enc.shape)} {dtype}")
+        try:
+            _DECODERS[enc.method](enc, out)
+        except CodecError:
+            raise
+        except Exception as e:  # a corrupt payload that passed its CRC, or a codec library error
+            raise CodecError(f"{enc.method} block cannot be decoded: {e}") from e
+        if crc32(out) != enc.decoded_crc:
+            raise CodecError(f"decoded {enc.method} block fails its checksum")
+        return out
+
+    def __repr__(self):
+        return f"<codec {self.spec}>"
+
+
+class Lossless(Codec):
+    """Blosc byte-shuffle + ``cname`` (zstd level 1 by default); bitwise round trip."""
+
+    lossy = False
+
+    def __init__(self, cname: str = "zstd", clevel: int = 1):
+        from numcodecs import Blosc
+
+        if cname not in BLOSC_CODECS:
+            raise ValueError(f"unknown lossless codec {cname!r} (one of {', '.join(BLOSC_CODECS)})")
+        self.cname, self.clevel = cname, int(clevel)
+        self.spec = "lossless" if cname == "zstd" else f"lossless:{cname}"
+        self._blosc = Blosc(cname=cname, clevel=self.clevel, shuffle=Blosc.SHUFFLE)
+
+    def encode(self, block: np.ndarray) -> EncodedBlock:
+        a = np.ascontiguousarray(block)
+        if a.nbytes < MIN_COMPRESS_BYTES:
+            return _raw(a)
+        return self._encode(a, crc32(a))
+
+    def _encode(self, a: np.ndarray, decoded_crc: int) -> EncodedBlock:
+        flat = a.reshape(-1)
+        step = max(1, CHUNK_BYTES // a.itemsize)
+        chunks = tuple(self._blosc.encode(flat[i:i + step]) for i in range(0, flat.size, step))
+        return EncodedBlock("blosc", a.shape, a.dtype.str, chunks, _payload_crc(chunks),
+                            decoded_crc, 0.0, {"cname": self.cname, "clevel": self.clevel})
+
+
+class Lossy(Codec):
+    """zfp fixed-accuracy with an absolute pointwise bound ``tolerance``, verified on encode."""
+
+    lossy = True
+
+    def __init__(self, tolerance: float):
+        import zfpy  # noqa: F401  (fail at construction, not at the first write)
+
+        if not (math.isfinite(tolerance) and tolerance > 0):
+            raise ValueError(f"lossy tolerance must be a positive number, got {tolerance!r}")
+        self.tolerance = float(tolerance)
+        self.spec = f"lossy:{tolerance:g}"
+        self._fallback = Lossless()
+
+    def encode(self, block: np.ndarray) -> EncodedBlock:
+        import zfpy
+
+        a = np.ascontiguousarray(block)
+        if a.nbytes < MIN_COMPRESS_BYTES or a.dtype not in (np.float32, np.float64) or a.ndim == 0:
+            return self._fallback.encode(a)
+        shape4 = a.shape if a.ndim <= 4 else (-1, *a.shape[-3:])
+        if not np.isfinite(a).all():
+            return self._fallback.encode(a)
+        data = zfpy.compress_numpy(a.reshape(shape4), tolerance=self.tolerance)
+        decoded = zfpy.decompress_numpy(data).reshape(a.shape)
+        err = float(np.max(np.abs(decoded - a)))
+        if not err <= self.tolerance:
+            return self._fallback.encode(a)
+        if len(data) >= a.nbytes:
+            return self._fallback._encode(a, crc32(a))
+        chunks = (data,)
+        return EncodedBlock("zfp", a.shape, a.dtype.str, chunks, _payload_crc(chunks),
+                            crc32(decoded), err, {"tolerance": self.tolerance})
+
+
+def _decode_raw(enc: EncodedBlock, out: np.ndarray) -> None:
+    if enc.nbytes != out.nbytes:
+        raise CodecError(f"raw block has {enc.nbytes} bytes, expected {out.nbytes}")
+    out.reshape(-1).view(np.uint8)[:] = np.frombuffer(b"".join(enc.chunks), np.uint8)
+
+
+def _decode_blosc(enc: EncodedBlock, out: np.ndarray) -> None:
+    from numcodecs import Blosc, blosc
+
+    codec = Blosc(cname=enc.params.get("cname", "zstd"))
+    flat = out.reshape(-1).view(np.uint8)
+    pos = 0
+    for c in enc.chunks:
+        n = blosc.cbuffer_sizes(c)[0]
+        if pos + n > flat.size:
+            raise CodecError("blosc block decodes to more bytes than its shape holds")
+        codec.decode(c, out=flat[pos:pos + n])
+        pos += n
+    if pos != flat.size:
+        raise CodecError(f"blosc block decodes to {pos} bytes, expected {flat.size}")
+
+
+def _decode_zfp(enc: EncodedBlock, out: np.ndarray) -> None:
+    import zfpy
+
+    decoded = zfpy.decompress_numpy(enc.chunks[0])
+    if decoded.size != out.size or decoded.dtype != out.dtype:
+        raise CodecError(f"zfp block decodes to {decoded.shape} {decoded.dtype}, "
+                         f"expected {out.shape} {out.dtype}")
+    np.copyto(out, decoded.reshape(out.shape))
+
+
+_DECODERS = {"raw": _decode_raw, "blosc": _decode_blosc, "zfp": _decode_zfp}
+
+
+def parse_codec(spec: str) -> Codec:
+    """The codec a ``--compress`` spec names: ``none``, ``lossless[:CNAME]`` or ``lossy:TOL``.
+
+    Raises ``ValueError`` with a one-line message for anything else (CLI exits 2 with it).
+    """
+    text = (spec or "").strip().lower()
+    if text in ("none", "raw", ""):
+        return Codec()
+    kind, _, arg = text.partition(":")
+    if kind == "lossless":
+        return Lossless(arg or "zstd")
+    if kind == "lossy":
+        try:
+            tol = float(arg)
+        except ValueError:
+            raise ValueError(f"--compress lossy:TOL needs a number TOL (absolute bound), "
+                             f"got {spec!r}") from None
+        return Lossy(tol)
+    raise ValueError(f"unknown --compress {spec!r}: use none, lossless or lossy:TOL")
+
+
+EncodedSnapshot = dict[str, EncodedBlock]
+
+
+def encode_snapshot(snapshot: Snapshot, codec: Codec) -> EncodedSnapshot:
+    """Every field of this rank's snapshot, encoded."""
+    return {name: codec.encode(block) for name, block in snapshot.items()}
+
+
+def decode_snapshot(encoded: EncodedSnapshot, out: Snapshot | None = None) -> Snapshot:
+    """The snapshot back (into ``out``'s arrays where their shapes and dtypes fit)."""
+    base = Codec()
+    result = {}
+    for name, enc in encoded.items():
+        spare = None if out is None else out.get(name)
+        if spare is not None and (spare.shape != tuple(enc.shape) or spare.dtype != np.dtype(enc.dtype)
+                                  or not spare.flags.c_contiguous or not spare.flags.writeable):
+            spare = None
+        result[name] = base.decode(enc, spare)
+    return result
+
+
+def encoded_nbytes(encoded: EncodedSnapshot) -> int:
+    """Stored payload bytes of an encoded snapshot (headers not counted)."""
+    return sum(e.nbytes for e in encoded.values())
+
+
+def max_error(encoded: EncodedSnapshot) -> float:
+    """The largest measured pointwise error over the snapshot's fields (0 if all lossless)."""
+    return max((e.max_error for e in encoded.values()), default=0.0)

@@ -33,7 +33,7 @@ def bitwise(a, b):
 
 
 @pytest.mark.parametrize("spec", ["none", "lossless", "lossless:lz4", "lossless:zlib",
-                                  "lossless:blosclz", "lossless:lz4hc"])
+                                  "lossless:blosclz", "lossless:lz4hc", "lossless:zfp"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32])
 def test_lossless_bitwise(spec, dtype):
     codec = C.parse_codec(spec)
@@ -50,13 +50,16 @@ def test_lossless_compresses_smooth_state_and_keeps_special_values():
     b = a.copy()
     b[3, 4], b[5, 6], b[7, 8] = np.nan, np.inf, -0.0
     b.view(np.uint64)[9, 9] = 0x7FF8DEADBEEF0001      # a NaN with a payload
-    _, back = roundtrip(C.parse_codec("lossless"), b)
-    assert bitwise(b, back)
+    for spec in ("lossless", "lossless:zfp"):
+        _, back = roundtrip(C.parse_codec(spec), b)
+        assert bitwise(b, back)
+    enc, back = roundtrip(C.parse_codec("lossless:zfp"), a)
+    assert enc.method == "zfp" and bitwise(a, back) and a.nbytes / enc.nbytes > 1.1
 
 
 def test_non_contiguous_empty_and_scalar_blocks():
     a = smooth((64, 64, 2))
-    codec = C.parse_codec("lossless")
+    codec = C.parse_codec("lossless:zfp")
     for block in (a[..., 0], a[::3, 1:, 1], np.empty((0, 5)), np.float64(2.5) * np.ones(()),
                   np.asfortranarray(a[..., 1])):
         _, back = roundtrip(codec, block)
@@ -67,7 +70,7 @@ def test_non_contiguous_empty_and_scalar_blocks():
 @given(hnp.arrays(dtype=st.sampled_from([np.float64, np.float32, np.uint8]),
                   shape=hnp.array_shapes(min_dims=1, max_dims=4, max_side=40)))
 def test_lossless_bitwise_property(a):
-    for spec in ("lossless", "lossless:lz4"):
+    for spec in ("lossless", "lossless:lz4", "lossless:zfp"):
         _, back = roundtrip(C.parse_codec(spec), a)
         assert bitwise(a, back)
 
@@ -81,7 +84,7 @@ def test_chunked_blocks(monkeypatch):
 
 def test_decode_into_out_and_snapshot_helpers():
     snap = {"u": smooth((50, 60)), "v": smooth((50, 60), 1)[:, ::-1]}
-    for spec in ("none", "lossless", "lossy:1e-4"):
+    for spec in ("none", "lossless", "lossless:zfp", "lossy:1e-4"):
         codec = C.parse_codec(spec)
         enc = C.encode_snapshot(snap, codec)
         spare = {k: np.zeros(v.shape) for k, v in snap.items()}
@@ -136,7 +139,7 @@ def flip(buf: bytes, pos: int) -> bytes:
     return bytes(b)
 
 
-@pytest.mark.parametrize("spec", ["none", "lossless", "lossy:1e-5"])
+@pytest.mark.parametrize("spec", ["none", "lossless", "lossless:zfp", "lossy:1e-5"])
 def test_corrupt_bytes_detected(spec):
     codec = C.parse_codec(spec)
     a = smooth((64, 48))
@@ -155,7 +158,7 @@ def test_corrupt_bytes_detected(spec):
 def test_corrupt_payload_with_matching_stored_crc_caught_by_decoded_crc():
     """Bytes that changed before the stored CRC was taken (an encoder or memory fault) still fail."""
     a = smooth((64, 48))
-    for spec in ("none", "lossy:1e-5"):
+    for spec in ("none", "lossless:zfp", "lossy:1e-5"):
         enc = C.parse_codec(spec).encode(a)
         bad = bytearray(enc.chunks[0])
         bad[len(bad) // 2] ^= 0x01

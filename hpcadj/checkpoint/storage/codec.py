@@ -5,8 +5,10 @@ Three kinds, named by a spec string (``--compress``):
 - ``none``: the block's C-order bytes as they are.
 - ``lossless[:CNAME]``: Blosc byte-shuffle (the bytes of each float regrouped by significance, so
   the slowly varying exponent bytes sit together) followed by a fast codec, ``zstd`` at level 1 by
-  default (``lz4``, ``lz4hc``, ``zlib`` and ``blosclz`` also accepted); decoding is **bitwise**.
-  Blosc comes from numcodecs (Debian's python3-numcodecs, built against Debian's numpy).
+  default (``lz4``, ``lz4hc``, ``zlib`` and ``blosclz`` also accepted); or ``lossless:zfp``, zfp's
+  reversible mode (a decorrelating transform of 4^d blocks: better on smooth fields, slower).
+  Decoding is **bitwise**; a zfp-reversible block is decoded once on encode and stored with Blosc if
+  it does not come back bit for bit. Blosc comes from numcodecs (Debian's python3-numcodecs).
 - ``lossy:TOL``: zfp in fixed-accuracy mode (Debian's python3-zfpy). TOL is an **absolute**,
   pointwise bound: every decoded value differs from the stored one by at most TOL, in the field's
   own units. zfp's accuracy mode aims at that bound; the codec does not trust it: it decodes every
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -37,6 +40,7 @@ CHUNK_BYTES = 256 * 1024 * 1024
 #: blocks smaller than this are stored raw by the compressing codecs (headers would eat the gain)
 MIN_COMPRESS_BYTES = 256
 BLOSC_CODECS = ("zstd", "lz4", "lz4hc", "zlib", "blosclz")
+LOSSLESS_CODECS = (*BLOSC_CODECS, "zfp")
 #: container format: magic, then <u4 header length, <u4 header CRC-32, JSON header, payload
 MAGIC = b"HPCADJZ1"
 _PREFIX = struct.Struct("<8sII")
@@ -122,6 +126,17 @@ def _raw(a: np.ndarray, crc: int | None = None) -> EncodedBlock:
     return EncodedBlock("raw", a.shape, a.dtype.str, (data,), c, c if crc is None else crc)
 
 
+def _set_blosc_threads() -> None:
+    """One Blosc thread per process unless $HPCADJ_CODEC_THREADS says otherwise: MPI runs already
+    put a rank on every core, and Blosc's default (one thread per core) would oversubscribe them."""
+    from numcodecs import blosc
+
+    try:
+        blosc.set_nthreads(max(1, int(os.environ.get("HPCADJ_CODEC_THREADS", "1"))))
+    except ValueError:
+        raise ValueError("HPCADJ_CODEC_THREADS must be a positive integer") from None
+
+
 class Codec:
     """Base codec: :meth:`encode` a block, :meth:`decode` it back; ``spec`` is its name."""
 
@@ -164,17 +179,30 @@ class Lossless(Codec):
     def __init__(self, cname: str = "zstd", clevel: int = 1):
         from numcodecs import Blosc
 
-        if cname not in BLOSC_CODECS:
-            raise ValueError(f"unknown lossless codec {cname!r} (one of {', '.join(BLOSC_CODECS)})")
+        if cname not in LOSSLESS_CODECS:
+            raise ValueError(f"unknown lossless codec {cname!r} (one of {', '.join(LOSSLESS_CODECS)})")
+        if cname == "zfp":
+            import zfpy  # noqa: F401  (fail at construction, not at the first write)
         self.cname, self.clevel = cname, int(clevel)
         self.spec = "lossless" if cname == "zstd" else f"lossless:{cname}"
-        self._blosc = Blosc(cname=cname, clevel=self.clevel, shuffle=Blosc.SHUFFLE)
+        self._blosc = Blosc(cname="zstd" if cname == "zfp" else cname, clevel=self.clevel,
+                            shuffle=Blosc.SHUFFLE)
+        _set_blosc_threads()
 
     def encode(self, block: np.ndarray) -> EncodedBlock:
         a = np.ascontiguousarray(block)
         if a.nbytes < MIN_COMPRESS_BYTES:
             return _raw(a)
-        return self._encode(a, crc32(a))
+        crc = crc32(a)
+        if self.cname == "zfp" and _zfp_eligible(a):
+            import zfpy
+
+            data = zfpy.compress_numpy(a.reshape(_zfp_shape(a)))
+            decoded = zfpy.decompress_numpy(data)
+            if len(data) < a.nbytes and crc32(decoded) == crc and decoded.tobytes() == a.tobytes():
+                return EncodedBlock("zfp", a.shape, a.dtype.str, (data,), _payload_crc((data,)), crc,
+                                    0.0, {"mode": "reversible"})
+        return self._encode(a, crc)
 
     def _encode(self, a: np.ndarray, decoded_crc: int) -> EncodedBlock:
         flat = a.reshape(-1)
@@ -202,12 +230,9 @@ class Lossy(Codec):
         import zfpy
 
         a = np.ascontiguousarray(block)
-        if a.nbytes < MIN_COMPRESS_BYTES or a.dtype not in (np.float32, np.float64) or a.ndim == 0:
+        if a.nbytes < MIN_COMPRESS_BYTES or not _zfp_eligible(a) or not np.isfinite(a).all():
             return self._fallback.encode(a)
-        shape4 = a.shape if a.ndim <= 4 else (-1, *a.shape[-3:])
-        if not np.isfinite(a).all():
-            return self._fallback.encode(a)
-        data = zfpy.compress_numpy(a.reshape(shape4), tolerance=self.tolerance)
+        data = zfpy.compress_numpy(a.reshape(_zfp_shape(a)), tolerance=self.tolerance)
         decoded = zfpy.decompress_numpy(data).reshape(a.shape)
         err = float(np.max(np.abs(decoded - a)))
         if not err <= self.tolerance:
@@ -217,6 +242,15 @@ class Lossy(Codec):
         chunks = (data,)
         return EncodedBlock("zfp", a.shape, a.dtype.str, chunks, _payload_crc(chunks),
                             crc32(decoded), err, {"tolerance": self.tolerance})
+
+
+def _zfp_eligible(a: np.ndarray) -> bool:
+    return a.dtype in (np.float32, np.float64) and a.ndim >= 1 and a.size > 0
+
+
+def _zfp_shape(a: np.ndarray) -> tuple[int, ...]:
+    """zfp compresses 1- to 4-D arrays: more axes are folded into the slowest one."""
+    return a.shape if a.ndim <= 4 else (-1, *a.shape[-3:])
 
 
 def _decode_raw(enc: EncodedBlock, out: np.ndarray) -> None:

@@ -32,7 +32,7 @@ def bitwise(a, b):
     return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
-@pytest.mark.parametrize("spec", ["none", "lossless", "lossless:lz4", "lossless:zlib",
+@pytest.mark.parametrize("spec", ["none", "lossless", "lossless:zstd", "lossless:zlib",
                                   "lossless:blosclz", "lossless:lz4hc", "lossless:zfp"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32])
 def test_lossless_bitwise(spec, dtype):
@@ -70,7 +70,7 @@ def test_non_contiguous_empty_and_scalar_blocks():
 @given(hnp.arrays(dtype=st.sampled_from([np.float64, np.float32, np.uint8]),
                   shape=hnp.array_shapes(min_dims=1, max_dims=4, max_side=40)))
 def test_lossless_bitwise_property(a):
-    for spec in ("lossless", "lossless:lz4", "lossless:zfp"):
+    for spec in ("lossless", "lossless:zstd", "lossless:zfp"):
         _, back = roundtrip(C.parse_codec(spec), a)
         assert bitwise(a, back)
 
@@ -185,7 +185,8 @@ def test_bad_specs_one_line(bad):
 def test_spec_names():
     assert C.parse_codec("none").spec == "none"
     assert C.parse_codec("Lossless").spec == "lossless"
-    assert C.parse_codec("lossless:lz4").spec == "lossless:lz4"
+    assert C.parse_codec("lossless:lz4").spec == "lossless"
+    assert C.parse_codec("lossless:zstd").spec == "lossless:zstd"
     lossy = C.parse_codec("lossy:1e-4")
     assert lossy.spec == "lossy:0.0001" and lossy.lossy and lossy.tolerance == 1e-4
 

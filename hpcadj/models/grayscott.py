@@ -4,30 +4,40 @@
 
 Nodes x_j = j h, h = L/N, on a DMDA with dof 2 (u, v interleaved); 5-point Laplacian. One step solves
 G(w) = w - w_i - dt R(w; F, k) = 0 by Newton (SNES newtonls, initial guess w_i itself, so a step is a
-pure function of w_i) to ||G|| <= max(1e-12 ||G(w_i)||, 1e-13). The Jacobian
-J(w) = I - dt (D lap + K(w)), K the pointwise 2x2 reaction Jacobian, is a shell matrix (exact, no
-assembly); each linear solve is GMRES(10) (modified Gram-Schmidt) with Jacobi preconditioning (identical
-on any rank count) to a relative residual of 1e-14. GMRES allocates a Krylov vector per iteration of
-a restart cycle, so the restart length is the memory knob: GMRES(100), used before, held 30-45
-state-sized vectors in each of the Newton and adjoint solvers at 512^2 (about 30 iterations a solve);
-GMRES(10) takes about as many iterations (100 vs 96 a Newton solve, 27 vs 26 an adjoint solve at
-512^2) and holds 12 (``-grayscott_ksp_gmres_restart`` etc. change it).
+pure function of w_i) to ||G|| <= max(1e-12 ||G(w_i)||, 1e-13). The residual is one compiled loop
+(:mod:`hpcadj.models.kernels.grayscott`). The Jacobian J(w) = I - dt (D lap + K(w)), K the pointwise
+2x2 reaction Jacobian, is an assembled AIJ matrix (six entries a row; only the 2x2 point blocks are
+rewritten per Newton iteration, in place); each Newton system is solved by GMRES with block
+Jacobi/ILU(0) (one block per rank: PETSc's default for a parallel AIJ, which its Gray-Scott tutorials
+ex5/ex5adj run with; set up as PCASM without overlap, the same preconditioner, because petsc4py
+reaches ASM's blocks but not bjacobi's) to a relative residual of 1e-5 (inexact Newton: still 3 iterations to
+1e-12), with the ILU factor built once per step at w_i (``-grayscott_snes_lag_preconditioner 100``;
+the Jacobian itself is exact at every iteration). At 512^2 this takes 16 GMRES iterations a step
+where the shell Jacobian with Jacobi took 100 (experiments/kernels/grayscott.py).
 
-Adjoint of step i, at w_{i+1} (which the driver supplies): solve J(w_{i+1})^T mu = lambda_{i+1}; then
+Adjoint of step i, at w_{i+1} (which the driver supplies): solve J(w_{i+1})^T mu = lambda_{i+1}
+(``KSPSolveTranspose`` on the same assembled matrix, its ILU factor applied transposed); then
 lambda_i = mu and dJ/dF += dt <dR/dF, mu>, dJ/dk += dt <dR/dk, mu>. The tangent solves
-J(w_{i+1}) dw_{i+1} = dw_i + dt (dR/dF dF + dR/dk dk). Both linearise about the same computed w_{i+1},
-so the dot-product test is limited by the 1e-14 linear solves only (measured 1e-14 to 1e-12; the
-bound we promise is 1e-10); the Newton tolerance enters the Taylor test and rank invariance (Newton
-reaches ||G|| ~ 1e-16 in 3 iterations here, and J and gradients agree across 1-3 ranks to 5e-16).
+J(w_{i+1}) dw_{i+1} = dw_i + dt (dR/dF dF + dR/dk dk). Both factor J(w_{i+1}) afresh and solve to a
+relative residual of 1e-12 (``ksp_rtol``; 11 iterations at 512^2), so the dot-product test is limited
+by those solves (bound promised: 1e-10).
+
+Purity and rank invariance: every solve starts from the same guess (w_i, or zero) with a factor of
+the matrix it solves with (never one left from another step: the lag counter restarts with each
+SNES solve, and the adjoint and tangent refactor), so a recomputed step is bitwise the first. The
+block-Jacobi preconditioner differs with the decomposition, so across rank counts states and
+gradients agree to the solver tolerances, not bitwise: measured on 2 and 3 ranks against 1 (6 steps,
+10x9 and 64x64): J to 4e-14, dJ/dF and dJ/dk to 8e-13, dJ/du0 to 3e-12 relative to its largest
+entry (tests ask 1e-10).
 
 Controls: ``u0`` (initial (u, v), shape (ny, nx, 2)), ``F`` and ``k`` (scalars). Objective: the
 final-time pattern strength J = 1/2 h^2 sum v_n^2.
 
-Working set (per rank, in states; see :meth:`GrayScottModel.working_set_states`): two GMRES(10)
-Krylov spaces in use in a gradient (Newton's, the adjoint's: 2 x 13), SNES newtonls's work vectors
-and the residual Vec (6), the Jacobi diagonals (2), the copy of u0 (1), the DMDA's ghosted local Vec
-(1), and one step's transients (w_i, the 2x2 reaction Jacobian = 2 states, the residual's padded copy
-and temporaries: about 6). The reaction Jacobian and w_i live only during the solve that reads them.
+Working set (per rank, in states; see :meth:`GrayScottModel.working_set_states`): the matrix (six
+values and six int32 columns a row: 9.5), its ILU(0) factor (about 10), the point-block positions (1),
+one GMRES Krylov space shared by Newton, tangent and adjoint solves (allocated as used: 15 for up to
+15 iterations), SNES newtonls's work vectors and residual (5), the copy of u0 (1) and a step's
+transients (the new state's Vec, the tangent's right-hand side: 2).
 """
 
 from __future__ import annotations
@@ -39,44 +49,100 @@ import numpy as np
 
 from ..stack import petsc
 from .base import SolverError, Stepper
-from .common import ComponentSnapshots, laplacian, scalar_add, scalar_array, scalar_layout, scalar_value, scalar_vec
+from . import kernels
+from .common import ComponentSnapshots, scalar_add, scalar_array, scalar_layout, scalar_value, scalar_vec
 from .dmda import Grid, parse_grid
+from .kernels import grayscott as gs_kernels
 
 
-class _Linearisation:
-    """Python context of the shell Jacobian J(w) = I - dt (D lap + K(w)), or its transpose."""
+class _AssembledJacobian:
+    """J(w) = I - dt (D lap + K(w)) as a PETSc AIJ matrix over CSR arrays this object holds.
 
-    def __init__(self, model, transpose: bool = False):
-        self.model = model
-        self.transpose = transpose
-        self.K = None
+    Each row (p, c) has six entries: its diagonal, its coupling to the other component at p, and
+    its four neighbours -dt D_c / h^2 (constant, written once). Only the point-diagonal 2x2 blocks
+    depend on w: :meth:`set_state` rewrites them in place by a compiled loop (the matrix was made
+    with ``createAIJWithArrays``, which keeps our arrays rather than copying them) and bumps the
+    matrix state, so a preconditioner refactors. Entries are set, never summed: the same values
+    on any decomposition.
+    """
 
-    def set_state(self, w: np.ndarray) -> None:
-        """Reaction Jacobian K[..., i, j] = dR_i/dw_j at the owned block ``w``."""
-        F, k = self.model.F, self.model.k
-        u, v = w[..., 0], w[..., 1]
-        K = np.empty(w.shape + (2,))
-        K[..., 0, 0] = -v * v - F
-        K[..., 0, 1] = -2.0 * u * v
-        K[..., 1, 0] = v * v
-        K[..., 1, 1] = 2.0 * u * v - (F + k)
-        self.K = np.swapaxes(K, -1, -2) if self.transpose else K
+    def __init__(self, model):
+        PETSc = petsc()
+        grid = model.grid
+        lg = grid.padded_indices()
+        inner = lg[1:-1, 1:-1]
+        my, mx = grid.shape
+        n = inner.size
+        N = int(np.prod(grid.global_shape)) * grid.dof
+        probe = grid.create_vec()
+        rstart, rend = probe.getOwnershipRange()
+        probe.destroy()
+        if not np.array_equal(inner.ravel(), np.arange(rstart, rend)):
+            raise AssertionError("grayscott: DMDA owned indices are not the rank's contiguous range")
+        cols = np.empty((my, mx, 2, 6), dtype=np.int64)
+        cols[..., 0] = inner
+        cols[..., 1] = inner[..., ::-1]
+        cols[..., 2] = lg[:-2, 1:-1]
+        cols[..., 3] = lg[2:, 1:-1]
+        cols[..., 4] = lg[1:-1, :-2]
+        cols[..., 5] = lg[1:-1, 2:]
+        cols = cols.reshape(n, 6)
+        dt = model.dt
+        ihy2, ihx2 = (1.0 / h ** 2 for h in model.h)
+        comp = np.arange(n) % 2
+        coupling = -dt * model.diffusion[comp]
+        const = np.zeros((n, 6))
+        const[:, 2:4] = (coupling * ihy2)[:, None]
+        const[:, 4:6] = (coupling * ihx2)[:, None]
+        local = (cols >= rstart) & (cols < rend)
+        diag_ptr, diag_cols, diag_pos = _csr(local, cols - rstart, n)
+        off_ptr, off_cols, off_pos = _csr(~local, cols, n)
+        self.values = np.zeros(len(diag_cols), dtype=PETSc.ScalarType)
+        off_values = np.zeros(len(off_cols), dtype=PETSc.ScalarType)
+        for e in range(2, 6):
+            on = local[:, e]
+            self.values[diag_pos[on, e]] = const[on, e]
+            off_values[off_pos[~on, e]] = const[~on, e]
+        self.diag_pos = diag_pos[:, 0].reshape(my * mx, 2).astype(np.int32)
+        self.cross_pos = diag_pos[:, 1].reshape(my * mx, 2).astype(np.int32)
+        self.diag_lap = dt * model.diffusion * (2.0 * ihy2 + 2.0 * ihx2)
+        csr = (diag_ptr, diag_cols, self.values)
+        if grid.comm.size > 1:
+            csr = (csr, (off_ptr, off_cols, off_values))
+        self.mat = PETSc.Mat().createAIJWithArrays(((n, N), (n, N)), csr, comm=grid.comm)
+        self.mat.assemble()
 
-    def apply(self, x) -> np.ndarray:
-        grid, dt = self.model.grid, self.model.dt
-        X = grid.padded(x)
-        xi = X[grid.inner]
-        reaction = np.einsum("...ij,...j->...i", self.K, xi)
-        return xi - dt * (self.model.diffusion * laplacian(grid, X, self.model.h) + reaction)
+    def set_state(self, model, w: np.ndarray) -> None:
+        """Write J(w)'s point blocks at the owned block ``w`` (collective: bumps the Mat state)."""
+        gs_kernels.jacobian_values(w, model.dt, self.diag_lap, model.F, model.k, self.diag_pos,
+                                   self.cross_pos, self.values)
+        self.mat.assemble()
 
-    def mult(self, mat, x, y):
-        self.model.grid.owned(y)[...] = self.apply(x)
 
-    def getDiagonal(self, mat, d):
-        model = self.model
-        lap_diag = -sum(2.0 / h ** 2 for h in model.h)
-        diag = 1.0 - model.dt * (model.diffusion * lap_diag + np.diagonal(self.K, axis1=-2, axis2=-1))
-        model.grid.owned(d)[...] = diag
+def _refactor(pc) -> None:
+    """Make ``pc`` factor its (just set) matrix afresh: SNES's preconditioner lag leaves reuse set
+    on the PC and on its subdomain PCs (left there, an adjoint solve would apply the factor of
+    whichever Newton matrix came last). Sets the outer PC up now, so its blocks can be reached."""
+    pc.setReusePreconditioner(False)
+    pc.setUp()
+    if pc.getType() == "asm":
+        for sub in pc.getASMSubKSP():
+            sub.getPC().setReusePreconditioner(False)
+
+
+def _csr(mask: np.ndarray, cols: np.ndarray, n: int):
+    """CSR (row pointers, columns sorted per row) of the entries ``mask`` selects from the (n, 6)
+    table ``cols``, and each selected entry's position in the CSR value array (-1 elsewhere)."""
+    PETSc = petsc()
+    r, e = np.nonzero(mask)
+    c = cols[r, e]
+    order = np.lexsort((c, r))
+    r, e, c = r[order], e[order], c[order]
+    ptr = np.zeros(n + 1, dtype=PETSc.IntType)
+    np.cumsum(np.bincount(r, minlength=n), out=ptr[1:])
+    pos = np.full(mask.shape, -1, dtype=np.int64)
+    pos[r, e] = np.arange(len(r))
+    return ptr, c.astype(PETSc.IntType), pos
 
 
 class GrayScottModel(ComponentSnapshots, Stepper):
@@ -90,8 +156,10 @@ class GrayScottModel(ComponentSnapshots, Stepper):
     default_kill = 0.06
     snes_rtol = 1e-12
     snes_atol = 1e-13
-    ksp_rtol = 1e-14
-    gmres_restart = 10
+    newton_ksp_rtol = 1e-5
+    ksp_rtol = 1e-12
+    gmres_restart = 30
+    lag_preconditioner = 100
 
     def __init__(self, comm, grid=(64, 64), n_steps: int = 50, dt: float = 1.0, feed: float = 0.04,
                  kill: float = 0.06, length: float = 2.5, du: float = 2e-5, dv: float = 1e-5):
@@ -119,59 +187,43 @@ class GrayScottModel(ComponentSnapshots, Stepper):
         self.F, self.k = self.default_feed_value, self.default_kill_value
         self._controls = None
         self._base = None
-        self._newton = _Linearisation(self)
-        self._forward_op = _Linearisation(self)
-        self._adjoint_op = _Linearisation(self, transpose=True)
+        self._halo = kernels.Halo(self.grid)
+        self._ih2 = np.array([1.0 / h ** 2 for h in self.h])
+        self._jac = _AssembledJacobian(self)
         self._snes = self._make_snes()
-        self._ksp = self._make_ksp(self._forward_op, "grayscott_tlm_")
-        self._ksp_t = self._make_ksp(self._adjoint_op, "grayscott_adj_")
+        self._ksp = self._snes.getKSP()
 
     # -- PETSc solvers -----------------------------------------------------------------------
-    def _shell(self, context):
-        PETSc = petsc()
-        n = self.grid.create_vec().getSizes()
-        mat = PETSc.Mat().createPython((n, n), context, comm=self.comm)
-        mat.setUp()
-        return mat
-
-    def _configure_ksp(self, ksp):
-        ksp.setType("gmres")
-        ksp.setGMRESRestart(self.gmres_restart)
-        ksp.getPC().setType("jacobi")
-        ksp.setTolerances(rtol=self.ksp_rtol, atol=1e-300, max_it=2000)
-
-    def _make_ksp(self, context, prefix):
-        PETSc = petsc()
-        ksp = PETSc.KSP().create(comm=self.comm)
-        ksp.setOperators(self._shell(context))
-        self._configure_ksp(ksp)
-        ksp.setOptionsPrefix(prefix)
-        PETSc.Options().setValue(f"{prefix}ksp_gmres_modifiedgramschmidt", "")
-        ksp.setFromOptions()
-        return ksp
-
     def _make_snes(self):
+        """Newton (newtonls) with GMRES + block Jacobi/ILU(0) on the assembled Jacobian."""
         PETSc = petsc()
         snes = PETSc.SNES().create(comm=self.comm)
         snes.setType("newtonls")
         snes.setFunction(self._residual, self.grid.create_vec())
-        jac = self._shell(self._newton)
-        snes.setJacobian(self._jacobian, jac, jac)
+        snes.setJacobian(self._jacobian, self._jac.mat, self._jac.mat)
         snes.setTolerances(rtol=self.snes_rtol, atol=self.snes_atol, stol=1e-300, max_it=50)
-        self._configure_ksp(snes.getKSP())
+        ksp = snes.getKSP()
+        ksp.setType("gmres")
+        ksp.setGMRESRestart(self.gmres_restart)
+        pc = ksp.getPC()
+        pc.setType("asm")  # with no overlap: block Jacobi (one ILU(0) block per rank), whose blocks
+        pc.setASMOverlap(0)  # petsc4py can reach (getASMSubKSP) to reset their reuse flag
+        ksp.setTolerances(rtol=self.newton_ksp_rtol, atol=1e-300, max_it=2000)
         snes.setOptionsPrefix("grayscott_")
-        PETSc.Options().setValue("grayscott_ksp_gmres_modifiedgramschmidt", "")
+        options = PETSc.Options()
+        if not options.hasName("grayscott_snes_lag_preconditioner"):  # petsc4py has no setter
+            options.setValue("grayscott_snes_lag_preconditioner", str(self.lag_preconditioner))
         snes.setFromOptions()
+        self._newton_rtol = ksp.getTolerances()[0]
         return snes
 
     def _residual(self, snes, x, f):
-        X = self.grid.padded(x)
-        w = X[self.grid.inner]
-        self.grid.owned(f)[...] = w - self._base - self.dt * self._reaction_diffusion(X)
+        faces = self._halo.faces(x)
+        gs_kernels.residual(kernels.owned(self.grid, x), *faces, self._base, self.dt, self.diffusion,
+                            self._ih2, self.F, self.k, kernels.owned(self.grid, f, readonly=False))
 
     def _jacobian(self, snes, x, J, P):
-        self._newton.set_state(self.grid.owned(x))
-        J.assemble()  # a new matrix state makes the Jacobi preconditioner take the new diagonal
+        self._jac.set_state(self, kernels.owned(self.grid, x))
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -214,33 +266,28 @@ class GrayScottModel(ComponentSnapshots, Stepper):
         return self._controls["u0"].copy()
 
     def working_set_states(self) -> float:
-        """2 x 13 (GMRES(10) Newton and adjoint Krylov spaces) + 6 (SNES) + 2 (Jacobi) + 1 (u0)
-        + 1 (ghosted local) + 15 (a step's transients and allocator slack: calibrated, the count of 6
-        fell 8 states short of experiments/memory_budget's measurement)."""
-        krylov = 2 * (self.gmres_restart + 3)
-        return krylov + 6.0 + 2.0 + 1.0 + 1.0 + 15.0
+        """9.5 (matrix) + 10 (ILU factor) + 1 (block positions) + 15 (one GMRES space) + 5 (SNES)
+        + 1 (u0) + 2 (transients), the module docstring's count."""
+        return 9.5 + 10.0 + 1.0 + 15.0 + 5.0 + 1.0 + 2.0
 
     # -- the reaction-diffusion right-hand side ------------------------------------------------
-    def _reaction_diffusion(self, X) -> np.ndarray:
-        w = X[self.grid.inner]
-        u, v = w[..., 0], w[..., 1]
-        uvv = u * v * v
-        out = self.diffusion * laplacian(self.grid, X, self.h)
-        out[..., 0] += -uvv + self.F * (1.0 - u)
-        out[..., 1] += uvv - (self.F + self.k) * v
-        return out
+    def _parameter_dot(self, w, m):
+        """<dR/dF, m> and <dR/dk, m> on the owned block: dR/dF = (1 - u, -v), dR/dk = (0, -v)."""
+        vm = float(np.dot(w[..., 1].ravel(), m[..., 1].ravel()))
+        return float(np.sum((1.0 - w[..., 0]) * m[..., 0])) - vm, -vm
 
-    def _parameter_derivatives(self, w):
-        """dR/dF and dR/dk on the owned block."""
-        dF = np.stack([1.0 - w[..., 0], -w[..., 1]], axis=-1)
-        dk = np.stack([np.zeros_like(w[..., 1]), -w[..., 1]], axis=-1)
-        return dF, dk
-
-    def _linear_solve(self, ksp, rhs):
-        ksp.getOperators()[0].assemble()  # the shell's state changed: refresh the Jacobi diagonal
+    def _linear_solve(self, w, rhs, transpose: bool):
+        """Solve J(w) x = rhs (or J(w)^T x = rhs) with the Newton solver's KSP, to ``ksp_rtol``."""
+        self._jac.set_state(self, w)
+        ksp = self._ksp
+        ksp.setOperators(self._jac.mat, self._jac.mat)
+        _refactor(ksp.getPC())
+        ksp.setTolerances(rtol=self.ksp_rtol)
         x = rhs.duplicate()
-        x.set(0.0)
-        ksp.solve(rhs, x)
+        try:
+            (ksp.solveTranspose if transpose else ksp.solve)(rhs, x)
+        finally:
+            ksp.setTolerances(rtol=self._newton_rtol)
         reason = ksp.getConvergedReason()
         if reason < 0:
             raise SolverError(f"grayscott: linear solve diverged (reason {reason})")
@@ -248,13 +295,12 @@ class GrayScottModel(ComponentSnapshots, Stepper):
 
     # -- forward -----------------------------------------------------------------------------
     def step(self, i, u):
-        self._base = self.grid.owned(u).copy()
+        self._base = kernels.owned(self.grid, u)
         x = u.copy()
         try:
             self._snes.solve(None, x)
-        finally:  # nothing of this step stays alive: w_i and the reaction Jacobian go
+        finally:
             self._base = None
-            self._newton.K = None
         reason = self._snes.getConvergedReason()
         if reason < 0:
             raise SolverError(f"grayscott: Newton failed at step {i} (SNES reason {reason})")
@@ -277,16 +323,11 @@ class GrayScottModel(ComponentSnapshots, Stepper):
 
     # -- adjoint -----------------------------------------------------------------------------
     def adjoint_step(self, i, u, u_next, lam_next, grad):
-        w_next = self.grid.owned(u_next)
-        self._adjoint_op.set_state(w_next)
-        try:
-            mu = self._linear_solve(self._ksp_t, lam_next)
-        finally:
-            self._adjoint_op.K = None
-        m = self.grid.owned(mu)
-        dF, dk = self._parameter_derivatives(w_next)
-        scalar_add(self.comm, grad["F"], self.dt * float(np.sum(dF * m)))
-        scalar_add(self.comm, grad["k"], self.dt * float(np.sum(dk * m)))
+        w_next = kernels.owned(self.grid, u_next)
+        mu = self._linear_solve(w_next, lam_next, transpose=True)
+        dF, dk = self._parameter_dot(w_next, kernels.owned(self.grid, mu))
+        scalar_add(self.comm, grad["F"], self.dt * dF)
+        scalar_add(self.comm, grad["k"], self.dt * dk)
         return mu
 
     def initial_adjoint(self, lam0, grad):
@@ -297,16 +338,14 @@ class GrayScottModel(ComponentSnapshots, Stepper):
         return dcontrols["u0"].copy()
 
     def tangent_step(self, i, u, u_next, du, dcontrols):
-        w_next = self.grid.owned(u_next)
-        dF, dk = self._parameter_derivatives(w_next)
+        w_next = kernels.owned(self.grid, u_next)
+        dF = scalar_value(self.comm, dcontrols["F"])
+        dk = scalar_value(self.comm, dcontrols["k"])
         rhs = du.copy()
-        self.grid.owned(rhs)[...] += self.dt * (scalar_value(self.comm, dcontrols["F"]) * dF
-                                                + scalar_value(self.comm, dcontrols["k"]) * dk)
-        self._forward_op.set_state(w_next)
-        try:
-            return self._linear_solve(self._ksp, rhs)
-        finally:
-            self._forward_op.K = None
+        r = self.grid.owned(rhs)
+        r[..., 0] += self.dt * (dF * (1.0 - w_next[..., 0]))
+        r[..., 1] += self.dt * (dF * -w_next[..., 1] + dk * -w_next[..., 1])
+        return self._linear_solve(w_next, rhs, transpose=False)
 
     # -- snapshots ---------------------------------------------------------------------------
     def control_layout(self):

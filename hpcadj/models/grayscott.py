@@ -7,13 +7,14 @@ G(w) = w - w_i - dt R(w; F, k) = 0 by Newton (SNES newtonls, initial guess w_i i
 pure function of w_i) to ||G|| <= max(1e-12 ||G(w_i)||, 1e-13). The residual is one compiled loop
 (:mod:`hpcadj.models.kernels.grayscott`). The Jacobian J(w) = I - dt (D lap + K(w)), K the pointwise
 2x2 reaction Jacobian, is an assembled AIJ matrix (six entries a row; only the 2x2 point blocks are
-rewritten per Newton iteration, in place); each Newton system is solved by GMRES with block
+rewritten per Newton iteration, in place); each Newton system is solved by BiCGStab with block
 Jacobi/ILU(0) (one block per rank: PETSc's default for a parallel AIJ, which its Gray-Scott tutorials
-ex5/ex5adj run with; set up as PCASM without overlap, the same preconditioner, because petsc4py
-reaches ASM's blocks but not bjacobi's) to a relative residual of 1e-5 (inexact Newton: still 3 iterations to
+ex5/ex5adj run with) to a relative residual of 1e-5 (inexact Newton: still 3 iterations to
 1e-12), with the ILU factor built once per step at w_i (``-grayscott_snes_lag_preconditioner 100``;
-the Jacobian itself is exact at every iteration). At 512^2 this takes 16 GMRES iterations a step
-where the shell Jacobian with Jacobi took 100 (experiments/kernels/grayscott.py).
+the Jacobian itself is exact at every iteration). At 512^2 this takes 9 BiCGStab iterations a step
+where the shell Jacobian with Jacobi took 100 GMRES iterations (experiments/kernels/grayscott.py).
+BiCGStab rather than GMRES: as fast here (two products an iteration, half the iterations) with 7
+work vectors instead of one per iteration of a restart cycle.
 
 Adjoint of step i, at w_{i+1} (which the driver supplies): solve J(w_{i+1})^T mu = lambda_{i+1}
 (``KSPSolveTranspose`` on the same assembled matrix, its ILU factor applied transposed); then
@@ -33,11 +34,16 @@ entry (tests ask 1e-10).
 Controls: ``u0`` (initial (u, v), shape (ny, nx, 2)), ``F`` and ``k`` (scalars). Objective: the
 final-time pattern strength J = 1/2 h^2 sum v_n^2.
 
-Working set (per rank, in states; see :meth:`GrayScottModel.working_set_states`): the matrix (six
-values and six int32 columns a row: 9.5), its ILU(0) factor (about 10), the point-block positions (1),
-one GMRES Krylov space shared by Newton, tangent and adjoint solves (allocated as used: 15 for up to
-15 iterations), SNES newtonls's work vectors and residual (5), the copy of u0 (1) and a step's
-transients (the new state's Vec, the tangent's right-hand side: 2).
+Working set (per rank, in states; see :meth:`GrayScottModel.working_set_states`): held from
+construction on, 17 (the matrix: six values and six int32 columns a row, 9.5; the point-block
+positions, 1; the SNES residual Vec, the DMDA's local Vec and scatters, the halo buffers and
+allocator slack); in a gradient, the ILU(0) factor (about 10), BiCGStab's work vectors (7, one KSP
+shared by the Newton, tangent and adjoint solves), newtonls's work vectors (4), the copy of u0 (1)
+and a step's transients (2): 41. experiments/memory_budget measured 52.7 / 54.9 states at 512^2 on
+1 / 2 ranks for the whole 3-slot gradient, of which the driver's share is 11: the model's 42-44, so
+44 is declared. (Before: GMRES(10) + Jacobi and a shell Jacobian, 61 measured; the issue-16 target
+of 30 is not met: the matrix and its factor alone are about 20.) Constructing the matrix peaks at
+36 states for a moment (sorting its column keys), before any checkpoint exists.
 """
 
 from __future__ import annotations
@@ -79,32 +85,27 @@ class _AssembledJacobian:
         probe.destroy()
         if not np.array_equal(inner.ravel(), np.arange(rstart, rend)):
             raise AssertionError("grayscott: DMDA owned indices are not the rank's contiguous range")
-        cols = np.empty((my, mx, 2, 6), dtype=np.int64)
+        cols = np.empty((my, mx, 2, 6), dtype=np.int32 if N < 2 ** 31 else np.int64)
         cols[..., 0] = inner
         cols[..., 1] = inner[..., ::-1]
         cols[..., 2] = lg[:-2, 1:-1]
         cols[..., 3] = lg[2:, 1:-1]
         cols[..., 4] = lg[1:-1, :-2]
         cols[..., 5] = lg[1:-1, 2:]
+        del lg, inner
         cols = cols.reshape(n, 6)
         dt = model.dt
         ihy2, ihx2 = (1.0 / h ** 2 for h in model.h)
-        comp = np.arange(n) % 2
-        coupling = -dt * model.diffusion[comp]
-        const = np.zeros((n, 6))
-        const[:, 2:4] = (coupling * ihy2)[:, None]
-        const[:, 4:6] = (coupling * ihx2)[:, None]
+        table = np.zeros((2, 8))  # value of entry kind e (0-5; 7 = unused slot) in a row of component c
+        table[:, 2:4] = (-dt * model.diffusion * ihy2)[:, None]
+        table[:, 4:6] = (-dt * model.diffusion * ihx2)[:, None]
         local = (cols >= rstart) & (cols < rend)
-        diag_ptr, diag_cols, diag_pos = _csr(local, cols - rstart, n)
-        off_ptr, off_cols, off_pos = _csr(~local, cols, n)
-        self.values = np.zeros(len(diag_cols), dtype=PETSc.ScalarType)
-        off_values = np.zeros(len(off_cols), dtype=PETSc.ScalarType)
-        for e in range(2, 6):
-            on = local[:, e]
-            self.values[diag_pos[on, e]] = const[on, e]
-            off_values[off_pos[~on, e]] = const[~on, e]
-        self.diag_pos = diag_pos[:, 0].reshape(my * mx, 2).astype(np.int32)
-        self.cross_pos = diag_pos[:, 1].reshape(my * mx, 2).astype(np.int32)
+        diag_ptr, diag_cols, self.values, diag_pos = _csr(cols, local, rstart, table)
+        off_ptr, off_cols, off_values, _ = _csr(cols, ~local, 0, table)
+        del cols, local
+        self.diag_pos = np.ascontiguousarray(diag_pos[:, 0].reshape(my * mx, 2))
+        self.cross_pos = np.ascontiguousarray(diag_pos[:, 1].reshape(my * mx, 2))
+        del diag_pos
         self.diag_lap = dt * model.diffusion * (2.0 * ihy2 + 2.0 * ihx2)
         csr = (diag_ptr, diag_cols, self.values)
         if grid.comm.size > 1:
@@ -119,30 +120,40 @@ class _AssembledJacobian:
         self.mat.assemble()
 
 
-def _refactor(pc) -> None:
-    """Make ``pc`` factor its (just set) matrix afresh: SNES's preconditioner lag leaves reuse set
-    on the PC and on its subdomain PCs (left there, an adjoint solve would apply the factor of
-    whichever Newton matrix came last). Sets the outer PC up now, so its blocks can be reached."""
+def _refactor(ksp, rhs, scratch) -> None:
+    """Make ``ksp``'s preconditioner factor its (just set) matrix afresh.
+
+    SNES's preconditioner lag leaves reuse set on the PC and on block Jacobi's inner KSP. PETSc's
+    bjacobi hands the outer flag down to its block only in a forward apply (not in a transposed
+    one), so one forward apply here refactors the block; without it an adjoint solve applied the
+    factor of whichever Newton matrix came last (impure, caught by the tests).
+    """
+    pc = ksp.getPC()
     pc.setReusePreconditioner(False)
-    pc.setUp()
-    if pc.getType() == "asm":
-        for sub in pc.getASMSubKSP():
-            sub.getPC().setReusePreconditioner(False)
+    ksp.setUp()
+    pc.apply(rhs, scratch)
 
 
-def _csr(mask: np.ndarray, cols: np.ndarray, n: int):
-    """CSR (row pointers, columns sorted per row) of the entries ``mask`` selects from the (n, 6)
-    table ``cols``, and each selected entry's position in the CSR value array (-1 elsewhere)."""
+def _csr(cols: np.ndarray, selected: np.ndarray, shift: int, table: np.ndarray):
+    """CSR of the entries ``selected`` picks from the (n, 6) column table ``cols`` (columns less
+    ``shift``, sorted per row), its values ``table[row component, entry kind]``, and each entry's
+    position in the value array (n, 6; meaningless where not selected). Row-wise sorts of int64
+    keys col * 8 + kind, so the transients stay a few state-sizes."""
     PETSc = petsc()
-    r, e = np.nonzero(mask)
-    c = cols[r, e]
-    order = np.lexsort((c, r))
-    r, e, c = r[order], e[order], c[order]
+    n = cols.shape[0]
+    unused = np.iinfo(np.int64).max
+    key = np.where(selected, (cols.astype(np.int64) - shift) * 8 + np.arange(6), unused)
+    key.sort(axis=1)
+    valid = key != unused
     ptr = np.zeros(n + 1, dtype=PETSc.IntType)
-    np.cumsum(np.bincount(r, minlength=n), out=ptr[1:])
-    pos = np.full(mask.shape, -1, dtype=np.int64)
-    pos[r, e] = np.arange(len(r))
-    return ptr, c.astype(PETSc.IntType), pos
+    np.cumsum(valid.sum(axis=1), out=ptr[1:])
+    kind = (key & 7).astype(np.int8)  # 7 in the unused slots
+    col = (key[valid] >> 3).astype(PETSc.IntType)
+    del key
+    values = table[(np.arange(n) % 2)[:, None], kind][valid].astype(PETSc.ScalarType)
+    pos = np.zeros((n, 8), dtype=np.int32)
+    np.put_along_axis(pos, kind.astype(np.intp), ptr[:-1, None] + np.arange(6, dtype=np.int32), axis=1)
+    return ptr, col, values, pos[:, :6]
 
 
 class GrayScottModel(ComponentSnapshots, Stepper):
@@ -158,7 +169,6 @@ class GrayScottModel(ComponentSnapshots, Stepper):
     snes_atol = 1e-13
     newton_ksp_rtol = 1e-5
     ksp_rtol = 1e-12
-    gmres_restart = 30
     lag_preconditioner = 100
 
     def __init__(self, comm, grid=(64, 64), n_steps: int = 50, dt: float = 1.0, feed: float = 0.04,
@@ -195,7 +205,7 @@ class GrayScottModel(ComponentSnapshots, Stepper):
 
     # -- PETSc solvers -----------------------------------------------------------------------
     def _make_snes(self):
-        """Newton (newtonls) with GMRES + block Jacobi/ILU(0) on the assembled Jacobian."""
+        """Newton (newtonls) with BiCGStab + block Jacobi/ILU(0) on the assembled Jacobian."""
         PETSc = petsc()
         snes = PETSc.SNES().create(comm=self.comm)
         snes.setType("newtonls")
@@ -203,11 +213,8 @@ class GrayScottModel(ComponentSnapshots, Stepper):
         snes.setJacobian(self._jacobian, self._jac.mat, self._jac.mat)
         snes.setTolerances(rtol=self.snes_rtol, atol=self.snes_atol, stol=1e-300, max_it=50)
         ksp = snes.getKSP()
-        ksp.setType("gmres")
-        ksp.setGMRESRestart(self.gmres_restart)
-        pc = ksp.getPC()
-        pc.setType("asm")  # with no overlap: block Jacobi (one ILU(0) block per rank), whose blocks
-        pc.setASMOverlap(0)  # petsc4py can reach (getASMSubKSP) to reset their reuse flag
+        ksp.setType("bcgs")
+        ksp.getPC().setType("bjacobi")
         ksp.setTolerances(rtol=self.newton_ksp_rtol, atol=1e-300, max_it=2000)
         snes.setOptionsPrefix("grayscott_")
         options = PETSc.Options()
@@ -266,9 +273,9 @@ class GrayScottModel(ComponentSnapshots, Stepper):
         return self._controls["u0"].copy()
 
     def working_set_states(self) -> float:
-        """9.5 (matrix) + 10 (ILU factor) + 1 (block positions) + 15 (one GMRES space) + 5 (SNES)
-        + 1 (u0) + 2 (transients), the module docstring's count."""
-        return 9.5 + 10.0 + 1.0 + 15.0 + 5.0 + 1.0 + 2.0
+        """17 (held from construction) + 10 (ILU factor) + 7 (BiCGStab) + 4 (newtonls) + 1 (u0)
+        + 2 (transients) = 41, raised to the 44 measured (module docstring)."""
+        return 44.0
 
     # -- the reaction-diffusion right-hand side ------------------------------------------------
     def _parameter_dot(self, w, m):
@@ -281,9 +288,9 @@ class GrayScottModel(ComponentSnapshots, Stepper):
         self._jac.set_state(self, w)
         ksp = self._ksp
         ksp.setOperators(self._jac.mat, self._jac.mat)
-        _refactor(ksp.getPC())
-        ksp.setTolerances(rtol=self.ksp_rtol)
         x = rhs.duplicate()
+        _refactor(ksp, rhs, x)
+        ksp.setTolerances(rtol=self.ksp_rtol)
         try:
             (ksp.solveTranspose if transpose else ksp.solve)(rhs, x)
         finally:

@@ -409,9 +409,7 @@ class Driver:
         u, u_next = self.work.get(action.n0), self.work.get(action.n1)
         with self.telemetry.phase("adjoint", step=action.n0, steps=1):
             lam = self.stepper.adjoint_step(action.n0, u, u_next, self.lam, self.grad)
-            dj = self.stepper.objective_gradient(action.n0, u)
-            if dj is not None:
-                lam.axpy(1.0, dj)
+            self.stepper.add_objective_gradient(action.n0, u, lam)
         self.lam, self.lam_step = lam, action.n0
         self.result.adjoint_steps += 1
         self.work.adjoint_done(action.n0)

@@ -77,6 +77,17 @@ class Stepper(abc.ABC):
     def objective_gradient(self, i: int, u):
         """dJ_i/du_i as a new Vec, or ``None`` when state i does not enter the objective."""
 
+    def add_objective_gradient(self, i: int, u, lam) -> None:
+        """Add dJ_i/du_i into ``lam`` in place (the driver's lambda_i, after the adjoint step).
+
+        The default adds :meth:`objective_gradient`'s Vec. A model whose dJ_i/du_i touches a few
+        points (receivers) overrides it to add just those: no full-size Vec and ``axpy`` per step.
+        Collective; write through ``lam.getArray()`` on every rank (see DESIGN.md's stale norms).
+        """
+        dj = self.objective_gradient(i, u)
+        if dj is not None:
+            lam.axpy(1.0, dj)
+
     # -- adjoint ----------------------------------------------------------------------------
     @abc.abstractmethod
     def adjoint_step(self, i: int, u, u_next, lam_next, grad: Controls):

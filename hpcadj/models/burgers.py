@@ -68,6 +68,7 @@ class BurgersModel(ComponentSnapshots, Stepper):
         # every call, never carried from one to the next, so steps stay pure
         self._stage_vecs = [kernels.new_vec(self.grid) for _ in range(4)]
         self._halo = kernels.Halo(self.grid, slots=4)
+        self._pool = kernels.VecPool(self.grid)
         self._controls = None
         self.nu = float(nu)
         self.dt = float(dt) if dt is not None else self.stable_dt(cfl)
@@ -143,7 +144,7 @@ class BurgersModel(ComponentSnapshots, Stepper):
 
     # -- forward -----------------------------------------------------------------------------
     def step(self, i, u):
-        out = kernels.new_vec(self.grid)
+        out = self._pool.new_vec()
         self._stages(u, out)
         return out
 
@@ -163,7 +164,7 @@ class BurgersModel(ComponentSnapshots, Stepper):
         dt, nu, ih = self.dt, self.nu, self._ih
         (W0, F0), (W1, F1), (W2, F2) = self._stages(u)
         bv, cv = self._stage_vecs[2], self._stage_vecs[3]
-        out = kernels.new_vec(self.grid)
+        out = self._pool.new_vec()
         lam = self._block(out, readonly=False)
         g2 = kern.adjoint_stage(W2, F2, self._block(lam_next), self._halo.faces(lam_next, 3), 3, nu, dt, ih,
                                 self._block(bv, readonly=False), lam)
@@ -186,7 +187,7 @@ class BurgersModel(ComponentSnapshots, Stepper):
         dnu = scalar_value(self.comm, dcontrols["nu"])
         (W0, F0), (W1, F1), (W2, F2) = self._stages(u)
         d1v, d2v = self._stage_vecs[2], self._stage_vecs[3]
-        out = kernels.new_vec(self.grid)
+        out = self._pool.new_vec()
         D0 = self._block(du)
         kern.tangent_stage(W0, F0, D0, self._halo.faces(du, 3), D0, 0.0, 1.0, True, nu, dnu, dt, ih,
                            self._block(d1v, readonly=False))

@@ -102,6 +102,7 @@ class WaveModel(Stepper):
         self._s = kernels.readonly((0.5 * self.dt * sigma).reshape(self._shape3))
         self._ih2 = tuple([1.0] * (3 - self.dim) + [1.0 / h ** 2 for h in self.h])
         self._halo = kernels.Halo(self.grid, slots=2)
+        self._pool = kernels.VecPool(self.grid)
         self._field_halo = kernels.Halo(self.field)
         self.source = tuple(self._axis_index(axis, frac) for axis, frac in enumerate(self._source_position()))
         self._source_local = self._locate(self.source)
@@ -269,13 +270,13 @@ class WaveModel(Stepper):
         return self._faces3(self._halo.faces(vec, slot))
 
     def step(self, i, u):
-        out = kernels.new_vec(self.grid)
+        out = self._pool.new_vec()
         kern.step(self._block(u), self._state_faces(u), self._s, self._c2, self._ih2, self._has_z,
                   self.dt ** 2, self._source3, self._source_value(i), self._block(out, readonly=False))
         return out
 
     def _residuals(self, i, u):
-        w = self.grid.owned(u)
+        w = self.grid.owned_view(u)
         return [(k, loc, w[loc][1] - self.observed[i, k]) for k, loc in self._receivers_local]
 
     def objective(self, i, u):
@@ -289,9 +290,15 @@ class WaveModel(Stepper):
             block[loc][1] += r
         return g
 
+    def add_objective_gradient(self, i, u, lam):
+        """The receivers' residuals added into lambda_i's current field: a few points, not a Vec."""
+        block = self.grid.owned(lam)  # every rank: bumps lam's state everywhere
+        for _k, loc, r in self._residuals(i, u):
+            block[loc][1] += r
+
     # -- adjoint -----------------------------------------------------------------------------
     def adjoint_step(self, i, u, u_next, lam_next, grad):
-        out = kernels.new_vec(self.grid)
+        out = self._pool.new_vec()
         g = self.field.owned(grad["c"]).reshape(self._shape3)
         kern.adjoint_step(self._block(lam_next), self._state_faces(lam_next, 1), self._block(u),
                           self._state_faces(u, 0), self._s, self._c, self._ca, self._ca_faces, self._ih2,
@@ -306,7 +313,7 @@ class WaveModel(Stepper):
         return dcontrols["u0"].copy()
 
     def tangent_step(self, i, u, u_next, du, dcontrols):
-        out = kernels.new_vec(self.grid)
+        out = self._pool.new_vec()
         dc = dcontrols["c"].getArray(readonly=True).reshape(self._shape3)
         kern.tangent_step(self._block(du), self._state_faces(du, 1), self._block(u), self._state_faces(u, 0),
                           self._s, self._c, self._c2, dc, self._ih2, self._has_z, self.dt ** 2,

@@ -67,3 +67,22 @@ def test_observed_traces_from_file(comm, shared_tmp):
     assert evaluate_objective(from_file, controls) == evaluate_objective(reference, controls)
     with pytest.raises(ValueError, match="shape"):
         WaveModel(comm, (14, 12), n_steps=24, observed=f"{shared_tmp}/short.h5")
+
+
+def test_sparse_objective_gradient_adds_what_the_full_vec_adds(comm):
+    """add_objective_gradient (receivers only) gives bitwise what lam + objective_gradient gives,
+    at a step whose residuals are nonzero somewhere."""
+    model = build2(comm)
+    controls = model.default_controls()
+    model.set_controls(controls)
+    u = model.initial_state()
+    for i in range(12):
+        u = model.step(i, u)
+    assert comm.allreduce(sum(abs(r) for _k, _loc, r in model._residuals(12, u))) > 0
+    lam = u.copy()
+    lam.scale(0.37)
+    full = lam.copy()
+    full.axpy(1.0, model.objective_gradient(12, u))
+    model.add_objective_gradient(12, u, lam)
+    assert np.array_equal(lam.getArray(readonly=True), full.getArray(readonly=True))
+    assert lam.norm() == full.norm()

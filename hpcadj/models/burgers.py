@@ -198,6 +198,14 @@ class BurgersModel(ComponentSnapshots, Stepper):
         return out
 
     # -- snapshots ---------------------------------------------------------------------------
+    def restore(self, snapshot):
+        """A state from a snapshot, in a pooled buffer (no fresh Vec's page faults per restore)."""
+        vec = self._pool.new_vec()
+        w = self.grid.owned(vec)
+        for k, name in enumerate(self.SNAPSHOT_FIELDS):
+            w[..., k] = snapshot[name]
+        return vec
+
     def control_layout(self):
         return {"u0": self.grid.layout(), "nu": scalar_layout(self.comm)}
 

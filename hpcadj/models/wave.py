@@ -100,6 +100,7 @@ class WaveModel(Stepper):
         self._has_z = self.dim == 3
         self._shape3 = (1,) * (3 - self.dim) + self.field.shape
         self._s = kernels.readonly((0.5 * self.dt * sigma).reshape(self._shape3))
+        self._a = kernels.readonly(1.0 / (1.0 + self._s))  # the adjoint's a, no division per point
         self._ih2 = tuple([1.0] * (3 - self.dim) + [1.0 / h ** 2 for h in self.h])
         self._halo = kernels.Halo(self.grid, slots=2)
         self._pool = kernels.VecPool(self.grid)
@@ -308,7 +309,7 @@ class WaveModel(Stepper):
         out = self._pool.new_vec()
         g = self.field.owned(grad["c"]).reshape(self._shape3)
         kern.adjoint_step(self._block(lam_next), self._state_faces(lam_next, 1), self._block(u),
-                          self._state_faces(u, 0), self._s, self._c, self._ca, self._ca_faces, self._ih2,
+                          self._state_faces(u, 0), self._s, self._a, self._c, self._ca, self._ca_faces, self._ih2,
                           self._has_z, self.dt ** 2, g, self._block(out, readonly=False))
         return out
 

@@ -1,7 +1,8 @@
 """Fused leapfrog kernels of the wave model: step, adjoint step, tangent step (numba, no fastmath).
 
 Blocks are 3-D in natural order (nz, ny, nx[, 2]); a 2-D model passes nz = 1 and ``has_z`` False.
-The state is the pair (u^{i-1}, u^i) interleaved as the last axis. ``F*`` are the six halo faces
+The state is the pair (u^{i-1}, u^i) interleaved as the last axis. ``A`` is a = 1/(1+s), computed
+once by the model (the same double the step computes), so the adjoint makes no division. ``F*`` are the six halo faces
 (zlo, zhi, ylo, yhi, xlo, xhi) of a field, ``s`` = sigma dt / 2 (so a = 1/(1+s), b = 1-s), ``ih2`` the
 inverse squared spacings (z, y, x). Each point reads its star neighbours only, the same way on any
 decomposition, so the states are bitwise rank-invariant.
@@ -79,7 +80,7 @@ def step(U, FU, s, c2, ih2, has_z, dt2, src, fval, out):
 
 
 @njit(cache=True)
-def adjoint_step(L, FL, U, FU, s, c, ca, FC, ih2, has_z, dt2, grad, out):
+def adjoint_step(L, FL, U, FU, s, A, c, ca, FC, ih2, has_z, dt2, grad, out):
     """Transpose of :func:`step` applied to lam = (lam_prev', mu'), and dJ/dc added into ``grad``.
 
     With mu = a lam_cur': out = (-b mu, lam_prev' + 2 mu + dt^2 L(c^2 a lam_cur')),
@@ -109,6 +110,7 @@ def adjoint_step(L, FL, U, FU, s, c, ca, FC, ih2, has_z, dt2, grad, out):
                 qbuf[i + 1] = crow[i] * lrow[i, 1]
                 ubuf[i + 1] = urow[i, 1]
             srow = s[k, j]
+            arow = A[k, j]
             vrow = c[k, j]
             grow = grad[k, j]
             orow = out[k, j]
@@ -119,7 +121,7 @@ def adjoint_step(L, FL, U, FU, s, c, ca, FC, ih2, has_z, dt2, grad, out):
                 uc = ubuf[i + 1]
                 lapu = _lap(uc, uzm[i, 1], uzp[i, 1], uym[i, 1], uyp[i, 1], ubuf[i], ubuf[i + 2],
                             ihz2, ihy2, ihx2, has_z)
-                a = 1.0 / (1.0 + srow[i])
+                a = arow[i]
                 b = 1.0 - srow[i]
                 mu = a * lrow[i, 1]
                 orow[i, 0] = -b * mu

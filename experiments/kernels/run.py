@@ -28,8 +28,8 @@ ROOT = HERE.parent.parent
 MIN_BYTES = {
     # step: read (u_prev, u) 16, s 8, c^2 8; write the new pair 16
     ("wave", "step"): 48,
-    # adjoint: read lam 16, u 16, s 8, c 8, c^2 a 8; read+write dJ/dc 16; write lam_i 16
-    ("wave", "adjoint"): 88,
+    # adjoint: read lam 16, u 16, s 8, a = 1/(1+s) 8, c 8, c^2 a 8; read+write dJ/dc 16; write lam_i 16
+    ("wave", "adjoint"): 96,
     # tangent: read du 16, u 16, s 8, c 8, c^2 8, dc 8; write 16
     ("wave", "tangent"): 80,
     # three stages: (w -> w1) 32, (w, w1 -> w2) 48, (w, w2 -> w3) 48

@@ -208,7 +208,7 @@ NOT_RUN: list[tuple[str, str]] = [
     (r"hpcadj run --model reaction", "test_plugin_model_recipe below declares the entry point and runs it"),
     (r"make soak|\.venv/bin/python experiments/soak/durable_forward\.py",
      "the soak takes minutes; tests/test_soak_small.py runs its --quick version"),
-    (r"(\.venv/bin/)?python experiments/\w+/run\.py", STUDY),
+    (r"(\.venv/bin/)?python experiments/\w+/(run|plan_choice)\.py", STUDY),
     (r"make experiments|make experiment-levels EXPERIMENTS_OUT= EXPERIMENT_FLAGS=", STUDY),
     (r"mpirun -n 1", FRAGMENT),
     (r"(mpirun -n 2 )?hpcadj run --json", "names what a study's script launches: " + FRAGMENT),

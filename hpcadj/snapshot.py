@@ -7,6 +7,7 @@ says where that block sits in the field's global, natural-ordered array (C order
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,12 +44,35 @@ class FieldLayout:
 SnapshotLayout = dict[str, FieldLayout]
 
 
+#: arrays at least this large are mapped on their own (see :func:`mapped_empty`)
+MAPPED_MIN_BYTES = 128 * 1024
+
+
+def mapped_empty(shape, dtype) -> np.ndarray:
+    """An uninitialised C-order array in its own anonymous memory mapping (small ones: ``np.empty``).
+
+    Checkpoint copies live long, while the solver allocates and frees states around them every
+    step. Allocated from the heap, they left the freed states' memory in holes between them that the
+    process never gave back once MPI and PETSc had started (wave 64^3 on one rank, 120 RAM slots:
+    peak RSS 5.5 MiB per 4 MiB slot). In a mapping of their own, they are returned whole on free.
+    """
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes < MAPPED_MIN_BYTES:
+        return np.empty(shape, dtype)
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype).reshape(shape)
+
+
 def copy_snapshot(snapshot: Snapshot, spare: Snapshot | None = None) -> Snapshot:
     """C-order copies of ``snapshot``, written into ``spare``'s arrays (memory already paged in)
-    when it has the same fields, shapes and dtypes, else freshly allocated."""
+    when it has the same fields, shapes and dtypes, else freshly allocated (:func:`mapped_empty`)."""
     if spare is None or spare.keys() != snapshot.keys() or any(
             spare[k].shape != v.shape or spare[k].dtype != v.dtype for k, v in snapshot.items()):
-        return {k: np.array(v, order="C", copy=True) for k, v in snapshot.items()}
+        copies = {}
+        for k, v in snapshot.items():
+            copies[k] = mapped_empty(v.shape, v.dtype)
+            np.copyto(copies[k], v)
+        return copies
     for k, v in snapshot.items():
         spare[k].flags.writeable = True
         np.copyto(spare[k], v)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 
@@ -123,16 +124,30 @@ def load_energy_model(args):
         raise CliError(f"--energy-model {args.energy_model}: {exc}") from None
 
 
+def memory_baseline(args, comm) -> int | None:
+    """The resident set the model's predicted working set adds to: under a memory budget, after a
+    warm-up gradient of the same model on a tiny grid (JIT code, solver set-up); else as it is now."""
+    import copy
+
+    from ..adjoint.memory import budget_from_environment, process_rss_bytes
+    from ..adjoint.session import warmed_baseline
+
+    if args.memory is None and budget_from_environment(os.environ) is None:
+        return process_rss_bytes()
+    small = copy.copy(args)
+    small.grid = "x".join(["8"] * (args.grid.count("x") + 1)) if args.grid else None
+    small.steps = 2
+    return warmed_baseline(lambda: build_model(small, comm))
+
+
 def main(args) -> int:
     from ..adjoint.session import ConfigError, check_configuration
 
     stop = StopFlag()
     stop.install()  # from the start: a SIGUSR1 during set-up must not kill the run either
     comm = world(args)
-    from ..adjoint.memory import process_rss_bytes
-
-    args.memory_baseline = process_rss_bytes()  # before the model exists: its working set is predicted
     try:
+        args.memory_baseline = memory_baseline(args, comm)  # before the model: its working set is predicted
         options, resumable = checkpointing(args), restart(args)
         check_configuration(comm, options, resumable, args.gradient_out)
         energy_model = load_energy_model(args)

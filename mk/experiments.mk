@@ -3,7 +3,7 @@
 # 10-15 minutes on a 2-core VM) and writes the CSV/PNG into $(EXPERIMENTS_OUT) so the committed,
 # full-size results in experiments/<study>/ stay untouched; `make experiment-<study>
 # EXPERIMENTS_OUT=` (empty) reruns one study at full size in place.
-EXPERIMENTS := overhead memory_time recompute_vs_store levels scaling vs_petsc energy_plan
+EXPERIMENTS := overhead memory_time memory_wall recompute_vs_store levels scaling vs_petsc energy_plan
 EXPERIMENTS_OUT ?= build/experiments
 EXPERIMENT_FLAGS ?= --quick
 EXP_PY ?= .venv/bin/python

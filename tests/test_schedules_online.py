@@ -48,3 +48,47 @@ def test_finish_before_any_step_and_no_slot_are_errors():
         OnlineSchedule([2]).finish()
     with pytest.raises(ScheduleError, match="at least one slot"):
         OnlineSchedule([0])
+
+
+# --- OnlineBinomial: the greedy one-level planner (online_binomial.py) ---
+
+from hpcadj.checkpoint.schedules.online_binomial import OnlineBinomial, reverse_cost  # noqa: E402
+
+
+@pytest.mark.parametrize("s", range(1, 15))
+def test_binomial_online_is_optimal_up_to_beta_s_2(s):
+    for n in range(1, math.comb(s + 2, 2) + 2):
+        result = simulate_online(OnlineBinomial([s]), n)
+        assert result.peak[0] <= s
+        assert result.forward_steps == offline_minimum(n, s), (n, s)
+
+
+@pytest.mark.parametrize("s", [2, 3, 5, 8, 12])
+def test_binomial_online_beyond_the_optimal_range_is_valid_and_close(s):
+    worst = 1.0
+    for n in range(math.comb(s + 2, 2) + 2, math.comb(s + 3, 3) + 2):
+        plan = OnlineBinomial([s])
+        result = simulate_online(plan, n)
+        assert result.forward_steps == reverse_cost(plan.stored, n, s)
+        assert offline_minimum(n, s) <= result.forward_steps <= n + (n - 1) * (n - 2) // 2 + 1
+        worst = max(worst, result.forward_steps / offline_minimum(n, s))
+    assert worst <= 1.07, worst
+
+
+@pytest.mark.parametrize("n, s, ratio", [(1000, 20, 1.0), (10**4, 50, 1.0), (10**4, 10, 1.003)])
+def test_binomial_online_at_realistic_sizes(n, s, ratio):
+    result = simulate_online(OnlineBinomial([s]), n)
+    assert result.forward_steps <= ratio * offline_minimum(n, s)
+    assert result.forward_steps < simulate_online(OnlineSchedule([s]), n).forward_steps or n <= s + 1
+
+
+def test_binomial_online_protocol_errors():
+    plan = OnlineBinomial([2])
+    with pytest.raises(ScheduleError, match="before any step"):
+        plan.finish()
+    plan.step()
+    list(plan.finish())
+    with pytest.raises(ScheduleError, match="after finish"):
+        plan.step()
+    with pytest.raises(ScheduleError, match="at least one slot"):
+        OnlineBinomial([0])

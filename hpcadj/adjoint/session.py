@@ -79,6 +79,20 @@ class Checkpointing:
     costs: object = None
     memory: object = None
     memory_baseline: int | None = None
+    compress: str | None = None       # codec spec for every level: none | lossless[:cname] | lossy:TOL
+    compress_ram: str | None = None   # per-level specs override ``compress``
+    compress_disk: str | None = None
+    compress_pfs: str | None = None
+
+    def codecs(self) -> dict:
+        """Level name -> codec of the compressed levels (ConfigError on a bad spec)."""
+        from .compression import level_codecs
+
+        try:
+            return level_codecs(self.compress, {"ram": self.compress_ram, "disk": self.compress_disk,
+                                                "pfs": self.compress_pfs})
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
     @property
     def budgets(self) -> dict:
@@ -95,6 +109,7 @@ class Checkpointing:
             agreed(comm, check_usable_directory, self.local_dir, "--local-dir")
         if self.memory is not None:
             memory_bytes(self.memory, "--memory")
+        self.codecs()
 
     def config(self) -> CheckpointConfig:
         return CheckpointConfig(budgets=self.budgets, local_dir=self.local_dir, pfs_file=self.pfs_file,
@@ -218,6 +233,7 @@ class GradientSession:
         self._config = self.checkpointing.config()
         self.telemetry = None
         self.memory = None  # the MemoryPlan the RAM slots were sized with (see plan())
+        self._probed: dict = {}  # compressed levels' probe (see _compressed_slots)
         baseline = self.checkpointing.memory_baseline
         self._baseline = baseline if baseline is not None else (process_rss_bytes() or 0)
 
@@ -243,6 +259,7 @@ class GradientSession:
             raise ConfigError(str(exc)) from None
         ck = self.checkpointing
         plans, reshaped = self._fit_memory(plans)
+        plans = self._compressed_slots(plans)
         store_all = all(b is None for b in ck.budgets.values()) and not reshaped
         name = ck.schedule or ("store-all" if store_all else "auto")
         profile = load_costs(ck.costs)
@@ -257,6 +274,10 @@ class GradientSession:
             profile.source = "calibrated"
             self.notes.append("no --costs profile given: calibrated step and level costs briefly")
         profile = profile_for(plans, profile)
+        if self._probed:
+            from .compression import adjust_profile
+
+            profile = adjust_profile(profile, plans, self._probed)
         try:
             schedule = make_plan(name, model.n_steps, plans, profile, ck.minimize)
         except ValueError as exc:
@@ -272,6 +293,25 @@ class GradientSession:
                                                   r.durable_interval, predicted, **r.durability_options())
         self.planned = PlannedRun(plans, schedule, profile, summary, predicted + durable_s, durable_s)
         return self.planned
+
+    def _compressed_slots(self, plans):
+        """Probe the compressed levels' slot size and turn their byte budgets into slots."""
+        from .compression import probe, resized_plans
+
+        codecs = {k: v for k, v in self.checkpointing.codecs().items() if any(p.name == k for p in plans)}
+        if codecs and self.restart is not None:
+            raise ConfigError("--compress cannot be combined with --run-dir yet (durable compressed "
+                              "snapshots are not implemented): drop one")
+        try:
+            self._probed = probe(self.model, self.controls, codecs, self.comm)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        for name, info in self._probed.items():
+            if info["codec"].lossy:
+                self.notes.append(f"LOSSY checkpoints on level {name} ({info['codec'].spec}, absolute "
+                                  f"pointwise bound): the gradient is approximate")
+        return resized_plans(plans, self.checkpointing.budgets, self._probed, self.comm,
+                             ram_fixed=self.memory is not None)
 
     def _fit_memory(self, plans):
         """Size the RAM level from the whole-process budget and refuse what this node cannot hold.
@@ -395,8 +435,14 @@ class GradientSession:
 
         self.telemetry = Telemetry(sinks=[self.log] if self.log is not None else [])
         try:
-            self.levels = build_levels(planned.plans, self.model.snapshot_layout(), self.comm, self._config,
-                                       attach=self._attach_kinds())
+            if self._probed:
+                from .compression import build
+
+                self.levels = build(planned.plans, self.model.snapshot_layout(), self.comm, self._config,
+                                    self._probed)
+            else:
+                self.levels = build_levels(planned.plans, self.model.snapshot_layout(), self.comm,
+                                           self._config, attach=self._attach_kinds())
         except Exception as exc:
             if self.log is not None:
                 self.log.abort(str(exc))
@@ -442,6 +488,9 @@ class GradientSession:
                   "levels": [{"name": p.name, "kind": p.kind, "capacity": p.slots} for p in planned.plans],
                   "snapshot_bytes": model.snapshot_bytes(), "budgets": ck.budgets,
                   "async_io": ck.async_io, "resumed": self.resuming}
+        if self._probed:  # compressed levels, and whether the gradient is approximate
+            record["compression"] = {k: v["codec"].spec for k, v in self._probed.items()}
+            record["lossy"] = any(v["codec"].lossy for v in self._probed.values())
         try:
             self.log = open_run_log(self.log_dir, self.comm, record, energy_model=self.energy_model,
                                     overwrite=self.resuming)
@@ -525,6 +574,11 @@ class GradientSession:
         info.update(schedule=planned.schedule.name, minimize=ck.minimize, predicted_s=planned.predicted_s,
                     costs_source=profile.source, levels=level_summary(comm, planned.plans, levels),
                     resumed=self.resuming)
+        if self._probed:
+            from .compression import summary
+
+            info["compression"] = summary(comm, levels)
+            info["lossy"] = any(c["lossy"] for c in info["compression"].values())
         return Outcome("complete", result=result, info=info)
 
     def _report_recovered(self) -> None:
@@ -566,8 +620,11 @@ class GradientSession:
         model = self.model
         layouts = {f"grad_{k}": v for k, v in model.control_layout().items()}
         arrays = {f"grad_{k}": v for k, v in model.control_arrays(result.gradient).items()}
-        write_fields(path, self.comm, layouts, arrays,
-                     attrs={"J": result.J, "model": model.name, "steps": model.n_steps})
+        attrs = {"J": result.J, "model": model.name, "steps": model.n_steps}
+        if self._probed:  # a gradient from compressed (maybe lossy) checkpoints says so
+            attrs["compression"] = ",".join(f"{k}={v['codec'].spec}" for k, v in self._probed.items())
+            attrs["lossy"] = any(v["codec"].lossy for v in self._probed.values())
+        write_fields(path, self.comm, layouts, arrays, attrs=attrs)
 
     def close(self) -> None:
         """Close the levels of a session that was set up but not solved (solve closes them itself)."""

@@ -31,6 +31,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--energy-model", metavar="FILE.toml", default=None,
                    help="override the energy model's constants ($HPCADJ_ENERGY_MODEL)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
+    p.add_argument("--check-compression", action="store_true",
+                   help="also compute one uncompressed (store-all) reference gradient and report the "
+                        "compressed gradient's relative error (compression.gradient_rel_error)")
     r = p.add_argument_group("restart")
     r.add_argument("--run-dir", default=None, metavar="DIR",
                    help="keep a manifest and durable adjoint states here, so the run can be resumed")
@@ -76,6 +79,13 @@ def add_checkpoint_arguments(p, schedules) -> None:
                    help="cost profile from 'hpcadj calibrate' (else a brief calibration when needed)")
     g.add_argument("--minimize", default="time", choices=("time", "energy"),
                    help="what the planner minimises (default: time)")
+    c = p.add_argument_group("compression")
+    c.add_argument("--compress", default=None, metavar="SPEC",
+                   help="compress snapshots on every level: none, lossless[:zstd|lz4|lz4hc|zlib|blosclz|zfp] "
+                        "(bitwise) or lossy:TOL (zfp, absolute pointwise bound TOL)")
+    for name in ("ram", "disk", "pfs"):
+        c.add_argument(f"--compress-{name}", default=None, metavar="SPEC",
+                       help=f"compression of the {name} level only (overrides --compress)")
 
 
 def checkpointing(args):
@@ -85,7 +95,9 @@ def checkpointing(args):
     return Checkpointing(ram=args.ram, disk=args.disk, pfs=args.pfs, local_dir=args.local_dir,
                          pfs_file=args.pfs_file, async_io=args.async_io is not False,
                          keep=args.keep_checkpoints, schedule=args.schedule, minimize=args.minimize,
-                         costs=args.costs, memory=args.memory, memory_baseline=args.memory_baseline)
+                         costs=args.costs, memory=args.memory, memory_baseline=args.memory_baseline,
+                         compress=args.compress, compress_ram=args.compress_ram,
+                         compress_disk=args.compress_disk, compress_pfs=args.compress_pfs)
 
 
 def restart(args):
@@ -181,6 +193,8 @@ def solve(args, comm, model, options, resumable, energy_model, stop) -> int:
         message("error", f"error: {outcome.message}")
         return EXIT_FAILED
     info = outcome.info
+    if getattr(args, "check_compression", False):
+        check_compression(model, session, outcome)
     if comm.rank == 0:
         if args.json:
             print(json.dumps(info))
@@ -189,6 +203,30 @@ def solve(args, comm, model, options, resumable, energy_model, stop) -> int:
                 print(f"hpcadj: {note}")
             print_human(info)
     return 0
+
+
+def check_compression(model, session, outcome) -> None:
+    """The compressed gradient's relative 2-norm error against one uncompressed store-all gradient
+    (per control and over all), into ``info["compression"]``."""
+    import math
+
+    from ..adjoint.verify import compute_gradient
+
+    info = outcome.info
+    if "compression" not in info:
+        raise CliError("--check-compression needs --compress (or --compress-ram/-disk/-pfs)")
+    ref = compute_gradient(model, session.controls)
+    errors, num, den = {}, 0.0, 0.0
+    for name, vec in outcome.result.gradient.items():
+        diff = vec.copy()
+        diff.axpy(-1.0, ref.gradient[name])
+        d, r = diff.norm(), ref.gradient[name].norm()
+        diff.destroy()
+        errors[name] = d / r if r else d
+        num, den = num + d * d, den + r * r
+    info["compression"]["gradient_rel_error"] = math.sqrt(num / den) if den else math.sqrt(num)
+    info["compression"]["gradient_rel_error_per_control"] = errors
+    info["compression"]["reference_J"] = ref.J
 
 
 def print_human(info: dict) -> None:
@@ -214,6 +252,13 @@ def print_human(info: dict) -> None:
               f"{m['baseline'] / 2**20:.1f}, model {m['model'] / 2**20:.1f}, working states "
               f"{m['working states'] / 2**20:.1f}, staging {m['staging'] / 2**20:.1f}, RAM slots "
               f"{m['ram slots'] / 2**20:.1f} MiB; predicted peak {m['peak'] / 2**20:.1f} MiB")
+    for name, c in info.get("compression", {}).items():
+        kind = f"LOSSY (|error| <= {c['tolerance']:g}, measured {c['max_error']:.3g})" if c["lossy"] else "lossless"
+        ratio = f"{c['ratio']:.2f}x" if c["ratio"] else "n/a"
+        print(f"  compression {name:<4} {c['codec']}: {kind}, ratio {ratio}, slot {c['slot_bytes']} B "
+              f"({c['slot_ratio']:.2f}x smaller than raw)")
+    if "gradient_rel_error" in info.get("compression", {}):
+        print(f"  gradient relative error vs uncompressed: {info['compression']['gradient_rel_error']:.3e}")
     phases = ", ".join(f"{k} {v:.3f} s" for k, v in info["phase_s"].items())
     print(f"  phases: {phases}; peak RSS {info['peak_rss_bytes'] / 2**20:.1f} MiB")
 

@@ -17,7 +17,7 @@ def make_level(kind: str, capacity: int, layout: SnapshotLayout, comm=None, *,
                keep: bool = False, run_id: str | None = None, fsync: bool = False,
                name: str | None = None, queue_depth: int = 2, prefetch_depth: int = 1,
                verify: bool = False, collective: str = "auto", attach: bool = False,
-               purge_run_id: str | None = None) -> Level:
+               purge_run_id: str | None = None, codec=None, slot_bytes: int | None = None) -> Level:
     """A ``ram``, ``local`` (node-local files) or ``pfs`` (parallel HDF5 at ``path``) level.
 
     Collective: every rank of ``comm`` must call it (file levels agree on a run id and check their
@@ -31,9 +31,23 @@ def make_level(kind: str, capacity: int, layout: SnapshotLayout, comm=None, *,
     temporary files are removed. The pfs level attaches on any rank count; the local level refuses
     another rank count or layout; ``purge_run_id`` then names the run whose node-local files it
     removes instead (a resume on another rank count must not leave them behind).
+
+    ``codec`` (a :class:`~.codec.Codec` other than ``none``) with ``slot_bytes`` gives a
+    :class:`~.compressed.CompressedLevel`: the level of ``kind`` holds one ``slot_bytes`` uint8 block
+    per rank, the encoded snapshot.
     """
     if comm is not None and hasattr(comm, "tompi4py"):
         comm = comm.tompi4py()
+    if codec is not None and codec.spec != "none":
+        from .compressed import CompressedLevel, slot_layout
+
+        if not slot_bytes or slot_bytes < 1:
+            raise ValueError("a compressed level needs its slot size in bytes")
+        inner = make_level(kind, capacity, slot_layout(slot_bytes, comm), comm, path=path,
+                           local_dir=local_dir, async_io=async_io, keep=keep, run_id=run_id, fsync=fsync,
+                           name=name, queue_depth=queue_depth, prefetch_depth=prefetch_depth,
+                           verify=verify, collective=collective, attach=attach, purge_run_id=purge_run_id)
+        return CompressedLevel(inner, codec, layout, slot_bytes, comm)
     name = name or kind
     if kind == "ram":
         return RamLevel(capacity, layout, name=name, verify=verify)

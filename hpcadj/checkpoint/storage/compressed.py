@@ -1,0 +1,180 @@
+"""Compressed snapshots on any level: each rank's encoded snapshot in one fixed-size uint8 slot.
+
+:class:`CompressedLevel` wraps a level built for :func:`slot_layout` (a single uint8 field ``z``
+whose global shape is the sum of the ranks' slot bytes, this rank's block at its offset), so file
+levels keep their fixed layouts and collective writes. A write encodes the snapshot with a
+:mod:`codec` (CRC-32 of stored bytes and decoded block), frames it and pads it to the slot; a
+snapshot whose encoding does not fit makes :class:`CompressionOverflow` on every rank (agreed
+before the wrapped level is touched, so a collective level never waits on a rank that gave up).
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+
+import numpy as np
+
+from ...snapshot import FieldLayout, Snapshot, SnapshotLayout, mapped_empty
+from .base import Level, LevelError
+from .codec import Codec, CodecError, EncodedBlock, encode_snapshot
+
+#: slot frame: magic, <u8 payload length, <u4 field count; then per field <u2 name length, name, <u8 length
+_FRAME = struct.Struct("<8sQI")
+_FIELD = struct.Struct("<HQ")
+FRAME_MAGIC = b"HPCADJS1"
+FIELD = "z"
+
+
+class CompressionOverflow(LevelError):
+    """A snapshot compressed to more bytes than its planned slot holds (raised on every rank)."""
+
+
+def frame(encoded: dict[str, EncodedBlock]) -> bytes:
+    """The encoded fields as one byte string (field names, then each field's container)."""
+    parts = []
+    for name, enc in encoded.items():
+        key, body = name.encode(), enc.to_bytes()
+        parts += [_FIELD.pack(len(key), len(body)), key, body]
+    payload = b"".join(parts)
+    return _FRAME.pack(FRAME_MAGIC, len(payload), len(encoded)) + payload
+
+
+def unframe(buf) -> dict[str, EncodedBlock]:
+    """Inverse of :func:`frame` (trailing padding ignored); :class:`CodecError` if corrupt."""
+    view = memoryview(buf).cast("B")
+    if len(view) < _FRAME.size:
+        raise CodecError("compressed slot truncated")
+    magic, length, count = _FRAME.unpack_from(view)
+    if magic != FRAME_MAGIC or _FRAME.size + length > len(view):
+        raise CodecError("compressed slot has no valid frame (bad magic or length)")
+    out, pos = {}, _FRAME.size
+    for _ in range(count):
+        klen, blen = _FIELD.unpack_from(view, pos)
+        pos += _FIELD.size
+        name = bytes(view[pos:pos + klen]).decode()
+        pos += klen
+        out[name] = EncodedBlock.from_bytes(view[pos:pos + blen])
+        pos += blen
+    return out
+
+
+def framed_nbytes(snapshot: Snapshot, codec: Codec) -> tuple[int, dict[str, EncodedBlock]]:
+    """Bytes the framed encoding of ``snapshot`` takes, and the encoding."""
+    encoded = encode_snapshot(snapshot, codec)
+    return len(frame(encoded)), encoded
+
+
+def slot_layout(slot_bytes: int, comm=None) -> SnapshotLayout:
+    """The wrapped level's layout: one uint8 field, ``slot_bytes`` per rank at this rank's offset."""
+    rank, size = (comm.rank, comm.size) if comm is not None else (0, 1)
+    return {FIELD: FieldLayout((slot_bytes * size,), (slot_bytes * rank,), (slot_bytes,), "uint8")}
+
+
+class CompressedLevel(Level):
+    """``inner`` (built with :func:`slot_layout`) holding ``codec``-encoded snapshots of ``layout``.
+
+    ``stats`` are the wrapped level's (bytes as stored) plus the codec's seconds in ``write_s`` /
+    ``read_s``; ``raw_bytes`` and ``stored_bytes`` give the ratio, ``max_error`` the largest
+    measured pointwise error (lossy codecs). Collective like the wrapped level: every rank calls
+    every method in the same order.
+    """
+
+    def __init__(self, inner: Level, codec: Codec, layout: SnapshotLayout, slot_bytes: int, comm=None):
+        super().__init__(inner.name, inner.capacity, layout)
+        self.inner, self.codec, self.slot_bytes, self.comm = inner, codec, int(slot_bytes), comm
+        self.kind, self.async_io = inner.kind, inner.async_io
+        self.stats = inner.stats
+        self.raw_bytes = 0
+        self.stored_bytes = 0
+        self.max_error = 0.0
+        self.encode_s = 0.0
+        self.decode_s = 0.0
+
+    @property
+    def keep(self):
+        return getattr(self.inner, "keep", False)
+
+    @keep.setter
+    def keep(self, value):
+        if hasattr(self.inner, "keep"):
+            self.inner.keep = value
+
+    def _agree_fits(self, fits: bool) -> bool:
+        if self.comm is None:
+            return fits
+        from ...stack import mpi
+
+        return bool(self.comm.allreduce(int(fits), op=mpi().MIN))
+
+    def _write(self, step, snapshot, donate=False):
+        t0 = time.perf_counter()
+        encoded = encode_snapshot(snapshot, self.codec)
+        data = frame(encoded)
+        fits = len(data) <= self.slot_bytes
+        if not self._agree_fits(fits):
+            raise CompressionOverflow(
+                f"{self.name}: step {step} compressed ({self.codec.spec}) to "
+                f"{'%d bytes on this rank' % len(data) if not fits else 'more than its slot on another rank'}, "
+                f"more than the planned slot of {self.slot_bytes} bytes: raise the compression margin "
+                f"($HPCADJ_COMPRESS_MARGIN) or use a looser codec")
+        slot = np.zeros(self.slot_bytes, np.uint8)
+        slot[:len(data)] = np.frombuffer(data, np.uint8)
+        dt = time.perf_counter() - t0
+        self.encode_s += dt
+        self.inner._account(write_s=dt)  # under the wrapped level's lock (its I/O thread adds too)
+        self.raw_bytes += sum(a.nbytes for a in snapshot.values())
+        self.stored_bytes += len(data)
+        self.max_error = max(self.max_error, max((e.max_error for e in encoded.values()), default=0.0))
+        self.inner.write(step, {FIELD: slot}, self.times.get(step), donate=True)
+        self.inner.stats.writes -= 1  # counted once, by this wrapper's write()
+
+    def _read(self, step):
+        stored = self.inner.read(step)[FIELD]
+        self.inner.stats.reads -= 1
+        t0 = time.perf_counter()
+        try:
+            encoded = unframe(stored)
+            out = {}
+            base = Codec()
+            for name, enc in encoded.items():
+                out[name] = base.decode(enc, mapped_empty(tuple(enc.shape), np.dtype(enc.dtype)))
+        except CodecError as exc:
+            from .base import CorruptSnapshot
+
+            raise CorruptSnapshot(self.name, step, (), str(exc)) from None
+        if out.keys() != self.layout.keys():
+            from .base import CorruptSnapshot
+
+            raise CorruptSnapshot(self.name, step, (), f"fields {sorted(out)} are not the layout's")
+        dt = time.perf_counter() - t0
+        self.decode_s += dt
+        self.inner._account(read_s=dt)
+        return out
+
+    def _free(self, step):
+        self.inner.free(step)
+
+    def valid_steps(self):
+        return self.inner.valid_steps() & self._held
+
+    def discard(self, step):
+        self.inner.discard(step)
+        self._held.discard(step)
+        self.times.pop(step, None)
+
+    def prefetch(self, step):
+        self.inner.prefetch(step)
+
+    def flush(self):
+        self.inner.flush()
+
+    def close(self):
+        self.inner.close()
+        self._held.clear()
+
+    def summary(self) -> dict:
+        """This rank's compression figures (ratio of raw to stored payload bytes)."""
+        return {"codec": self.codec.spec, "lossy": self.codec.lossy, "tolerance": self.codec.tolerance,
+                "slot_bytes": self.slot_bytes, "raw_bytes": self.raw_bytes, "stored_bytes": self.stored_bytes,
+                "encode_s": self.encode_s, "decode_s": self.decode_s, "max_error": self.max_error}

@@ -209,9 +209,9 @@ NOT_RUN: list[tuple[str, str]] = [
     (r"make soak|\.venv/bin/python experiments/soak/durable_forward\.py",
      "the soak takes minutes; tests/test_soak_small.py runs its --quick version"),
     (r"(\.venv/bin/)?python experiments/\w+/(run|plan_choice)\.py", STUDY),
-    (r"make experiments|make experiment-levels EXPERIMENTS_OUT= EXPERIMENT_FLAGS=", STUDY),
+    (r"make experiments|make experiment-levels EXPERIMENTS_OUT= EXPERIMENT_FLAGS=|make experiment-[a-z-]+", STUDY),
     (r"mpirun -n 1", FRAGMENT),
-    (r"(mpirun -n 2 )?hpcadj run --json", "names what a study's script launches: " + FRAGMENT),
+    (r"(mpirun -n 2 )?hpcadj run --json( --costs)?", "names what a study's script launches: " + FRAGMENT),
     (r"hpcadj analyze --sacct|hpcadj analyze --plot|hpcadj run --ram/--disk/--pfs", FRAGMENT),
 ]
 

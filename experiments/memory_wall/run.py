@@ -84,9 +84,9 @@ def main() -> int:
     nx = [int(x) for x in grid.split("x")]
     snapshot = 2 * 8 * nx[0] * nx[1] * nx[2]                    # wave: u and u_prev
     node = node_memory()
-    n = args.steps or (200 if args.quick else -(-3 * node // snapshot) + 10)
+    n = args.steps or (200 if args.quick else -(-3 * max(node, 24 * GiB) // snapshot) + 10)  # > 72 GiB
     headline_memory = "0.4GiB" if args.quick else "3GiB"
-    curve = ["0.3GiB", "0.4GiB", "0.6GiB"] if args.quick else ["1GiB", "1.5GiB", "2GiB", "3GiB", "5GiB", "8GiB"]
+    curve = ["0.3GiB", "0.4GiB", "0.6GiB"] if args.quick else ["1GiB", "2GiB", "3GiB", "5GiB", "8GiB"]
     disk_per_rank = (n * snapshot // 8 // args.ranks) if args.quick else 6 * GiB
     pfs = (n * snapshot // 8) if args.quick else 12 * GiB
     info = H.machine()

@@ -92,3 +92,32 @@ def test_binomial_online_protocol_errors():
         plan.step()
     with pytest.raises(ScheduleError, match="at least one slot"):
         OnlineBinomial([0])
+
+
+# --- OnlineMultilevel (online_multilevel.py) ---
+
+from hpcadj.checkpoint.schedules import Multilevel, default_costs  # noqa: E402
+from hpcadj.checkpoint.schedules.online_multilevel import OnlineMultilevel, online_multilevel_bound  # noqa: E402
+
+
+@pytest.mark.parametrize("caps", [[1, 0, 0], [0, 0, 2], [1, 1, 1], [2, 3, 5], [3, 0, 4]])
+@pytest.mark.parametrize("priced", [False, True])
+def test_online_multilevel_plans_are_valid_and_within_the_proven_bound(caps, priced):
+    costs = default_costs(3)
+    for n in list(range(1, 60)) + [200, 611]:
+        result = simulate_online(OnlineMultilevel(caps, costs if priced else None), n, costs)
+        assert all(p <= c for p, c in zip(result.peak, caps)), (n, result.peak)
+        one = offline_minimum(n, sum(caps))
+        offline = Multilevel(n, caps, costs).predicted
+        assert result.predicted <= online_multilevel_bound(result.forward_steps, one, costs) * offline + 1e-9
+        assert result.predicted >= offline - 1e-9
+        if not priced and n <= math.comb(sum(caps) + 2, 2) + 1:
+            assert result.forward_steps == one
+
+
+def test_online_multilevel_errors():
+    with pytest.raises(ScheduleError, match="at least one slot"):
+        OnlineMultilevel([0, 0])
+    plan = OnlineMultilevel([1, 1])
+    with pytest.raises(ScheduleError, match="before any step"):
+        plan.finish()

@@ -19,7 +19,9 @@ from ..checkpoint.schedules.actions import (Adjoint, Advance, EndForward, EndRev
                                             Restore, Store, WorkingStates)
 from ..checkpoint.schedules.base import ScheduleError
 from ..checkpoint.schedules.resume import residual_plan
-from ..checkpoint.storage.base import LevelError
+from ..checkpoint.storage.base import LevelError, LevelFault
+from ..checkpoint.storage.survey import survey
+from ..collective import detail, problems
 from ..telemetry import Telemetry
 
 
@@ -211,29 +213,17 @@ class Driver:
         """After a storage fault: keep the snapshots valid on every rank, plan the rest from them."""
         self.faults.append(str(fault))
         self.telemetry.record("fault", t0=time.time(), seconds=0.0, step=self.lam_step,
-                              level=getattr(fault, "level", None))
+                              level=fault.level)
         retained, capacities = {}, []
         top = self.n if self.lam_step is None else self.lam_step
-        for index, level in enumerate(self.levels):
-            write_failed = getattr(fault, "writing", False) and getattr(fault, "level", None) == level.name
-            try:
-                level.flush()
-            except LevelError:
-                write_failed = True
-            valid = sorted(level.valid_steps())
-            common = set(valid)
-            for other in self.comm.allgather(valid):
-                common &= set(other)
-            for step in valid:
-                if step not in common or step >= top:
-                    level.discard(step)
-            for step in common:
-                if step < top:
-                    retained[step] = index
+        failed = {i for i, level in enumerate(self.levels) if fault.writing and fault.level == level.name}
+        survived = survey(self.levels, self.comm, failed=failed, keep=lambda step: step < top)
+        for index, (level, left) in enumerate(zip(self.levels, survived)):
+            for step in left.steps:
+                retained[step] = index
             # a level that failed a write on any rank takes no new snapshots
-            full = self._agree(write_failed)
             occupied = sum(1 for lv in retained.values() if lv == index)
-            capacities.append(occupied if full else min(self.capacities[index], level.capacity))
+            capacities.append(occupied if left.failed else min(self.capacities[index], level.capacity))
         self.capacities = capacities
         self.work = WorkingStates(0, self.stepper.initial_state())
         try:
@@ -292,14 +282,15 @@ class Driver:
         # an unverified RAM level fails alike on every rank or not at all: no agreement on that hot path
         local_only = level.kind == "ram" and not getattr(level, "verify", False)
         if (error is not None if local_only else self._agree(error is not None)):
-            if error is None:
-                reasons = [m for m in self.comm.allgather(None) if m]
-                error = LevelError(f"{level.name}: step {step} failed on another rank: {reasons[0]}")
-            elif not local_only:
-                self.comm.allgather(f"rank {self.comm.rank}: {error}")
-            error.level = level.name
-            error.writing = getattr(error, "writing", False) or phase == "store"
-            raise error
+            message = str(error) if error is not None else None
+            if not local_only:
+                failed = problems(self.comm, None if error is None else message or repr(error))
+                if error is None:
+                    message = f"{level.name}: step {step} failed on another rank: {detail(failed[:1])}"
+            if error is not None and error.step is not None:
+                step = error.step
+            raise LevelFault(level.name, step, message, writing=error is not None and error.writing
+                             or phase == "store") from error
         blocked = level.stats.wait_s - waited
         if blocked > 0:
             self.telemetry.record("io_wait", t0=time.time() - blocked, seconds=blocked, step=step,

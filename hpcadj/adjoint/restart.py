@@ -32,6 +32,7 @@ import zlib
 
 import numpy as np
 
+from ..collective import agree_or_raise
 from ..fieldio import CorruptFile, verify_fields, write_fields
 from ..stack import h5py
 from .driver import RunObserver
@@ -78,9 +79,7 @@ class RunDirectory:
 
     # -- opening ---------------------------------------------------------------------------
     def _agree_error(self, message: str | None) -> None:
-        messages = [m for m in self.comm.allgather(message) if m]
-        if messages:
-            raise RunDirError(messages[0])
+        agree_or_raise(self.comm, message, RunDirError, first=True)
 
     def exists(self) -> bool:
         return os.path.isfile(self.manifest_path)
@@ -319,23 +318,16 @@ class Durability(RunObserver):
     def _durable_snapshots(self) -> dict:
         """Flush the durable levels and list their complete snapshots (the same on every rank)."""
         from ..checkpoint.storage.base import LevelError
-        from ..stack import mpi
+        from ..checkpoint.storage.survey import survey
 
         out = {}
         for level in self.levels:
             if level.kind in DURABLE_KINDS:
-                failure = None
-                try:
-                    level.flush()
-                except LevelError as exc:
-                    failure = exc
-                if self.rundir.comm.allreduce(failure is not None, op=mpi().LOR):
+                left, = survey([level], self.rundir.comm, discard=False)
+                if left.failed:
                     # every rank leaves together; the driver re-plans around the failed level
-                    raise failure or LevelError(f"{level.name}: a write failed on another rank")
-                mine = set(level.valid_steps())
-                for other in self.rundir.comm.allgather(sorted(mine)):
-                    mine &= set(other)
-                out[level.name] = sorted(mine)
+                    raise left.error or LevelError(f"{level.name}: a write failed on another rank")
+                out[level.name] = sorted(left.steps)
         return out
 
     def _record(self, durable: dict) -> None:
@@ -403,20 +395,17 @@ def resume_point(rundir: RunDirectory, model, controls, levels, costs=None):
     (the run starts over with its ordinary plan).
     """
     from ..checkpoint.schedules.resume import Residual
+    from ..checkpoint.storage.survey import survey
     from .driver import ResumePoint
 
     manifest = rundir.manifest
     n = model.n_steps
     generations = [m for m in (manifest, rundir.previous) if m is not None]
+    listed = [{step for m in generations for step in m.get("snapshots", {}).get(level.name, [])}
+              for level in levels]
     valid = {}
-    for index, level in enumerate(levels):
-        listed = set()
-        for m in generations:
-            listed |= set(m.get("snapshots", {}).get(level.name, []))
-        mine = set(level.valid_steps()) & listed
-        for other in rundir.comm.allgather(sorted(mine)):
-            mine &= set(other)
-        for step in mine:
+    for index, left in enumerate(survey(levels, rundir.comm, flush=False, listed=listed, discard=False)):
+        for step in left.steps:
             valid.setdefault(step, index)
     point = _reverse_point(rundir, model, controls, generations, n)
     if point is not None:

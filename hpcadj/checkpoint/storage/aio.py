@@ -28,7 +28,7 @@ Design (the same for node-local files and parallel HDF5):
   pending write of the same step lands first). Time blocked goes to ``stats.wait_s``.
 - A failed write poisons the level until the next ``flush``: queued tasks behind it are skipped
   (writes skipped so are failed too), the next ``write`` raises :class:`LevelError` chained to the
-  original error with ``.step`` (the failing step) and ``.writing = True``, and ``flush`` raises it
+  original error as a :class:`WriteFailed` (``.step``: the failing step; ``.writing``), and ``flush`` raises it
   once, purges the failed steps and un-poisons the level. Completed snapshots stay readable
   (``valid_steps()`` lists them). ``free``, ``discard`` and ``prefetch`` never raise for I/O
   failures, and their queueing never depends on failure state, so on a collective level every rank
@@ -49,8 +49,9 @@ from concurrent.futures import Future
 
 import numpy as np
 
+from ...collective import detail, problems
 from ...snapshot import Snapshot, SnapshotLayout, copy_snapshot, snapshot_nbytes
-from .base import CorruptSnapshot, Level, LevelError
+from .base import CorruptSnapshot, Level, LevelError, WriteFailed
 
 
 class IOThread:
@@ -319,14 +320,13 @@ class AsyncLevel(Level):
         self._worker.stop()
 
     def _write_error(self, failure: BaseException, step: int | None = None) -> LevelError:
-        """The LevelError reporting a failed write: ``.step``, ``.writing = True``, ``.level``."""
+        """The :class:`WriteFailed` reporting a failed write (chained to ``failure``)."""
         if step is None:
-            step = self.failure_step if self.failure_step is not None else getattr(failure, "step", None)
+            step = self.failure_step if self.failure_step is not None else (failure.step if isinstance(failure, LevelError) else None)
         if isinstance(failure, Skipped) and self.failure is not None:
             failure = self.failure
-        exc = LevelError(f"{self.name}: writing step {step} failed on rank {self.rank}: {failure}")
+        exc = WriteFailed(self.name, step, f"{self.name}: writing step {step} failed on rank {self.rank}: {failure}")
         exc.__cause__ = failure
-        exc.step, exc.writing, exc.level = step, True, self.name
         return exc
 
     def _check(self) -> None:
@@ -449,15 +449,15 @@ class AsyncLevel(Level):
         """
         snapshot, exc = outcome
         code = 0 if exc is None else (1 if isinstance(exc, CorruptSnapshot) else 2)
-        mine = (code, "" if exc is None else getattr(exc, "reason", None) or str(exc))
-        states = self.comm.allgather(mine) if self.comm is not None and self.size > 1 else [mine]
-        bad = [r for r, (c, _) in enumerate(states) if c]
-        if not bad:
+        mine = None if exc is None else (code, exc.reason or str(exc))
+        failed = problems(self.comm if self.size > 1 else None, mine)
+        if not failed:
             return snapshot
-        reasons = "; ".join(f"rank {r}: {states[r][1]}" for r in bad)
-        if any(states[r][0] == 1 for r in bad):
+        bad = [r for r, _ in failed]
+        reasons = detail([(r, why) for r, (_, why) in failed])
+        if any(c == 1 for _, (c, _) in failed):
             self._bad.add(step)
-        if all(states[r][0] == 1 for r in bad):
+        if all(c == 1 for _, (c, _) in failed):
             raise CorruptSnapshot(self.name, step, bad, reasons) from exc
         raise LevelError(f"{self.name}: reading step {step} failed ({reasons})") from exc
 

@@ -10,7 +10,37 @@ from ...snapshot import Snapshot, SnapshotLayout
 
 
 class LevelError(RuntimeError):
-    """A level cannot do what was asked (full, missing snapshot, failed checksum, I/O error)."""
+    """A level cannot do what was asked (full, missing snapshot, failed checksum, I/O error).
+
+    The typed subclasses set what a caller re-planning around the failure needs in their
+    constructors: ``level`` (its name), ``step``, ``writing`` (a write failed), ``reason``.
+    """
+
+    level: str | None = None
+    step: int | None = None
+    writing: bool = False
+    reason: str | None = None
+
+
+class LevelFault(LevelError):
+    """An operation of level ``level`` on step ``step`` failed (``writing``: it was a write).
+
+    What the driver raises on every rank when a level operation failed on any of them, and the
+    base of the typed level failures.
+    """
+
+    def __init__(self, level: str, step: int | None, message: str, *, writing: bool = False):
+        self.level = level
+        self.step = None if step is None else int(step)
+        self.writing = bool(writing)
+        super().__init__(message)
+
+
+class WriteFailed(LevelFault):
+    """Writing the snapshot of ``step`` to level ``level`` failed (on this or another rank)."""
+
+    def __init__(self, level: str, step: int | None, message: str):
+        super().__init__(level, step, message, writing=True)
 
 
 class CorruptSnapshot(LevelError):

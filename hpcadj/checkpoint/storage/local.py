@@ -28,6 +28,7 @@ import uuid
 
 import numpy as np
 
+from ...collective import agree_or_raise, allgather
 from ...snapshot import Snapshot, SnapshotLayout
 from .aio import AsyncLevel
 from .base import CorruptSnapshot, LevelError, agree_run_id
@@ -88,32 +89,21 @@ class LocalLevel(AsyncLevel):
         self._nonces: dict[int, str] = {}  # adopted from files of an earlier process (attach)
         self.attach_note: str | None = None
         self.attach_dropped: list[str] = []  # why snapshots found on attach were not taken
-        problem = self._probe()
-        problems = self._gather(problem)
-        failed = [(r, p) for r, p in enumerate(problems) if p]
-        if failed:
-            self._abandon()
-            detail = "; ".join(f"rank {r}: {p}" for r, p in failed)
-            raise LevelError(f"{name}: node-local directory is not usable ({detail}); choose "
-                             f"another with local_dir/--local-dir or $HPCADJ_LOCAL_DIR")
-        problem = self._layout_problem() if attach else None
-        problems = self._gather(problem)
-        failed = [(r, p) for r, p in enumerate(problems) if p]
-        if failed:
-            self._abandon()
-            detail = "; ".join(f"rank {r}: {p}" for r, p in failed)
-            raise LevelError(f"{name}: cannot attach the node-local snapshots of run {self.run_id} "
-                             f"on {self.size} rank(s): {detail}; attach the parallel-HDF5 level "
-                             f"instead (node-local files need the same rank count and layout)")
+        agree_or_raise(self.comm, self._probe(), LevelError,
+                       f"{name}: node-local directory is not usable ({{detail}}); choose another "
+                       f"with local_dir/--local-dir or $HPCADJ_LOCAL_DIR", cleanup=self._abandon)
+        agree_or_raise(self.comm, self._layout_problem() if attach else None, LevelError,
+                       f"{name}: cannot attach the node-local snapshots of run {self.run_id} on "
+                       f"{self.size} rank(s): {{detail}}; attach the parallel-HDF5 level instead "
+                       f"(node-local files need the same rank count and layout)",
+                       cleanup=self._abandon)
+        problem = None
         try:
             self._write_layout(replace=not attach)
         except OSError as exc:
             problem = f"{self.directory}: {exc.strerror or exc}"
-        failed = [(r, p) for r, p in enumerate(self._gather(problem)) if p]
-        if failed:
-            self._abandon()
-            detail = "; ".join(f"rank {r}: {p}" for r, p in failed)
-            raise LevelError(f"{name}: node-local directory is not usable ({detail})")
+        agree_or_raise(self.comm, problem, LevelError,
+                       f"{name}: node-local directory is not usable ({{detail}})", cleanup=self._abandon)
         if attach:
             self._attach()
         elif purge_run_id and purge_run_id != self.run_id:
@@ -156,7 +146,7 @@ class LocalLevel(AsyncLevel):
                                 f"that run {run_id} left on another rank layout")
 
     def _gather(self, value):
-        return self.comm.allgather(value) if self.comm is not None else [value]
+        return allgather(self.comm, value)
 
     def _abandon(self) -> None:
         if self._worker is not None:

@@ -45,7 +45,8 @@ import numpy as np
 from ...snapshot import Snapshot, SnapshotLayout
 from ...stack import h5py, mpi
 from .aio import AsyncLevel
-from .base import CorruptSnapshot, LevelError, agree_run_id
+from ...collective import agree_or_raise
+from .base import CorruptSnapshot, LevelError, WriteFailed, agree_run_id
 from .checksum import ALGORITHM, block_checksum
 
 FORMAT = "hpcadj-checkpoints-1"
@@ -148,15 +149,16 @@ class PfsLevel(AsyncLevel):
             opened.result()
         except Exception as exc:
             problem = f"{type(exc).__name__}: {exc}" if not isinstance(exc, LevelError) else str(exc)
-        problems = self.comm.allgather(problem)
-        failed = [(r, p) for r, p in enumerate(problems) if p]
-        if failed:
-            if self._file is not None:
-                self._submit(self._shutdown, always=True).exception()
-            self._abandon()
-            detail = "; ".join(f"rank {r}: {p}" for r, p in failed)
-            what = "attach" if attach else "create"
-            raise LevelError(f"{name}: cannot {what} the parallel-HDF5 file {self.path} ({detail})")
+        what = "attach" if attach else "create"
+        agree_or_raise(self.comm, problem, LevelError,
+                       f"{name}: cannot {what} the parallel-HDF5 file {self.path} ({{detail}})",
+                       cleanup=self._give_up)
+
+    def _give_up(self) -> None:
+        """Construction failed on some rank: close a file this rank opened, mark the level closed."""
+        if self._file is not None:
+            self._submit(self._shutdown, always=True).exception()
+        self._abandon()
 
     def _abandon(self) -> None:
         """Give up during construction: mark closed."""
@@ -221,8 +223,8 @@ class PfsLevel(AsyncLevel):
             return states
         self._return_slot(slot)
         detail = "; ".join(f"rank {r}: {states[r][1]}" for r in bad)
-        raise LevelError(f"{self.name}: writing step {step} ({stage}) to {self.path} failed on "
-                         f"rank(s) {', '.join(map(str, bad))}: {detail}") from error
+        raise WriteFailed(self.name, step, f"{self.name}: writing step {step} ({stage}) to {self.path} "
+                          f"failed on rank(s) {', '.join(map(str, bad))}: {detail}") from error
 
     def _take_slot(self, step: int) -> int:
         """A free slot for ``step`` (the lowest freed one, else a new one); collective bookkeeping."""

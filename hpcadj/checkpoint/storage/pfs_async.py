@@ -35,8 +35,9 @@ import time as _time
 import numpy as np
 
 from ...snapshot import Snapshot, snapshot_nbytes
+from ...collective import agree_or_raise
 from .aio import IOThread
-from .base import CorruptSnapshot, LevelError
+from .base import CorruptSnapshot, LevelError, WriteFailed
 from .checksum import block_checksum
 from .pfs import PfsLevel
 from .rawio import file_runs, read_runs, write_runs
@@ -59,11 +60,10 @@ class AsyncPfsLevel(PfsLevel):
             self._fd = os.open(self.path, os.O_RDWR)
             problem = None
         except OSError as exc:
-            self._fd, problem = None, f"rank {self.rank}: {exc.strerror}"
-        problems = [p for p in self.comm.allgather(problem) if p]
-        if problems:
-            PfsLevel.close(self)
-            raise LevelError(f"{self.name}: cannot open {self.path} for raw I/O ({'; '.join(problems)})")
+            self._fd, problem = None, f"{exc.strerror}"
+        agree_or_raise(self.comm, problem, LevelError,
+                       f"{self.name}: cannot open {self.path} for raw I/O ({{detail}})",
+                       cleanup=lambda: PfsLevel.close(self))
         self._raw = IOThread(f"hpcadj-io-{self.name}")
 
     # -- where a block lives in the file -------------------------------------------------------
@@ -226,8 +226,8 @@ class AsyncPfsLevel(PfsLevel):
         self._return_slot(slot)
         if self.failure is None:
             detail = "; ".join(f"rank {rank}: {why}" for rank, why in failed)
-            self.failure = LevelError(f"{self.name}: writing step {step} to {self.path} failed ({detail})")
-            self.failure.step = step
+            self.failure = WriteFailed(self.name, step,
+                                       f"{self.name}: writing step {step} to {self.path} failed ({detail})")
             self.failure_step = step
             self._poisoned = True
 

@@ -84,9 +84,11 @@ def test_frame_round_trip():
 MODELS = {"heat": ["--grid", "12x12x12", "--steps", "10"], "wave": ["--grid", "12x12x12", "--steps", "10"],
           "burgers": ["--grid", "24x24", "--steps", "10"], "grayscott": ["--grid", "24x24", "--steps", "5"]}
 MIXES = {"ram": ["--ram", "3", "--compress", "lossless"],
-         "disk": ["--ram", "2", "--disk", "3", "--no-async", "--compress-disk", "lossless:zstd"],
+         "disk": ["--ram", "1", "--disk", "3", "--no-async", "--compress", "lossless",
+                  "--compress-disk", "lossless:zstd"],
          "async": ["--ram", "1", "--disk", "4", "--compress", "lossless"],
-         "pfs": ["--ram", "2", "--pfs", "4", "--no-async", "--compress-pfs", "lossless"],
+         "pfs": ["--ram", "1", "--pfs", "4", "--no-async", "--compress", "lossless:zfp",
+                 "--compress-pfs", "lossless"],
          "three": ["--ram", "1", "--disk", "2", "--pfs", "3", "--compress", "lossless:zfp"]}
 CASES = [(m, x, 1 + i % 3) for i, (m, x) in enumerate((m, x) for m in MODELS for x in MIXES)]
 CASES += [("heat", "three", 2), ("heat", "three", 3), ("wave", "pfs", 3)]

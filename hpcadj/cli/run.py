@@ -149,7 +149,10 @@ def memory_baseline(args, comm) -> int | None:
     small = copy.copy(args)
     small.grid = "x".join(["8"] * (args.grid.count("x") + 1)) if args.grid else None
     small.steps = 2
-    return warmed_baseline(lambda: build_model(small, comm))
+    try:
+        return warmed_baseline(lambda: build_model(small, comm))
+    except (CliError, ValueError):  # options tied to the real grid (e.g. --observations): no warm-up
+        return process_rss_bytes()
 
 
 def main(args) -> int:

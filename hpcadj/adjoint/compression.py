@@ -1,6 +1,8 @@
 """Compressed levels in a run: codecs per level, slot sizes from a probe, costs, levels, report.
 
-The probe encodes u_0 and u_k (k = min(n, PROBE_STEPS)) with each level's codec; a slot holds the
+The probe encodes u_0, u_4 and u_K (K = ``probe_steps``, default :data:`PROBE_STEPS`, at most n)
+with each level's codec (states that spread detail over time, such as wave's, compress worse later:
+probe further in for them); a slot holds the
 largest rank's framed encoding times a margin ($HPCADJ_COMPRESS_MARGIN, default
 :data:`DEFAULT_MARGIN`: 1.15 lossless, 1.5 lossy), never more than the raw snapshot's frame. A byte budget then buys
 ``budget // slot`` slots. Costs: a compressed level's measured write/read seconds are scaled by the
@@ -18,7 +20,7 @@ from ..checkpoint.storage.compressed import CompressedLevel, framed_nbytes
 #: slot bytes = probed compressed bytes x this, per codec kind (later states may compress worse than
 #: the probed ones; a lossy codec's size follows the field's detail far more than a lossless one's)
 DEFAULT_MARGIN = {"lossless": 1.15, "lossy": 1.5}
-#: forward steps the probe advances to find a second, less smooth state
+#: forward steps the probe advances by default to find later, less compressible states
 PROBE_STEPS = 4
 #: the frame's own bytes beyond a raw snapshot's (headers): the slot never needs more
 FRAME_SLACK = 4096
@@ -55,7 +57,7 @@ def margin(codec) -> float:
     return value
 
 
-def probe(model, controls, codecs: dict, comm) -> dict:
+def probe(model, controls, codecs: dict, comm, probe_steps: int | None = None) -> dict:
     """Per compressed level: slot bytes (same on every rank), probed ratio, encode/decode seconds."""
     from ..stack import mpi, petsc
 
@@ -65,12 +67,13 @@ def probe(model, controls, codecs: dict, comm) -> dict:
     model.set_controls(controls)
     u = model.initial_state()
     states = [model.snapshot(u)]
-    k = min(model.n_steps, PROBE_STEPS)
+    last = min(model.n_steps, max(PROBE_STEPS, probe_steps or PROBE_STEPS))
+    keep = {min(model.n_steps, PROBE_STEPS), last}
     v = u
-    for i in range(k):
-        w = model.step(i, v)
-        v = w
-    states.append(model.snapshot(v))
+    for i in range(last):
+        v = model.step(i, v)
+        if i + 1 in keep:
+            states.append({k: a.copy() for k, a in model.snapshot(v).items()})
     raw_frame = max(framed_nbytes(s, Codec())[0] for s in states)
     raw = sum(a.nbytes for a in states[0].values())
     out = {}
@@ -170,6 +173,8 @@ def summary(comm, levels) -> dict:
                            "slot_ratio": comm.allreduce(sum(f.local_nbytes for f in level.layout.values()),
                                                         op=MPI.MAX) / s["slot_bytes"],
                            "max_error": comm.allreduce(s["max_error"], op=MPI.MAX),
+                           "overflows": s["overflows"],
+                           "largest_bytes": comm.allreduce(s["largest_bytes"], op=MPI.MAX),
                            "encode_s": comm.allreduce(s["encode_s"], op=MPI.MAX),
                            "decode_s": comm.allreduce(s["decode_s"], op=MPI.MAX)}
     return out

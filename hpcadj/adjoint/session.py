@@ -83,6 +83,7 @@ class Checkpointing:
     compress_ram: str | None = None   # per-level specs override ``compress``
     compress_disk: str | None = None
     compress_pfs: str | None = None
+    compress_probe_steps: int | None = None  # the compression probe's last state (default 4)
 
     def codecs(self) -> dict:
         """Level name -> codec of the compressed levels (ConfigError on a bad spec)."""
@@ -303,7 +304,8 @@ class GradientSession:
             raise ConfigError("--compress cannot be combined with --run-dir yet (durable compressed "
                               "snapshots are not implemented): drop one")
         try:
-            self._probed = probe(self.model, self.controls, codecs, self.comm)
+            self._probed = probe(self.model, self.controls, codecs, self.comm,
+                                 self.checkpointing.compress_probe_steps)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         for name, info in self._probed.items():

@@ -26,6 +26,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--memory", default=None, metavar="BYTES",
                    help="refuse to measure unless the model and one RAM slot fit this whole-process "
                         "budget per rank (as hpcadj run --memory)")
+    p.add_argument("--compress", default=None, metavar="SPEC",
+                   help="also time this codec (none, lossless[:cname], lossy:TOL) on the model's probed "
+                        "states: encode/decode seconds and slot bytes per snapshot (hpcadj run --compress "
+                        "measures them itself and adds them to the level costs; the profile stays raw)")
     p.add_argument("--json", action="store_true", help="print the profile as one JSON object")
     p.set_defaults(func=main)
 
@@ -44,11 +48,14 @@ def main(args) -> int:
     comm = world(args)
     baseline = process_rss_bytes()
     model = build_model(args, comm)
-    options = Checkpointing(local_dir=args.local_dir, pfs_file=args.pfs_file, async_io=args.async_io)
+    options = Checkpointing(local_dir=args.local_dir, pfs_file=args.pfs_file, async_io=args.async_io,
+                            compress=args.compress)
     try:
+        codecs = options.codecs()
         if args.memory is not None:  # the run this profile is for must fit, or measuring is moot
             GradientSession(model, Checkpointing(memory=args.memory, memory_baseline=baseline)).plan()
         profile = measure_costs(model, options, repeats=args.repeats)
+        codec = codec_costs(model, codecs, comm)
     except ConfigError as exc:  # an unusable --local-dir / --pfs-file
         raise CliError(str(exc)) from None
     except SolverError as exc:
@@ -57,16 +64,31 @@ def main(args) -> int:
         if args.out:
             save_profile(profile, args.out)
         if args.json:
-            print(json.dumps(profile.to_dict()))
+            print(json.dumps({**profile.to_dict(), **({"compression": codec} if codec else {})}))
         else:
             print(f"hpcadj calibrate: {model.name} {model.describe().get('grid', '')}, {comm.size} rank(s)")
             print(f"  forward step {profile.forward_s * 1e3:.3f} ms, adjoint step {profile.adjoint_s * 1e3:.3f} ms")
             for lv in profile.levels:
                 print(f"  {lv.name:<4}: write {lv.write_s * 1e3:.3f} ms, read {lv.read_s * 1e3:.3f} ms per "
                       f"snapshot, async hides {lv.overlap:.0%} of a write")
+            if codec:
+                print(f"  codec {codec['codec']}: encode {codec['encode_s'] * 1e3:.3f} ms, decode "
+                      f"{codec['decode_s'] * 1e3:.3f} ms per snapshot, slot {codec['slot_bytes']} B of "
+                      f"{codec['raw_bytes']} raw ({codec['raw_bytes'] / codec['slot_bytes']:.2f}x)")
             if args.out:
                 print(f"  profile written to {args.out}")
     return 0
+
+
+def codec_costs(model, codecs: dict, comm) -> dict:
+    """The --compress codec's seconds per snapshot and slot size on the model's probed states."""
+    from ..adjoint.compression import probe
+
+    if not codecs:
+        return {}
+    info = probe(model, model.default_controls(), {"ram": codecs["ram"]}, comm)["ram"]
+    return {"codec": info["codec"].spec, "encode_s": info["encode_s"], "decode_s": info["decode_s"],
+            "slot_bytes": info["slot_bytes"], "probed_bytes": info["probed_bytes"], "raw_bytes": info["raw_bytes"]}
 
 
 def save_profile(profile, path: str) -> None:

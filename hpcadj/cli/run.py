@@ -86,6 +86,9 @@ def add_checkpoint_arguments(p, schedules) -> None:
     for name in ("ram", "disk", "pfs"):
         c.add_argument(f"--compress-{name}", default=None, metavar="SPEC",
                        help=f"compression of the {name} level only (overrides --compress)")
+    c.add_argument("--compress-probe", type=int, default=None, metavar="K",
+                   help="size compressed slots from u_0, u_4 and u_K (default K=4; states that gain "
+                        "detail over time, like wave's, need a K further into the run)")
 
 
 def checkpointing(args):
@@ -97,7 +100,8 @@ def checkpointing(args):
                          keep=args.keep_checkpoints, schedule=args.schedule, minimize=args.minimize,
                          costs=args.costs, memory=args.memory, memory_baseline=args.memory_baseline,
                          compress=args.compress, compress_ram=args.compress_ram,
-                         compress_disk=args.compress_disk, compress_pfs=args.compress_pfs)
+                         compress_disk=args.compress_disk, compress_pfs=args.compress_pfs,
+                         compress_probe_steps=args.compress_probe)
 
 
 def restart(args):
@@ -260,6 +264,10 @@ def print_human(info: dict) -> None:
         ratio = f"{c['ratio']:.2f}x" if c["ratio"] else "n/a"
         print(f"  compression {name:<4} {c['codec']}: {kind}, ratio {ratio}, slot {c['slot_bytes']} B "
               f"({c['slot_ratio']:.2f}x smaller than raw)")
+        if c["overflows"]:
+            print(f"  compression {name:<4}: {c['overflows']} snapshot(s) compressed to more than the slot "
+                  f"(largest {c['largest_bytes']} B): the planner re-planned around them; raise --compress-probe "
+                  f"or $HPCADJ_COMPRESS_MARGIN")
     if "gradient_rel_error" in info.get("compression", {}):
         print(f"  gradient relative error vs uncompressed: {info['compression']['gradient_rel_error']:.3e}")
     phases = ", ".join(f"{k} {v:.3f} s" for k, v in info["phase_s"].items())

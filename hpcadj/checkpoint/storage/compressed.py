@@ -90,6 +90,8 @@ class CompressedLevel(Level):
         self.max_error = 0.0
         self.encode_s = 0.0
         self.decode_s = 0.0
+        self.overflows = 0
+        self.largest = 0
 
     @property
     def keep(self):
@@ -112,7 +114,9 @@ class CompressedLevel(Level):
         encoded = encode_snapshot(snapshot, self.codec)
         data = frame(encoded)
         fits = len(data) <= self.slot_bytes
+        self.largest = max(self.largest, len(data))
         if not self._agree_fits(fits):
+            self.overflows += 1
             raise CompressionOverflow(
                 f"{self.name}: step {step} compressed ({self.codec.spec}) to "
                 f"{'%d bytes on this rank' % len(data) if not fits else 'more than its slot on another rank'}, "
@@ -177,4 +181,5 @@ class CompressedLevel(Level):
         """This rank's compression figures (ratio of raw to stored payload bytes)."""
         return {"codec": self.codec.spec, "lossy": self.codec.lossy, "tolerance": self.codec.tolerance,
                 "slot_bytes": self.slot_bytes, "raw_bytes": self.raw_bytes, "stored_bytes": self.stored_bytes,
-                "encode_s": self.encode_s, "decode_s": self.decode_s, "max_error": self.max_error}
+                "encode_s": self.encode_s, "decode_s": self.decode_s, "max_error": self.max_error,
+                "overflows": self.overflows, "largest_bytes": self.largest}

@@ -121,3 +121,14 @@ def test_online_multilevel_errors():
     plan = OnlineMultilevel([1, 1])
     with pytest.raises(ScheduleError, match="before any step"):
         plan.finish()
+
+
+def test_online_plan_streams_once_and_asks_done_before_each_step():
+    from hpcadj.checkpoint.schedules.online_plans import OnlinePlan
+
+    asked = []
+    plan = OnlinePlan(OnlineBinomial([3]), 7, done=lambda i: asked.append(i) or i >= 5)
+    result = simulate(plan.actions(), 5, [3])
+    assert asked == [1, 2, 3, 4, 5] and result.forward_steps == offline_minimum(5, 3)
+    with pytest.raises(ScheduleError, match="streams once"):
+        list(plan.actions())

@@ -526,3 +526,44 @@ def test_donated_snapshots_are_released_at_the_same_plan_point_however_fast_the_
         level.close()
     finally:
         SlowLocal.delay = old
+
+
+@pytest.mark.parametrize("async_io", [True, False], ids=["async", "sync"])
+def test_write_failures_are_typed_with_their_fields_set_by_the_constructor(tmp_path, async_io):
+    from hpcadj.checkpoint.storage.base import LevelFault, WriteFailed
+
+    level = FailFrom(4, LAYOUT, local_dir=str(tmp_path), async_io=async_io)
+    level.fail_from = 2
+    level.write(1, snap(1))
+    try:
+        level.write(2, snap(2))
+    except LevelError:
+        pass
+    with pytest.raises(WriteFailed) as info:
+        level.flush()
+    assert isinstance(info.value, LevelFault)
+    assert (info.value.level, info.value.step, info.value.writing) == ("local", 2, True)
+    level.close()
+
+
+def test_survey_keeps_what_survived_and_discards_the_rest(tmp_path):
+    from hpcadj.checkpoint.storage.survey import survey
+
+    ram = RamLevel(4, LAYOUT)
+    disk = FailFrom(4, LAYOUT, local_dir=str(tmp_path), async_io=True)
+    disk.fail_from = 7
+    for step in (0, 3, 5):
+        ram.write(step, snap(step))
+    for step in (2, 6, 7):
+        try:
+            disk.write(step, snap(step))
+        except LevelError:
+            pass
+    ram_left, disk_left = survey([ram, disk], None, failed={0}, keep=lambda step: step < 5)
+    assert (ram_left.steps, ram_left.failed, ram_left.error) == ({0, 3}, True, None)
+    assert ram.valid_steps() == {0, 3}  # 5 is beyond what is wanted: discarded
+    assert disk_left.steps == {2} and disk_left.failed and disk_left.error.step == 7
+    assert disk.valid_steps() == {2}
+    listed, = survey([ram], None, flush=False, listed=[{3}], discard=False)
+    assert listed.steps == {3} and not listed.failed and ram.valid_steps() == {0, 3}
+    disk.close()

@@ -132,3 +132,10 @@ def test_online_plan_streams_once_and_asks_done_before_each_step():
     assert asked == [1, 2, 3, 4, 5] and result.forward_steps == offline_minimum(5, 3)
     with pytest.raises(ScheduleError, match="streams once"):
         list(plan.actions())
+
+
+@pytest.mark.parametrize("n, caps, ratio", [(300, [1, 3, 6], 1.04), (1000, [2, 6, 12], 1.05), (3000, [5, 15, 30], 1.05)])
+def test_online_multilevel_close_to_the_offline_optimum(n, caps, ratio):
+    costs = default_costs(3)
+    online = simulate_online(OnlineMultilevel(caps, costs), n, costs).predicted
+    assert online <= ratio * Multilevel(n, caps, costs).predicted

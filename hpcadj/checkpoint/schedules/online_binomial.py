@@ -15,18 +15,20 @@ revolve's first sweep builds exactly such a set), so a set is optimal for n iff 
 
 Planner (greedy). At ``step(i)`` n >= i + 1 is known and u_{i-1} is still held. The candidates are:
 keep the set; add i-1 if a slot is free; or add i-1 and free one stored p_j (j >= 1). The planner
-takes the candidate with the least F at n = i+1, ties broken by n = i+2, i+3, then the smallest j.
+takes the candidate with the least F at n = i+1, ties broken by n = i+2, i+3, then by keeping, then
+adding, then the smallest j.
 All candidates cost O(s) per step from prefix/suffix sums.
 
-What holds (checked by simulation in tests/test_schedules_online.py, every n up to C(s+3, 3) for
-s <= 14, and n = 10^4 for larger s):
+What holds (checked by simulation in tests/test_schedules_online.py):
 - optimal (F = offline minimum) for every n <= C(s+2, 2) + 1, the range up to which Stumm and
-  Walther's online algorithm is optimal (SISC 32(2), 2010: repetition number t <= 2);
+  Walther's online algorithm is optimal (SISC 32(2), 2010: repetition number t <= 2); simulated for
+  every such n with s <= 14, and (1000, 20), (10^4, 50) are optimal too;
 - beyond, it is not proven optimal; measured ratios to the offline minimum are in experiments/online
   (e.g. s = 10: at most 1.027 up to n = 10^4). The proven guarantee it keeps beyond C(s+2, 2) is
-  the trivial one of every online plan with u_0 stored: F <= n + (n-1)(n-2)/2; where a provable
+  the trivial one, F <= n + (n-1)(n-2)/2 (each interval has a slot, p(L, g) <= p(L, 1) = L(L-1)/2,
+  and the lengths sum to n - 1): it is *not* Stumm-Walther's bound beyond their range; where a provable
   bound near the optimum matters, :class:`~.online.OnlineSchedule` states one (t(d, s//2+1) extra
-  sweeps) at a measured 4-17 % above the optimum.
+  sweeps) at a measured 1.0-1.31x the optimum (experiments/online).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 # 10-15 minutes on a 2-core VM) and writes the CSV/PNG into $(EXPERIMENTS_OUT) so the committed,
 # full-size results in experiments/<study>/ stay untouched; `make experiment-<study>
 # EXPERIMENTS_OUT=` (empty) reruns one study at full size in place.
-EXPERIMENTS := overhead memory_time memory_wall recompute_vs_store levels scaling vs_petsc energy_plan
+EXPERIMENTS := overhead memory_time memory_wall recompute_vs_store levels scaling vs_petsc energy_plan compression
 EXPERIMENTS_OUT ?= build/experiments
 EXPERIMENT_FLAGS ?= --quick
 EXP_PY ?= .venv/bin/python
@@ -23,3 +23,9 @@ $(foreach e,$(EXPERIMENTS),$(eval $(call experiment_rule,$(e))))
 .PHONY: soak
 soak: setup
 	$(EXP_PY) experiments/soak/run.py $(if $(EXPERIMENTS_OUT),--out $(EXPERIMENTS_OUT)/soak)
+
+# Compression (issue 18), part 2: auto with and without --compress at equal RAM budgets, wave 96^3 x 200
+# steps on 2 ranks (experiments/compression/auto_budget.py; --quick: wave 32^3 x 40).
+.PHONY: experiment-compression-auto
+experiment-compression-auto: setup
+	$(EXP_PY) experiments/compression/auto_budget.py $(EXPERIMENT_FLAGS) $(if $(EXPERIMENTS_OUT),--out $(EXPERIMENTS_OUT)/compression)

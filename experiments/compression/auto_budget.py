@@ -7,7 +7,9 @@ For each RAM budget (bytes per rank, given as multiples of one raw snapshot) and
 ``hpcadj run --schedule auto --ram BYTES --compress CODEC`` under ``mpirun -n RANKS``, all in this one
 process, side by side: slots the budget bought, forward evaluations (recomputation), wall seconds,
 the stored compression ratio, and the gradient's relative 2-norm error against the uncompressed run at
-the same budget (uncompressed gradients are bitwise the same at every budget). Gradient files are
+the same budget (uncompressed gradients are bitwise the same at every budget). Slots are sized with
+``--compress-probe STEPS`` (the probe encodes u_n too: n extra forward steps before the timed sweep,
+not in wall_s). Gradient files are
 written to a temporary directory and deleted. Writes results_auto.csv beside this file (or --out).
 """
 
@@ -79,7 +81,8 @@ def main(argv=None) -> int:
             for spec in args.codecs.split(","):
                 out = tmp / f"g-{k}-{spec.replace(':', '_')}.h5"
                 info = run(args.ranks, ["--model", "wave", "--grid", args.grid, "--steps", str(args.steps),
-                                        "--schedule", "auto", "--ram", str(budget), "--compress", spec,
+                                        "--schedule", "auto", "--ram", f"{budget}B", "--compress", spec,
+                                        "--compress-probe", str(args.steps),
                                         "--gradient-out", str(out)], args.timeout)
                 g = gradient(out)
                 out.unlink()

@@ -322,10 +322,13 @@ class AsyncLevel(Level):
     def _write_error(self, failure: BaseException, step: int | None = None) -> LevelError:
         """The :class:`WriteFailed` reporting a failed write (chained to ``failure``)."""
         if step is None:
-            step = self.failure_step if self.failure_step is not None else (failure.step if isinstance(failure, LevelError) else None)
+            step = self.failure_step
+            if step is None and isinstance(failure, LevelError):
+                step = failure.step
         if isinstance(failure, Skipped) and self.failure is not None:
             failure = self.failure
-        exc = WriteFailed(self.name, step, f"{self.name}: writing step {step} failed on rank {self.rank}: {failure}")
+        exc = WriteFailed(self.name, step,
+                          f"{self.name}: writing step {step} failed on rank {self.rank}: {failure}")
         exc.__cause__ = failure
         return exc
 

@@ -191,7 +191,7 @@ STUDY = ("a study that takes minutes even at --quick size; `make experiments` (m
 FRAGMENT = "a flag or launcher named in prose, not a command of its own (the full commands run above)"
 #: (pattern, reason): commands that cannot run here, each with why
 NOT_RUN: list[tuple[str, str]] = [
-    (r"make test", "the whole suite (about 7 minutes), of which this test is a part"),
+    (r"make test", "the whole suite (about 10 minutes), of which this test is a part"),
     (r"make test-cluster", "the multi-node SLURM suite, minutes; tests/test_slurm_cluster*.py"),
     (r'(\w+=("[^"]*"|\S+) )*sbatch .*', SLURM),
     (r'(\w+=("[^"]*"|\S+) )*bash jobs/\w+\.sbatch', SLURM + " (run by bash, the script submits itself)"),

@@ -35,8 +35,8 @@ def add_parser(subparsers) -> None:
 
 
 def main(args) -> int:
-    from ..adjoint.memory import process_rss_bytes
     from ..adjoint.session import Checkpointing, ConfigError, GradientSession, measure_costs
+    from .run import memory_baseline
 
     if args.repeats < 1:
         raise CliError(f"--repeats must be >= 1, got {args.repeats}")
@@ -46,7 +46,7 @@ def main(args) -> int:
     if args.local_dir:
         check_usable_directory(args.local_dir, "--local-dir")
     comm = world(args)
-    baseline = process_rss_bytes()
+    baseline = memory_baseline(args, comm)  # as hpcadj run measures it
     model = build_model(args, comm)
     options = Checkpointing(local_dir=args.local_dir, pfs_file=args.pfs_file, async_io=args.async_io,
                             compress=args.compress)

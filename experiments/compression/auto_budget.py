@@ -16,36 +16,21 @@ written to a temporary directory and deleted. Writes results_auto.csv beside thi
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+import _harness as H  # noqa: E402
+
 FIELDS = ["model", "grid", "steps", "ranks", "budget_raw_slots", "budget_mib_per_rank", "codec", "slots",
           "forward_steps", "recompute_factor", "wall_s", "wall_vs_uncompressed", "ratio", "max_error",
           "gradient_rel_error", "machine"]
-
-
-def hpcadj() -> str:
-    return str(Path(sys.executable).with_name("hpcadj"))
-
-
-def run(ranks: int, argv: list[str], timeout: float) -> dict:
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
-    p = subprocess.run(["mpirun", "--oversubscribe", "-n", str(ranks), hpcadj(), "run", *argv, "--json",
-                        "--quiet"], capture_output=True, text=True, timeout=timeout, env=env)
-    if p.returncode != 0:
-        raise RuntimeError(f"hpcadj run {' '.join(argv)} failed ({p.returncode}): {p.stderr[-2000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def gradient(path: Path) -> np.ndarray:
@@ -73,14 +58,14 @@ def main(argv=None) -> int:
     raw_slot = 2 * 8 * int(np.prod(dims)) // args.ranks
     machine = f"{platform.node()} {os.cpu_count()} cores"
     rows = []
-    tmp = Path(tempfile.mkdtemp(prefix="hpcadj-compress-"))
+    tmp = Path(H.scratch("compress"))
     try:
         for k in [float(b) for b in args.budgets.split(",")]:
             budget = int(k * raw_slot * 1.02)  # 2 % over k raw slots: the largest rank's block is a bit bigger
             ref, ref_wall = None, None
             for spec in args.codecs.split(","):
                 out = tmp / f"g-{k}-{spec.replace(':', '_')}.h5"
-                info = run(args.ranks, ["--model", "wave", "--grid", args.grid, "--steps", str(args.steps),
+                info = H.hpcadj_run(args.ranks, ["--model", "wave", "--grid", args.grid, "--steps", str(args.steps),
                                         "--schedule", "auto", "--ram", f"{budget}B", "--compress", spec,
                                         "--compress-probe", str(args.steps),
                                         "--gradient-out", str(out)], args.timeout)
@@ -105,10 +90,7 @@ def main(argv=None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     args.out.mkdir(parents=True, exist_ok=True)
     name = "results_auto_quick.csv" if args.quick else "results_auto.csv"
-    with open(args.out / name, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        w.writeheader()
-        w.writerows(rows)
+    H.write_csv(args.out / name, rows)
     print(f"wrote {args.out / name}")
     return 0
 

@@ -133,29 +133,6 @@ def adjust_profile(profile, plans, probed: dict):
     return profile
 
 
-def build(plans, layout, comm, config, probed: dict, attach=frozenset()):
-    """The levels, compressed where ``probed`` names them (collective: every rank, same order)."""
-    from ..checkpoint.storage.factory import make_level
-    from .manager import build_levels
-
-    levels = []
-    try:
-        for plan in plans:
-            info = probed.get(plan.name)
-            if info is None:
-                levels += build_levels([plan], layout, comm, config, attach=attach)
-                continue
-            levels.append(make_level(plan.kind, plan.slots, layout, comm, name=plan.name,
-                                     path=config.pfs_file, local_dir=config.local_dir,
-                                     async_io=config.async_io, keep=config.keep, run_id=config.run_id,
-                                     codec=info["codec"], slot_bytes=info["slot_bytes"]))
-    except Exception:
-        for level in levels:
-            level.close()
-        raise
-    return levels
-
-
 def summary(comm, levels) -> dict:
     """``run --json``'s ``compression``: per compressed level its codec, ratio (raw/stored bytes
     over all ranks), slot bytes, the largest measured pointwise error and codec seconds."""

@@ -21,7 +21,7 @@ from ..checkpoint.schedules.base import ScheduleError
 from ..checkpoint.schedules.resume import residual_plan
 from ..checkpoint.storage.base import LevelError, LevelFault
 from ..checkpoint.storage.survey import survey
-from ..collective import detail, problems
+from ..collective import any_rank, detail, problems
 from ..telemetry import Telemetry
 
 
@@ -205,9 +205,7 @@ class Driver:
 
     def _agree(self, flag: bool) -> bool:
         """True on every rank if ``flag`` is True on any rank."""
-        from ..stack import mpi
-
-        return bool(self.comm.allreduce(bool(flag), op=mpi().LOR))
+        return any_rank(self.comm, flag)
 
     def _replan(self, fault: LevelError):
         """After a storage fault: keep the snapshots valid on every rank, plan the rest from them."""

@@ -71,11 +71,12 @@ def level_slots(config: CheckpointConfig, layout, comm, n_steps: int) -> list[Le
 
 
 def build_levels(plans: list[LevelPlan], layout, comm, config: CheckpointConfig,
-                 attach: frozenset = frozenset()):
+                 attach: frozenset = frozenset(), compressed: dict | None = None):
     """Create the storage levels (collective: every rank, same order).
 
     Levels whose kind is in ``attach`` reopen the snapshots an earlier run with the same run id
-    left; other file levels of a resumed run start empty under a fresh run id.
+    left; other file levels of a resumed run start empty under a fresh run id. ``compressed`` maps
+    a level name to ``(codec, slot_bytes)``: that level stores encoded snapshots (``make_level``).
     """
     levels = []
     try:
@@ -85,6 +86,8 @@ def build_levels(plans: list[LevelPlan], layout, comm, config: CheckpointConfig,
             extra = {"attach": True} if reopen else {}
             if attach and not reopen and plan.kind == "local":
                 extra = {"purge_run_id": config.run_id}
+            if compressed and plan.name in compressed:
+                extra["codec"], extra["slot_bytes"] = compressed[plan.name]
             levels.append(make_level(plan.kind, plan.slots, layout, comm, name=plan.name,
                                      path=config.pfs_file, local_dir=config.local_dir,
                                      async_io=config.async_io,

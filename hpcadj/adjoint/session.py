@@ -31,6 +31,7 @@ from ..checkpoint.schedules import CostProfile, simulate
 from ..checkpoint.storage.base import LevelError, agree_run_id
 from ..checkpoint.budget import parse_budget
 from ..checkpoint.schedules.storeall import store_all_slots
+from ..collective import agree_or_raise
 from .driver import Driver, StopRequested, Unrecoverable
 from .manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
 from .memory import (budget_from_environment, least_budget, node_memory_bytes, plan_memory,
@@ -399,9 +400,7 @@ class GradientSession:
             problem = (f"the {node.size} rank(s) on {os.uname().nodename} would need {fmt_bytes(total)} "
                        f"({basis}), more than {what} holds ({fmt_bytes(capacity)}): lower --ram/--memory, "
                        f"or spread the ranks over more nodes")
-        problems = [p for p in self.comm.allgather(problem) if p]
-        if problems:
-            raise ConfigError(problems[0])
+        agree_or_raise(self.comm, problem, ConfigError, first=True)
 
     def _check_plan(self, name, schedule, plans, profile):
         """Simulate the plan; refuse or note levels it never writes, warn about extreme recomputation."""
@@ -437,14 +436,9 @@ class GradientSession:
 
         self.telemetry = Telemetry(sinks=[self.log] if self.log is not None else [])
         try:
-            if self._probed:
-                from .compression import build
-
-                self.levels = build(planned.plans, self.model.snapshot_layout(), self.comm, self._config,
-                                    self._probed)
-            else:
-                self.levels = build_levels(planned.plans, self.model.snapshot_layout(), self.comm,
-                                           self._config, attach=self._attach_kinds())
+            compressed = {name: (info["codec"], info["slot_bytes"]) for name, info in self._probed.items()}
+            self.levels = build_levels(planned.plans, self.model.snapshot_layout(), self.comm, self._config,
+                                       attach=self._attach_kinds(), compressed=compressed)
         except Exception as exc:
             if self.log is not None:
                 self.log.abort(str(exc))
@@ -678,11 +672,10 @@ def warmed_baseline(build_small) -> int | None:
     for wave), PETSc's and the solvers' first allocations, the allocator's pools. Measured before
     the real model exists, the real model's states are then predicted on top of it. Collective.
     """
-    from .verify import compute_gradient
-
     import gc
 
     from ..stack import petsc
+    from .verify import compute_gradient
 
     small = build_small()
     comm = small.comm
@@ -769,9 +762,7 @@ def agreed(comm, check, *args) -> None:
         error = None
     except ConfigError as exc:
         error = str(exc)
-    first = next((e for e in comm.allgather(error) if e), None)
-    if first:
-        raise ConfigError(first)
+    agree_or_raise(comm, error, ConfigError, first=True)
 
 
 def check_can_create(path: str, flag: str | None = None) -> None:

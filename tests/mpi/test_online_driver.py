@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hpcadj.adjoint import Driver, compute_gradient
+from hpcadj.adjoint import compute_gradient
 from hpcadj.adjoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
 from hpcadj.checkpoint.schedules import simulate
 from hpcadj.checkpoint.schedules.online_binomial import OnlineBinomial
@@ -45,11 +45,7 @@ def test_online_plan_gradient_bitwise_equal_to_store_all(reference, kind, budget
 
     expected = simulate(OnlinePlan(planner(), model.n_steps).actions(), model.n_steps, caps)
     levels = build_levels(plans, model.snapshot_layout(), comm, config)
-    try:
-        result = Driver(model, levels).run(OnlinePlan(planner(), model.n_steps), controls)
-    finally:
-        for level in levels:
-            level.close()
+    result = compute_gradient(model, controls, OnlinePlan(planner(), model.n_steps), levels)  # closes them
     assert result.J == J_ref
     for name, ref in grad_ref.items():
         assert np.array_equal(result.gradient[name].getArray(), ref), name

@@ -36,30 +36,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from .actions import Action, Adjoint, Advance, EndForward, EndReverse, Free, Store
+from .actions import Action, Advance, Free, Store
 from .base import Schedule, ScheduleError
+from .online_base import OneLevelOnline
 from .online_binomial import OnlineBinomial
-from .revolve import repetition, segment_actions
+from .revolve import repetition
 
 
-class OnlineSchedule:
+class OnlineSchedule(OneLevelOnline):
     """Online plan on one level (see the module docstring for the protocol and the bound)."""
 
     name = "online"
 
     def __init__(self, capacities: Sequence[int], level: int | None = None):
-        self.capacities = tuple(int(c) for c in capacities)
-        if level is None:
-            level = next((i for i, c in enumerate(self.capacities) if c > 0), 0)
-        if not 0 <= level < len(self.capacities) or self.capacities[level] < 1:
-            raise ScheduleError("online checkpointing needs at least one slot on its level (for u_0)")
-        self.level = level
-        self.slots = self.capacities[level]
+        super().__init__(capacities, level)
         self.keep = self.slots - self.slots // 2
-        self.position = 0
         self.spacing = 1
-        self.stored: list[int] = []
-        self.finished = False
 
     def step(self) -> list[Action]:
         """Actions for one more forward step: stores and frees, then ``Advance(i, i + 1)``."""
@@ -92,23 +84,6 @@ class OnlineSchedule:
         freed = [Free(c, self.level) for c in self.stored if c % d]
         self.stored = survivors
         return freed
-
-    def finish(self) -> Iterator[Action]:
-        """The forward sweep ended at n = number of steps taken: the rest of the plan."""
-        if self.finished:
-            raise ScheduleError("finish() called twice")
-        if self.position < 1:
-            raise ScheduleError("finish() before any step")
-        self.finished = True
-        return self._reverse(self.position, list(self.stored))
-
-    def _reverse(self, n: int, stored: list[int]) -> Iterator[Action]:
-        yield EndForward()
-        yield Adjoint(n, n - 1)
-        bounds = stored + [n - 1]
-        for j in range(len(stored) - 1, -1, -1):
-            yield from segment_actions(bounds[j], bounds[j + 1], self.slots - j, self.level, forward=False)
-        yield EndReverse()
 
 
 def online_bound(n_steps: int, slots: int) -> int:

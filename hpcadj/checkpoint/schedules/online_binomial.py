@@ -33,12 +33,13 @@ What holds (checked by simulation in tests/test_schedules_online.py):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 
-from .actions import Action, Adjoint, Advance, EndForward, EndReverse, Free, Store
+from .actions import Action, Advance, Free, Store
 from .base import ScheduleError
-from .revolve import classic_cost, segment_actions
+from .online_base import OneLevelOnline
+from .revolve import classic_cost
 
 _HORIZON = 3
 
@@ -55,22 +56,10 @@ def reverse_cost(stored: Sequence[int], n: int, slots: int) -> int:
     return n + sum(_p(bounds[j + 1] - bounds[j], slots - j) for j in range(len(stored)))
 
 
-class OnlineBinomial:
+class OnlineBinomial(OneLevelOnline):
     """Greedy online plan on one level, binomial-optimal up to n = C(s+2, 2) + 1 (module docstring)."""
 
     name = "online-binomial"
-
-    def __init__(self, capacities: Sequence[int], level: int | None = None):
-        self.capacities = tuple(int(c) for c in capacities)
-        if level is None:
-            level = next((i for i, c in enumerate(self.capacities) if c > 0), 0)
-        if not 0 <= level < len(self.capacities) or self.capacities[level] < 1:
-            raise ScheduleError("online checkpointing needs at least one slot on its level (for u_0)")
-        self.level = level
-        self.slots = self.capacities[level]
-        self.position = 0
-        self.stored: list[int] = []
-        self.finished = False
 
     def _choose(self, c: int, n: int) -> int | None:
         """-1: keep the set; 0: add c; j >= 1: add c and free stored[j]; chosen by least F (ties later n)."""
@@ -124,20 +113,3 @@ class OnlineBinomial:
         """F of the current set if the sweep ended now (n = steps taken so far, >= 1)."""
         n = self.position
         return n if n <= 1 else reverse_cost(self.stored, n, self.slots)
-
-    def finish(self) -> Iterator[Action]:
-        """The forward sweep ended at n = number of steps taken: the rest of the plan."""
-        if self.finished:
-            raise ScheduleError("finish() called twice")
-        if self.position < 1:
-            raise ScheduleError("finish() before any step")
-        self.finished = True
-        return self._reverse(self.position, list(self.stored))
-
-    def _reverse(self, n: int, stored: list[int]) -> Iterator[Action]:
-        yield EndForward()
-        yield Adjoint(n, n - 1)
-        bounds = stored + [n - 1]
-        for j in range(len(stored) - 1, -1, -1):
-            yield from segment_actions(bounds[j], bounds[j + 1], self.slots - j, self.level, forward=False)
-        yield EndReverse()

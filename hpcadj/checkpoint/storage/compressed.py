@@ -16,7 +16,8 @@ import time
 import numpy as np
 
 from ...snapshot import FieldLayout, Snapshot, SnapshotLayout, mapped_empty
-from .base import Level, LevelError
+from ...collective import any_rank
+from .base import CorruptSnapshot, Level, LevelError
 from .codec import Codec, CodecError, EncodedBlock, encode_snapshot
 
 #: slot frame: magic, <u8 payload length, <u4 field count; then per field <u2 name length, name, <u8 length
@@ -102,20 +103,13 @@ class CompressedLevel(Level):
         if hasattr(self.inner, "keep"):
             self.inner.keep = value
 
-    def _agree_fits(self, fits: bool) -> bool:
-        if self.comm is None:
-            return fits
-        from ...stack import mpi
-
-        return bool(self.comm.allreduce(int(fits), op=mpi().MIN))
-
     def _write(self, step, snapshot, donate=False):
         t0 = time.perf_counter()
         encoded = encode_snapshot(snapshot, self.codec)
         data = frame(encoded)
         fits = len(data) <= self.slot_bytes
         self.largest = max(self.largest, len(data))
-        if not self._agree_fits(fits):
+        if any_rank(self.comm, not fits):
             self.overflows += 1
             raise CompressionOverflow(
                 f"{self.name}: step {step} compressed ({self.codec.spec}) to "
@@ -144,12 +138,8 @@ class CompressedLevel(Level):
             for name, enc in encoded.items():
                 out[name] = base.decode(enc, mapped_empty(tuple(enc.shape), np.dtype(enc.dtype)))
         except CodecError as exc:
-            from .base import CorruptSnapshot
-
             raise CorruptSnapshot(self.name, step, (), str(exc)) from None
         if out.keys() != self.layout.keys():
-            from .base import CorruptSnapshot
-
             raise CorruptSnapshot(self.name, step, (), f"fields {sorted(out)} are not the layout's")
         dt = time.perf_counter() - t0
         self.decode_s += dt

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...collective import allgather
+from ...collective import any_rank, common_steps
 from .base import LevelError
 
 
@@ -43,16 +43,13 @@ def survey(levels, comm, *, flush: bool = True, failed=(), listed=None, keep=Non
                 error = exc
         valid = sorted(level.valid_steps())
         mine = set(valid) if listed is None else set(valid) & set(listed[index])
-        down = error is not None or index in failed
-        everyone = allgather(comm, (down, sorted(mine)))
-        common = set(mine)
-        for _down, other in everyone:
-            common &= set(other)
+        down = any_rank(comm, error is not None or index in failed)
+        common = common_steps(comm, mine)
         if keep is not None:
             common = {step for step in common if keep(step)}
         if discard:
             for step in valid:
                 if step not in common:
                     level.discard(step)
-        out.append(Survived(common, any(d for d, _ in everyone), error))
+        out.append(Survived(common, down, error))
     return out

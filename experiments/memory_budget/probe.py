@@ -40,7 +40,7 @@ def build(cls, comm, grid, steps, extra=()):
     parser.add_argument("--dt", type=float)
     cls.add_arguments(parser)
     args = parser.parse_args(["--grid", grid, "--steps", str(steps), *extra])
-    return cls.from_args(comm, args)
+    return cls.build(comm, args)
 
 
 def main() -> int:
@@ -64,9 +64,9 @@ def main() -> int:
     from hpcadj.adjoint.verify import compute_gradient
     from hpcadj.checkpoint.schedules import make_schedule
     from hpcadj.checkpoint.storage.factory import make_level
-    from hpcadj.models import model_class
+    from hpcadj.cli.models import model_cli
 
-    cls = model_class(args.model)
+    cls = model_cli(args.model)
     dim = len(args.grid.split("x"))
     tiny = build(cls, comm, "x".join(["8"] * dim), 2)
     compute_gradient(tiny, tiny.default_controls())

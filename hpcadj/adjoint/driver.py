@@ -277,11 +277,11 @@ class Driver:
                 result = operation()
             except LevelError as exc:
                 error, result = exc, None
-        # an unverified RAM level fails alike on every rank or not at all: no agreement on that hot path
-        local_only = level.kind == "ram" and not getattr(level, "verify", False)
-        if (error is not None if local_only else self._agree(error is not None)):
+        # a level whose failures are the same on every rank needs no agreement (the hot path)
+        agree = level.failures_need_agreement
+        if (self._agree(error is not None) if agree else error is not None):
             message = str(error) if error is not None else None
-            if not local_only:
+            if agree:
                 failed = problems(self.comm, None if error is None else message or repr(error))
                 if error is None:
                     message = f"{level.name}: step {step} failed on another rank: {detail(failed[:1])}"

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import math
 
-from ..models import model_class, registered_models
+from ..models import registered_models
 from ..models.base import SolverError
 from . import CliError
+from .models import model_cli
 
 
 def int_in(low: int, high: int | None = None):
@@ -53,7 +54,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     owners = {}
     for name in sorted(models):
         start = len(parser._actions)
-        model_class(name).add_arguments(parser)
+        model_cli(name).add_arguments(parser)
         owners.update({opt: name for opt in _options(parser._actions[start:])})
     parser.set_defaults(common_model_options=common, model_options=owners)
 
@@ -64,7 +65,7 @@ def _options(actions) -> tuple:
 
 
 class _ReadTracker(argparse.Namespace):
-    """The parsed arguments, remembering which of them a model's ``from_args`` reads."""
+    """The parsed arguments, remembering which of them a model's CLI adapter reads."""
 
     def __init__(self, args: argparse.Namespace):
         super().__init__(**vars(args))
@@ -80,7 +81,7 @@ class _ReadTracker(argparse.Namespace):
 
 def unused_model_options(args, read: set) -> list[str]:
     """The model flags given on the command line that the selected model does not use: another
-    model's own options, and shared ones (--grid, --steps, --dt) its ``from_args`` never read."""
+    model's own options, and shared ones (--grid, --steps, --dt) its adapter's ``build`` never read."""
     unused = []
     for (dest, flag, default), owner in getattr(args, "model_options", {}).items():
         if owner != args.model and getattr(args, dest, default) != default:
@@ -101,7 +102,7 @@ def build_model(args, comm):
         raise CliError(f"--dt must be positive, got {args.dt}")
     tracked = _ReadTracker(args)
     try:
-        model = model_class(args.model).from_args(comm, tracked)
+        model = model_cli(args.model).build(comm, tracked)
     except ValueError as exc:
         from . import out_of_memory
 

@@ -13,7 +13,6 @@ i = n contribution. The gradient is dJ/d(control) for every control.
 from __future__ import annotations
 
 import abc
-import argparse
 from collections.abc import Mapping
 
 from ..snapshot import Snapshot, SnapshotLayout
@@ -37,19 +36,15 @@ class Stepper(abc.ABC):
         The communicator the DMDA is distributed over.
     n_steps : int
         Number of time steps n (states u_0 .. u_n).
+    dt : float or None
+        The fixed time step, or None for a model without a clock (or one overriding :meth:`time`).
+
+    Building a model from command-line options is not part of this contract: that is the job of
+    a command-line adapter (:mod:`hpcadj.cli.models`).
     """
 
     name: str = "abstract"
-
-    # -- construction from the command line -------------------------------------------------
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        """Add this model's own options (defaults ``None`` so other models are not affected)."""
-
-    @classmethod
-    @abc.abstractmethod
-    def from_args(cls, comm, args: argparse.Namespace) -> "Stepper":
-        """Build the model from parsed command-line arguments; raise ValueError on bad input."""
+    dt: float | None = None
 
     # -- controls ---------------------------------------------------------------------------
     @abc.abstractmethod
@@ -140,8 +135,7 @@ class Stepper(abc.ABC):
     def time(self, i: int) -> float | None:
         """Simulated time of state i, stored with its snapshot: ``i * dt`` for a model with a fixed
         step ``dt``, None for one without a clock. A model with varying steps overrides it."""
-        dt = getattr(self, "dt", None)
-        return None if dt is None else i * dt
+        return None if self.dt is None else i * self.dt
 
     def describe(self) -> dict:
         """Facts for summaries and logs (``model``, ``grid``, ``steps``, ...)."""

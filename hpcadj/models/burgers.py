@@ -22,7 +22,6 @@ Objective: the final kinetic energy J = 1/2 h^2 sum |w_n|^2.
 
 from __future__ import annotations
 
-import argparse
 import math
 
 import numpy as np
@@ -31,7 +30,7 @@ from ..stack import mpi
 from . import kernels
 from .base import Stepper
 from .common import ComponentSnapshots, scalar_add, scalar_array, scalar_layout, scalar_value, scalar_vec
-from .dmda import Grid, parse_grid
+from .dmda import Grid
 from .kernels import burgers as kern
 
 
@@ -87,24 +86,6 @@ class BurgersModel(ComponentSnapshots, Stepper):
         rate = self.comm.allreduce(float(rate), op=mpi().MAX)
         diffusion = 4.0 * self.default_nu_value * (1.0 / hx ** 2 + 1.0 / hy ** 2)
         return cfl * min(math.sqrt(3.0) / rate, 2.5 / diffusion)
-
-    # -- construction ------------------------------------------------------------------------
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        group = parser.add_argument_group("burgers model")
-        group.add_argument("--viscosity", type=float, default=None,
-                           help=f"burgers: viscosity nu (default {cls.default_nu})")
-        group.add_argument("--cfl", type=float, default=None,
-                           help=f"burgers: fraction of the RK3 stability limit for the default dt "
-                                f"(default {cls.default_cfl})")
-
-    @classmethod
-    def from_args(cls, comm, args) -> "BurgersModel":
-        sizes = parse_grid(args.grid or "64x64")
-        nu = args.viscosity if getattr(args, "viscosity", None) is not None else cls.default_nu
-        cfl = args.cfl if getattr(args, "cfl", None) is not None else cls.default_cfl
-        n_steps = args.steps if args.steps is not None else cls.default_steps
-        return cls(comm, sizes, n_steps=n_steps, nu=nu, dt=args.dt, cfl=cfl)
 
     # -- controls ----------------------------------------------------------------------------
     def default_controls(self):

@@ -48,7 +48,6 @@ of 30 is not met: the matrix and its factor alone are about 20.) Constructing th
 
 from __future__ import annotations
 
-import argparse
 import math
 
 import numpy as np
@@ -57,7 +56,7 @@ from ..stack import petsc
 from .base import SolverError, Stepper
 from . import kernels
 from .common import ComponentSnapshots, scalar_add, scalar_array, scalar_layout, scalar_value, scalar_vec
-from .dmda import Grid, parse_grid
+from .dmda import Grid
 from .kernels import grayscott as gs_kernels
 
 
@@ -231,25 +230,6 @@ class GrayScottModel(ComponentSnapshots, Stepper):
 
     def _jacobian(self, snes, x, J, P):
         self._jac.set_state(self, kernels.owned(self.grid, x))
-
-    # -- construction ------------------------------------------------------------------------
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        group = parser.add_argument_group("grayscott model")
-        group.add_argument("--feed", type=float, default=None,
-                           help=f"grayscott: feed rate F (default {cls.default_feed})")
-        group.add_argument("--kill", type=float, default=None,
-                           help=f"grayscott: kill rate k (default {cls.default_kill})")
-
-    @classmethod
-    def from_args(cls, comm, args) -> "GrayScottModel":
-        feed = getattr(args, "feed", None)
-        kill = getattr(args, "kill", None)
-        return cls(comm, parse_grid(args.grid or "64x64"),
-                   n_steps=args.steps if args.steps is not None else cls.default_steps,
-                   dt=args.dt if args.dt is not None else cls.default_dt,
-                   feed=cls.default_feed if feed is None else feed,
-                   kill=cls.default_kill if kill is None else kill)
 
     # -- controls ----------------------------------------------------------------------------
     def default_controls(self):

@@ -22,14 +22,13 @@ beside the padded kappa and index arrays (2).
 
 from __future__ import annotations
 
-import argparse
 import math
 
 import numpy as np
 
 from ..stack import petsc
 from .base import SolverError, Stepper
-from .dmda import Grid, parse_grid
+from .dmda import Grid
 from .observations import Observations
 
 
@@ -67,24 +66,6 @@ class HeatModel(Stepper):
         self._u0 = None
         self._work: dict = {}
         self.A = None
-
-    # -- construction ------------------------------------------------------------------------
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        group = parser.add_argument_group("heat model")
-        group.add_argument("--theta", type=float, default=None,
-                           help="theta-scheme weight: 0.5 Crank-Nicolson (default), 1 backward Euler")
-        group.add_argument("--observations", default=None, metavar="FILE.h5",
-                           help="observed states: datasets 'steps' (k) and 'u' (k, [nz,] ny, nx); "
-                                "default: the final state against 0")
-
-    @classmethod
-    def from_args(cls, comm, args) -> "HeatModel":
-        sizes = parse_grid(args.grid or "64x64")
-        n_steps = args.steps if args.steps is not None else cls.default_steps
-        observations = Observations.from_file(args.observations) if args.observations else None
-        return cls(comm, sizes, n_steps=n_steps, dt=args.dt if args.dt is not None else cls.default_dt,
-                   theta=args.theta if args.theta is not None else 0.5, observations=observations)
 
     def _make_ksp(self):
         PETSc = petsc()

@@ -26,7 +26,6 @@ c_bg = 1 + 0.5 depth) and ``u0`` (the initial pair (u^{-1}, u^0), default zero).
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 
@@ -35,7 +34,7 @@ import numpy as np
 from ..stack import mpi
 from . import kernels
 from .base import Stepper
-from .dmda import Grid, parse_grid
+from .dmda import Grid
 from .kernels import wave as kern
 
 
@@ -200,31 +199,6 @@ class WaveModel(Stepper):
         if saved is not None:
             self.set_controls(saved)
         return self.comm.allreduce(out)
-
-    # -- construction ------------------------------------------------------------------------
-    @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        group = parser.add_argument_group("wave model")
-        group.add_argument("--observed", default=None, metavar="FILE.h5",
-                           help="wave: observed traces, dataset 'traces' of shape (steps+1, receivers)")
-        group.add_argument("--observed-from-model", action="store_true", default=None,
-                           help="wave: observed traces from a run with the true model c_bg (1 + A gaussian) "
-                                "(the default without --observed)")
-        group.add_argument("--anomaly", type=float, default=None,
-                           help=f"wave: relative amplitude A of the true model's anomaly "
-                                f"(default {cls.default_anomaly})")
-        group.add_argument("--frequency", type=float, default=None,
-                           help="wave: Ricker peak frequency f0 (default 1/(12 h))")
-
-    @classmethod
-    def from_args(cls, comm, args) -> "WaveModel":
-        observed = getattr(args, "observed", None)
-        if observed and getattr(args, "observed_from_model", None):
-            raise ValueError("give either --observed FILE or --observed-from-model, not both")
-        anomaly = getattr(args, "anomaly", None)
-        return cls(comm, parse_grid(args.grid or "64x64"), n_steps=args.steps, dt=args.dt,
-                   frequency=getattr(args, "frequency", None),
-                   anomaly=cls.default_anomaly if anomaly is None else anomaly, observed=observed)
 
     # -- controls ----------------------------------------------------------------------------
     def default_controls(self):

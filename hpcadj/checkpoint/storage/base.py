@@ -115,6 +115,12 @@ class Level(abc.ABC):
         return step in self._held
 
     @property
+    def failures_need_agreement(self) -> bool:
+        """Whether an operation may fail on some ranks and not others, so a caller must agree on
+        its outcome across ranks before acting on it. True unless a level knows better."""
+        return True
+
+    @property
     def occupied(self) -> int:
         return len(self._held)
 

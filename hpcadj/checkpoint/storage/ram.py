@@ -27,6 +27,12 @@ class RamLevel(Level):
         self._crc: dict[int, dict[str, int]] = {}
         self._spare: list[Snapshot] = []
 
+    @property
+    def failures_need_agreement(self) -> bool:
+        """Only a verified RAM level can fail on one rank (a checksum); otherwise an operation
+        fails alike on every rank (a plan error) or not at all."""
+        return self.verify
+
     def _write(self, step, snapshot, donate=False):  # RAM always keeps its own copy
         t0 = time.perf_counter()
         copies = self._copy(snapshot)

@@ -143,9 +143,7 @@ class Driver:
         """
         stepper = self.stepper
         stepper.set_controls(controls)
-        self.n = stepper.n_steps
-        if schedule.n_steps != self.n:
-            raise PlanError(f"plan is for {schedule.n_steps} steps, the model runs {self.n}")
+        self._check_steps(schedule)
         self.snapshot_bytes = sum(f.local_nbytes for f in stepper.snapshot_layout().values())
         u0 = stepper.initial_state()
         self.work = WorkingStates(0, u0)
@@ -176,6 +174,19 @@ class Driver:
                 gc.enable()
         self.result.level_stats = [level.stats for level in self.levels]
         return self.result
+
+    def _check_steps(self, schedule) -> None:
+        """n from the model: None while a model with adaptive steps has not reached its final time,
+        which only an online plan (``schedule.online``, n_steps None) can follow; n is then set at
+        EndForward. A plan with a number of steps must match the model's."""
+        self.n = self.stepper.n_steps
+        self._online = bool(getattr(schedule, "online", False))
+        self._schedule = schedule
+        if self.n is None and schedule.n_steps is not None:
+            raise PlanError(f"plan is for {schedule.n_steps} steps, the model's step count is unknown until "
+                            f"its run ends (adaptive steps): it needs an online plan")
+        if schedule.n_steps is not None and schedule.n_steps != self.n:
+            raise PlanError(f"plan is for {schedule.n_steps} steps, the model runs {self.n}")
 
     def _execute_all(self, actions) -> None:
         execute = self.execute
@@ -213,7 +224,8 @@ class Driver:
         self.telemetry.record("fault", t0=time.time(), seconds=0.0, step=self.lam_step,
                               level=fault.level)
         retained, capacities = {}, []
-        top = self.n if self.lam_step is None else self.lam_step
+        unknown_n = self.n is None  # first sweep of an adaptive run: continue it online
+        top = (self.frontier + 1 if unknown_n else self.n) if self.lam_step is None else self.lam_step
         failed = {i for i, level in enumerate(self.levels) if fault.writing and fault.level == level.name}
         survived = survey(self.levels, self.comm, failed=failed, keep=lambda step: step < top)
         for index, (level, left) in enumerate(zip(self.levels, survived)):
@@ -225,6 +237,8 @@ class Driver:
         self.capacities = capacities
         self.work = WorkingStates(0, self.stepper.initial_state())
         try:
+            if unknown_n:
+                return iter(self._schedule.resumed(capacities, retained, costs=self.costs).actions())
             plan = list(residual_plan(self.n, capacities, retained, lam_step=self.lam_step,
                                       costs=self.costs))
         except ScheduleError as exc:
@@ -246,6 +260,12 @@ class Driver:
             yield from actions
             return
         actions = iter(actions)
+        if self._online and self.lam_step is None:
+            # an online first sweep ends when the model says so: nothing may be read ahead of it
+            for action in actions:
+                yield action
+                if isinstance(action, EndForward):
+                    break
         window = deque(itertools.islice(actions, self.LOOKAHEAD))
         hinted = None
         while window:
@@ -383,6 +403,8 @@ class Driver:
 
     @execute.register
     def _(self, action: EndForward) -> None:
+        if self.n is None:  # an online plan's sweep ended: the model knows n now
+            self.n = self.stepper.n_steps
         if self.frontier != self.n or self.n not in self.work:
             raise PlanError(f"EndForward before u_{self.n} was reached (frontier {self.frontier})")
         lam = self.stepper.objective_gradient(self.n, self.work.get(self.n))

@@ -336,6 +336,9 @@ class Durability(RunObserver):
         stored = {step for steps in m["snapshots"].values() for step in steps}
         m["forward_points"] = {str(step): J for step, J in self._forward_J.items() if step in stored}
         m["durable"] = durable
+        record = getattr(self.model, "step_record", lambda: None)()
+        if record is not None:  # adaptive steps: the accepted dt sequence so far, replayed on resume
+            m["adaptive_steps"] = record
         self.rundir.save()
 
     def stored(self, step: int, level, J: float) -> None:
@@ -350,7 +353,8 @@ class Durability(RunObserver):
 
     def advanced(self, step: int, state, J: float) -> None:
         """After a first-sweep Advance: the frontier state made durable once the interval passed."""
-        if step >= self.model.n_steps or not self._due():
+        n = self.model.n_steps  # None while adaptive steps have not reached t_final
+        if (n is not None and step >= n) or not self._due():
             return
 
         def write():
@@ -386,20 +390,25 @@ class Durability(RunObserver):
         self.rundir.save()
 
 
-def resume_point(rundir: RunDirectory, model, controls, levels, costs=None):
+def resume_point(rundir: RunDirectory, model, controls, levels, costs=None, online=None):
     """The residual plan and :class:`ResumePoint` that continue the run recorded in ``rundir``.
 
     ``levels`` are the run's levels reopened on their existing snapshots; every snapshot not used
     (not listed durable in the manifest, not valid on every rank, or beyond the resume point) is
     discarded from them. Returns ``(plan, point)``; ``point`` is None when nothing durable exists
-    (the run starts over with its ordinary plan).
+    (the run starts over with its ordinary plan). ``online`` is the run's online plan
+    (:class:`~hpcadj.checkpoint.schedules.online_plans.OnlinePlan`): a first sweep of unknown length
+    continues with its residual (:meth:`OnlinePlan.resumed`).
     """
     from ..checkpoint.schedules.resume import Residual
     from ..checkpoint.storage.survey import survey
     from .driver import ResumePoint
 
     manifest = rundir.manifest
-    n = model.n_steps
+    record = manifest.get("adaptive_steps")
+    if record is not None and hasattr(model, "load_step_record"):
+        model.load_step_record(record)  # replay the accepted steps exactly
+    n = model.n_steps  # None: adaptive steps not yet at t_final, the first sweep continues online
     generations = [m for m in (manifest, rundir.previous) if m is not None]
     listed = [{step for m in generations for step in m.get("snapshots", {}).get(level.name, [])}
               for level in levels]
@@ -431,6 +440,11 @@ def resume_point(rundir: RunDirectory, model, controls, levels, costs=None):
     if point is None:
         return None, None
     capacities = [level.capacity for level in levels]
+    if n is None:
+        if online is None:
+            raise RunDirError("this run's step count is unknown until it ends (adaptive steps): "
+                              "resume it with --schedule online")
+        return online.resumed(capacities, keep, costs=costs), point
     return Residual(n, capacities, keep, lam_step=point.lam_step, costs=costs), point
 
 

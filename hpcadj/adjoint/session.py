@@ -255,6 +255,9 @@ class GradientSession:
         self.check()
         model, comm = self.model, self.comm
         self._open_run_directory()
+        if model.n_steps is None:
+            self.planned = self._plan_online()
+            return self.planned
         try:
             plans = level_slots(self._config, model.snapshot_layout(), comm, model.n_steps)
         except ValueError as exc:
@@ -295,6 +298,29 @@ class GradientSession:
                                                   r.durable_interval, predicted, **r.durability_options())
         self.planned = PlannedRun(plans, schedule, profile, summary, predicted + durable_s, durable_s)
         return self.planned
+
+    def _plan_online(self) -> PlannedRun:
+        """The plan of a run whose n is unknown until it ends (adaptive steps): an online plan.
+
+        Store-all (no budget) keeps up to the model's step bound in RAM; costs come from --costs or
+        the defaults (a calibration would take steps of the model, deciding its sequence early).
+        """
+        from ..checkpoint.schedules.online_plans import make_online_plan
+
+        model, ck = self.model, self.checkpointing
+        name = ck.schedule or "online"
+        if name != "online":
+            raise ConfigError(f"--schedule {name} needs the number of steps, which adaptive steps decide as the "
+                              f"run goes: use --schedule online")
+        if ck.memory is not None or self._probed or ck.codecs():
+            raise ConfigError("adaptive steps (unknown n) do not combine with --memory or --compress yet")
+        try:
+            plans = level_slots(self._config, model.snapshot_layout(), self.comm, model.steps.max_steps)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        profile = profile_for(plans, load_costs(ck.costs))
+        schedule = make_online_plan([p.slots for p in plans], profile.vector(ck.minimize), done=model.done)
+        return PlannedRun(plans, schedule, profile, None, float("nan"), 0.0)
 
     def _compressed_slots(self, plans):
         """Probe the compressed levels' slot size and turn their byte budgets into slots."""
@@ -520,15 +546,18 @@ class GradientSession:
         costs = profile.vector(ck.minimize)
         schedule, point = planned.schedule, None
         if self.resuming:
-            resumed, point = resume_point(self.rundir, model, self.controls, levels, costs)
+            resumed, point = resume_point(self.rundir, model, self.controls, levels, costs,
+                                          online=schedule if getattr(schedule, "online", False) else None)
             schedule = resumed or schedule
         durability = None
         if self.rundir is not None:
             r = self.restart
             durability = Durability(self.rundir, model, levels, r.durable_every, interval=r.durable_interval,
                                     **r.durability_options())
+        unknown_n = model.n_steps is None  # adaptive steps: progress shows steps and simulated time
         progress = SweepProgress(model.n_steps, rank=comm.rank, ranks=comm.size, quiet=not self.progress,
-                                 levels=levels, plan=schedule, costs=profile.vector("time"))
+                                 levels=levels, plan=None if unknown_n else schedule, costs=profile.vector("time"),
+                                 sim_time=model.time_reached if unknown_n else None)
         driver = Driver(model, levels, self.telemetry, progress=progress, costs=costs, observer=durability,
                         should_stop=self.should_stop)
         self._report_recovered()

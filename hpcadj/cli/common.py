@@ -50,6 +50,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="interior grid points per axis, e.g. 128x128 or 32x32x32")
     parser.add_argument("--steps", type=int, default=None, help="number of time steps n")
     parser.add_argument("--dt", type=positive_float, default=None, help="time step (model default if omitted)")
+    parser.add_argument("--adaptive", action="store_true", default=False,
+                        help="adaptive time steps up to --t-final (heat, burgers, wave): n is unknown until the "
+                             "run ends; needs --schedule online with a budget")
+    parser.add_argument("--t-final", type=positive_float, default=None, metavar="T",
+                        help="simulated end time of an --adaptive run")
     common = _options(parser._actions[start:])
     owners = {}
     for name in sorted(models):

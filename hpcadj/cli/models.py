@@ -69,6 +69,17 @@ def _model(spec: str):
     return getattr(importlib.import_module(module), name)
 
 
+def _t_final(args):
+    """--t-final, which --adaptive needs and only --adaptive uses."""
+    if args.adaptive and args.t_final is None:
+        raise ValueError("--adaptive needs --t-final T (the simulated end time)")
+    if args.t_final is not None and not args.adaptive:
+        raise ValueError("--t-final is the end time of an --adaptive run: add --adaptive or give --steps")
+    if args.adaptive and args.steps is not None:
+        raise ValueError("--adaptive decides the number of steps itself: drop --steps")
+    return args.t_final
+
+
 class HeatCLI:
     """``--model heat``: --theta, --observations."""
 
@@ -79,6 +90,8 @@ class HeatCLI:
         group.add_argument("--observations", default=None, metavar="FILE.h5",
                            help="observed states: datasets 'steps' (k) and 'u' (k, [nz,] ny, nx); "
                                 "default: the final state against 0")
+        group.add_argument("--tolerance", type=float, default=None,
+                           help="heat --adaptive: accepted error estimate per step, max norm (default 1e-4)")
 
     def build(self, comm, args):
         from ..models.heat import HeatModel as cls
@@ -88,7 +101,8 @@ class HeatCLI:
         n_steps = args.steps if args.steps is not None else cls.default_steps
         observations = Observations.from_file(args.observations) if args.observations else None
         return cls(comm, sizes, n_steps=n_steps, dt=args.dt if args.dt is not None else cls.default_dt,
-                   theta=args.theta if args.theta is not None else 0.5, observations=observations)
+                   theta=args.theta if args.theta is not None else 0.5, observations=observations,
+                   adaptive=args.adaptive, t_final=_t_final(args), tolerance=args.tolerance)
 
 
 class BurgersCLI:
@@ -111,7 +125,8 @@ class BurgersCLI:
         nu = args.viscosity if args.viscosity is not None else cls.default_nu
         cfl = args.cfl if args.cfl is not None else cls.default_cfl
         n_steps = args.steps if args.steps is not None else cls.default_steps
-        return cls(comm, sizes, n_steps=n_steps, nu=nu, dt=args.dt, cfl=cfl)
+        return cls(comm, sizes, n_steps=n_steps, nu=nu, dt=args.dt, cfl=cfl, adaptive=args.adaptive,
+                   t_final=_t_final(args))
 
 
 class WaveCLI:
@@ -140,7 +155,8 @@ class WaveCLI:
         anomaly = args.anomaly
         return cls(comm, parse_grid(args.grid or "64x64"), n_steps=args.steps, dt=args.dt,
                    frequency=args.frequency,
-                   anomaly=cls.default_anomaly if anomaly is None else anomaly, observed=args.observed)
+                   anomaly=cls.default_anomaly if anomaly is None else anomaly, observed=args.observed,
+                   adaptive=args.adaptive, t_final=_t_final(args))
 
 
 class GrayScottCLI:

@@ -28,13 +28,14 @@ import numpy as np
 
 from ..stack import mpi
 from . import kernels
+from .adaptive import AdaptiveSteps, StepSequence
 from .base import Stepper
 from .common import ComponentSnapshots, scalar_add, scalar_array, scalar_layout, scalar_value, scalar_vec
 from .dmda import Grid
 from .kernels import burgers as kern
 
 
-class BurgersModel(ComponentSnapshots, Stepper):
+class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
     """Viscous Burgers with SSP-RK3 and central advection; controls ``u0`` (velocity) and ``nu``."""
 
     name = "burgers"
@@ -44,19 +45,23 @@ class BurgersModel(ComponentSnapshots, Stepper):
     default_cfl = 0.5
 
     def __init__(self, comm, grid=(64, 64), n_steps: int = 100, nu: float = 0.01, dt: float | None = None,
-                 cfl: float = 0.5):
+                 cfl: float = 0.5, adaptive: bool = False, t_final: float | None = None):
         if len(grid) != 2:
             raise ValueError(f"burgers is 2-D, got a {len(grid)}-D grid")
         if min(grid) < 3:
             raise ValueError("burgers needs at least 3 points per axis")
-        if n_steps < 1:
+        if adaptive and (dt is not None or t_final is None):
+            raise ValueError("--adaptive takes --t-final T and decides dt itself (no --dt)")
+        if not adaptive and n_steps < 1:
             raise ValueError(f"steps must be >= 1, got {n_steps}")
         if not nu > 0 or not math.isfinite(nu):
             raise ValueError(f"viscosity must be positive, got {nu}")
         if not 0 < cfl <= 1:
             raise ValueError(f"cfl must lie in (0, 1], got {cfl}")
         self.comm = comm
-        self.n_steps = int(n_steps)
+        self.steps = StepSequence(t_final) if adaptive else None
+        self.n_steps = None if adaptive else int(n_steps)
+        self.cfl = float(cfl)
         self.grid = Grid(comm, tuple(grid), periodic=True, dof=2)
         self.h = self.grid.spacing()
         self.cell_volume = float(np.prod(self.h))
@@ -70,7 +75,7 @@ class BurgersModel(ComponentSnapshots, Stepper):
         self._pool = kernels.VecPool(self.grid)
         self._controls = None
         self.nu = float(nu)
-        self.dt = float(dt) if dt is not None else self.stable_dt(cfl)
+        self.dt = float(dt) if dt is not None else self.stable_dt(cfl)  # adaptive: dt_0's bound only
         if not self.dt > 0 or not math.isfinite(self.dt):
             raise ValueError(f"dt must be positive, got {self.dt}")
         if dt is not None and self.dt > (limit := self.stable_dt(1.0)):
@@ -78,14 +83,25 @@ class BurgersModel(ComponentSnapshots, Stepper):
             raise ValueError(f"dt {self.dt:g} exceeds the explicit RK3 stability limit {limit:.6g} "
                              f"for this grid and viscosity")
 
-    def stable_dt(self, cfl: float) -> float:
-        """cfl times the RK3 limits for central advection (sqrt 3) and diffusion (2.5), default controls."""
-        w = self.grid.owned(self.default_controls()["u0"])
+    def stable_dt(self, cfl: float, u=None, nu: float | None = None) -> float:
+        """cfl times the RK3 limits for central advection (sqrt 3) and diffusion (2.5) of state ``u``
+        and viscosity ``nu`` (default: the default controls); collective, the same on every rank."""
+        w = self.grid.owned(self.default_controls()["u0"] if u is None else u)
         hy, hx = self.h
         rate = np.max(np.abs(w[..., 0]) / hx + np.abs(w[..., 1]) / hy) if w.size else 0.0
         rate = self.comm.allreduce(float(rate), op=mpi().MAX)
-        diffusion = 4.0 * self.default_nu_value * (1.0 / hx ** 2 + 1.0 / hy ** 2)
-        return cfl * min(math.sqrt(3.0) / rate, 2.5 / diffusion)
+        nu = self.default_nu_value if nu is None else nu
+        diffusion = 4.0 * nu * (1.0 / hx ** 2 + 1.0 / hy ** 2)
+        return cfl * min(math.sqrt(3.0) / rate if rate > 0 else math.inf, 2.5 / diffusion)
+
+    def _step_dt(self, i: int, u) -> float:
+        """dt_i: fixed, recorded, or (first sweep, adaptive) the CFL step of u_i, landing on t_final."""
+        if self.steps is None:
+            return self.dt
+        if not self.steps.known(i):
+            dt, last = self.steps.clip(i, self.stable_dt(self.cfl, u, self.nu))
+            self._accepted(i, dt, last)
+        return self.steps.dt(i)
 
     # -- controls ----------------------------------------------------------------------------
     def default_controls(self):
@@ -114,11 +130,11 @@ class BurgersModel(ComponentSnapshots, Stepper):
     def _block(self, vec, readonly=True):
         return vec.getArray(readonly=readonly).reshape(self.grid.shape + (2,))
 
-    def _stages(self, u, out=None):
-        """Stage states w1, w2 of one RK3 step into scratch Vecs (and u_{i+1} into ``out``).
+    def _stages(self, u, dt, out=None):
+        """Stage states w1, w2 of one RK3 step of size ``dt`` into scratch Vecs (and u_{i+1} into ``out``).
 
         Returns the (block, faces) pairs of w, w1, w2; their halos occupy slots 0-2."""
-        dt, nu, ih = self.dt, self.nu, self._ih
+        nu, ih = self.nu, self._ih
         w1v, w2v = self._stage_vecs[0], self._stage_vecs[1]
         W0, F0 = self._block(u), self._halo.faces(u, 0)
         kern.stage(W0, F0, W0, 0.0, 1.0, True, nu, dt, ih, self._block(w1v, readonly=False))
@@ -131,8 +147,9 @@ class BurgersModel(ComponentSnapshots, Stepper):
 
     # -- forward -----------------------------------------------------------------------------
     def step(self, i, u):
+        dt = self._step_dt(i, u)
         out = self._pool.new_vec()
-        self._stages(u, out)
+        self._stages(u, dt, out)
         return out
 
     def objective(self, i, u):
@@ -148,8 +165,8 @@ class BurgersModel(ComponentSnapshots, Stepper):
 
     # -- adjoint -----------------------------------------------------------------------------
     def adjoint_step(self, i, u, u_next, lam_next, grad):
-        dt, nu, ih = self.dt, self.nu, self._ih
-        (W0, F0), (W1, F1), (W2, F2) = self._stages(u)
+        dt, nu, ih = self._step_dt(i, u), self.nu, self._ih
+        (W0, F0), (W1, F1), (W2, F2) = self._stages(u, dt)
         bv, cv = self._stage_vecs[2], self._stage_vecs[3]
         out = self._pool.new_vec()
         lam = self._block(out, readonly=False)
@@ -170,9 +187,9 @@ class BurgersModel(ComponentSnapshots, Stepper):
         return dcontrols["u0"].copy()
 
     def tangent_step(self, i, u, u_next, du, dcontrols):
-        dt, nu, ih = self.dt, self.nu, self._ih
+        dt, nu, ih = self._step_dt(i, u), self.nu, self._ih
         dnu = scalar_value(self.comm, dcontrols["nu"])
-        (W0, F0), (W1, F1), (W2, F2) = self._stages(u)
+        (W0, F0), (W1, F1), (W2, F2) = self._stages(u, dt)
         d1v, d2v = self._stage_vecs[2], self._stage_vecs[3]
         out = self._pool.new_vec()
         D0 = self._block(du)
@@ -200,5 +217,6 @@ class BurgersModel(ComponentSnapshots, Stepper):
         return {"u0": self.grid.owned(controls["u0"]).copy(), "nu": scalar_array(self.comm, controls["nu"])}
 
     def describe(self):
-        return {"model": self.name, "grid": "x".join(map(str, self.grid.sizes_xyz)), "steps": self.n_steps,
-                "dt": self.dt, "nu": self.default_nu_value, "advection": "central", "scheme": "SSP-RK3"}
+        return self._describe_steps({"model": self.name, "grid": "x".join(map(str, self.grid.sizes_xyz)),
+                                     "steps": self.n_steps, "dt": self.dt, "nu": self.default_nu_value,
+                                     "advection": "central", "scheme": "SSP-RK3"})

@@ -27,21 +27,34 @@ import math
 import numpy as np
 
 from ..stack import petsc
+from .adaptive import AdaptiveSteps, StepSequence
 from .base import SolverError, Stepper
 from .dmda import Grid
 from .observations import Observations
 
 
-class HeatModel(Stepper):
+class HeatModel(AdaptiveSteps, Stepper):
     """Linear diffusion with controls ``u0`` (initial field) and ``kappa`` (node diffusivity)."""
 
     name = "heat"
     default_dt = 1e-4
     default_steps = 100
     ksp_rtol = 1e-13
+    default_tolerance = 1e-4
+    #: adaptive runs keep at most this many step sizes' operators (a matrix and CG each)
+    OPERATOR_CACHE = 6
 
     def __init__(self, comm, grid=(64, 64), n_steps: int = 100, dt: float = 1e-4, theta: float = 0.5,
-                 observations: Observations | None = None):
+                 observations: Observations | None = None, adaptive: bool = False,
+                 t_final: float | None = None, tolerance: float | None = None):
+        if adaptive and (t_final is None or observations is not None):
+            raise ValueError("--adaptive takes --t-final T and observes the final state only (no --observations)")
+        if tolerance is not None and not (tolerance > 0 and math.isfinite(tolerance)):
+            raise ValueError(f"--tolerance must be a positive number, got {tolerance}")
+        self.steps = StepSequence(t_final) if adaptive else None
+        self.tolerance = float(tolerance) if tolerance is not None else self.default_tolerance
+        if adaptive:
+            n_steps = 1  # unknown until t_final is reached; checks below use 1
         if n_steps < 1:
             raise ValueError(f"steps must be >= 1, got {n_steps}")
         if not dt > 0 or not math.isfinite(dt):
@@ -49,19 +62,25 @@ class HeatModel(Stepper):
         if not 0.5 <= theta <= 1.0:
             raise ValueError(f"theta must lie in [0.5, 1], got {theta}")
         self.comm = comm
-        self.n_steps = int(n_steps)
-        self.dt = float(dt)
+        self.n_steps = None if adaptive else int(n_steps)
+        self.dt = float(dt)  # adaptive: the first trial step
         self.theta = float(theta)
         self.grid = Grid(comm, tuple(grid))
         self.h = self.grid.spacing()
         if not math.isfinite(self.dt * sum(4.0 / h ** 2 for h in self.h)):
             raise ValueError(f"dt {dt} is too large for this grid: dt/h^2 overflows")
         self.cell_volume = float(np.prod(self.h))
-        self.observations = observations or Observations.final_state_zero(self.n_steps)
-        self.observations.check(self.n_steps, self.grid.global_shape)
-        # d = 0 (no observation file) is kept as None, not as a block of zeros
-        self._targets = {i: (None if self.observations.path is None else self.observations.target_block(i, self.grid))
-                         for i in self.observations.steps}
+        if adaptive:
+            self.observations, self._targets = None, {}
+        else:
+            self.observations = observations or Observations.final_state_zero(self.n_steps)
+            self.observations.check(self.n_steps, self.grid.global_shape)
+            # d = 0 (no observation file) is kept as None, not as a block of zeros
+            self._targets = {i: (None if self.observations.path is None
+                                 else self.observations.target_block(i, self.grid))
+                             for i in self.observations.steps}
+        self._operators: dict = {}  # adaptive: (dt, theta) -> (A, KSP), oldest first
+        self._kappa = None
         self._ksp = self._make_ksp()
         self._u0 = None
         self._work: dict = {}
@@ -100,10 +119,15 @@ class HeatModel(Stepper):
     def set_controls(self, controls):
         # kappa enters only A, so only u0 is kept (a copy: the caller may change its Vecs later)
         if self.A is not None:  # free the old operator, u0 and CG's work vectors before assembling anew
-            self.A = self._u0 = None
+            self.A = self._u0 = self._kappa = None
             self._ksp.reset()
+            for _A, ksp in self._operators.values():
+                ksp.destroy()
+            self._operators = {}
             petsc().garbage_cleanup(self.comm)  # collective, like set_controls itself
         self._u0 = controls["u0"].copy()
+        if self.steps is not None:  # other step sizes' operators are assembled when first needed
+            self._kappa = controls["kappa"].copy()
         self.A = self._assemble(controls["kappa"])
         self._ksp.setOperators(self.A)
         self._ksp.setUp()
@@ -131,7 +155,7 @@ class HeatModel(Stepper):
     #: owned points per assembly slab (whole axis-0 planes; at least one plane)
     ASSEMBLY_SLAB_POINTS = 1 << 16
 
-    def _assemble(self, kappa):
+    def _assemble(self, kappa, dt: float | None = None, theta: float | None = None):
         """A = I - theta dt L(kappa) as a parallel AIJ matrix, preallocated by the DMDA.
 
         Rows go in slabs of axis-0 planes (``setValuesRCV``; a -1 column, outside the domain, is
@@ -140,7 +164,7 @@ class HeatModel(Stepper):
         """
         PETSc = petsc()
         grid = self.grid
-        weight = -self.theta * self.dt
+        weight = -(self.theta if theta is None else theta) * (self.dt if dt is None else dt)
         kappa_padded = grid.padded(kappa)
         lg = grid.padded_indices()
         inner = grid.inner
@@ -171,15 +195,73 @@ class HeatModel(Stepper):
         mat.assemble()
         return mat
 
-    def _apply_b(self, u, out):
+    def _apply_b(self, u, out, A=None, theta: float | None = None):
         """out = B u = (u - (1 - theta) A u) / theta = (I + (1 - theta) dt L) u."""
-        if self.theta == 1.0:
+        A = self.A if A is None else A
+        theta = self.theta if theta is None else theta
+        if theta == 1.0:
             u.copy(out)
             return out
-        self.A.mult(u, out)
-        out.aypx(-(1.0 - self.theta), u)
-        out.scale(1.0 / self.theta)
+        A.mult(u, out)
+        out.aypx(-(1.0 - theta), u)
+        out.scale(1.0 / theta)
         return out
+
+    def _operator(self, dt: float, theta: float | None = None):
+        """(A, KSP) of a step of size ``dt`` (the constructed one for the first dt and theta).
+
+        Adaptive runs assemble the others on first use and keep the latest ``OPERATOR_CACHE`` of them;
+        an evicted one is assembled again identically (bitwise the same matrix), costing time only.
+        """
+        theta = self.theta if theta is None else theta
+        if dt == self.dt and theta == self.theta:
+            return self.A, self._ksp
+        key = (dt, theta)
+        entry = self._operators.pop(key, None)
+        if entry is None:
+            A = self._assemble(self._kappa, dt, theta)
+            ksp = self._make_ksp()
+            ksp.setOperators(A)
+            ksp.setUp()
+            entry = (A, ksp)
+            if len(self._operators) >= self.OPERATOR_CACHE:
+                oldest = next(iter(self._operators))
+                self._operators.pop(oldest)[1].destroy()
+        self._operators[key] = entry  # most recent last
+        return entry
+
+    def _step_with(self, u, dt: float, theta: float | None = None):
+        """u_{i+1} from u_i by a theta-step of size ``dt``."""
+        A, ksp = self._operator(dt, theta)
+        rhs = self._apply_b(u, self._scratch("rhs", u), A, theta)
+        return self._solve(rhs, ksp=ksp)
+
+    def _step_dt(self, i: int) -> float:
+        return self.dt if self.steps is None else self.steps.dt(i)
+
+    def _first_step(self, i: int, u):
+        """Decide dt_i (adaptive, first sweep): TSAdapt-like accept/reject on an embedded estimate.
+
+        The estimate is the largest difference between the theta step and a step of the same size
+        with the companion weight (backward Euler for theta < 1, Crank-Nicolson for theta = 1), a
+        collective max norm. Above ``tolerance`` the step is rejected and halved; an accepted step
+        with an estimate below tolerance / 4 doubles the next trial (the estimate is O(dt^2)).
+        Trial sizes stay on the ladder dt * 2^k, so few operators are assembled.
+        """
+        PETSc = petsc()
+        companion = 1.0 if self.theta < 1.0 else 0.5
+        trial = self.steps.proposal or self.dt
+        while True:
+            dt, last = self.steps.clip(i, trial)
+            u_next = self._step_with(u, dt)
+            estimate = self._step_with(u, dt, companion)
+            estimate.axpy(-1.0, u_next)
+            error = estimate.norm(PETSc.NormType.INFINITY)
+            if error <= self.tolerance:
+                break
+            trial = 0.5 * trial
+        self._accepted(i, dt, last, 2.0 * trial if error <= 0.25 * self.tolerance else trial)
+        return u_next
 
     def _apply_l(self, kappa_padded, w_padded) -> np.ndarray:
         """(L(kappa) w) on the owned block, matrix-free (L is linear in kappa)."""
@@ -196,32 +278,40 @@ class HeatModel(Stepper):
             vec = self._work[name] = like.duplicate()
         return vec
 
-    def _solve(self, rhs, x=None):
+    def _solve(self, rhs, x=None, ksp=None):
         """x = A^-1 rhs, in a new Vec unless ``x`` is given."""
+        ksp = self._ksp if ksp is None else ksp
         x = rhs.duplicate() if x is None else x
         x.set(0.0)
-        self._ksp.solve(rhs, x)
-        reason = self._ksp.getConvergedReason()
+        ksp.solve(rhs, x)
+        reason = ksp.getConvergedReason()
         if reason < 0:
             raise SolverError(f"heat: KSP diverged (reason {reason})")
         return x
 
     # -- forward -----------------------------------------------------------------------------
     def step(self, i, u):
+        if self.steps is not None:
+            if not self.steps.known(i):
+                return self._first_step(i, u)
+            return self._step_with(u, self.steps.dt(i))
         rhs = self._apply_b(u, self._scratch("rhs", u))
         return self._solve(rhs)
 
+    def _observed(self, i: int) -> bool:
+        return i == self.n_steps if self.steps is not None else i in self._targets
+
     def objective(self, i, u):
-        if i not in self._targets:
+        if not self._observed(i):
             return 0.0
-        target = self._targets[i]
+        target = self._targets.get(i)
         diff = self.grid.owned(u) if target is None else self.grid.owned(u) - target
         local = 0.5 * self.cell_volume * float(np.dot(diff.ravel(), diff.ravel()))
         return self.comm.allreduce(local)
 
     def objective_gradient(self, i, u):
         target = self._targets.get(i)
-        if i not in self._targets:
+        if not self._observed(i):
             return None
         diff = self.grid.owned(u) if target is None else self.grid.owned(u) - target
         return self.grid.vec_from(self.cell_volume * diff)
@@ -236,8 +326,10 @@ class HeatModel(Stepper):
         return w
 
     def adjoint_step(self, i, u, u_next, lam_next, grad):
-        mu = self._solve(lam_next, self._scratch("mu", lam_next))
-        lam = self._apply_b(mu, mu.duplicate())
+        dt = self._step_dt(i)
+        A, ksp = self._operator(dt)
+        mu = self._solve(lam_next, self._scratch("mu", lam_next), ksp=ksp)
+        lam = self._apply_b(mu, mu.duplicate(), A)
         # the step's rhs scratch is free here: w goes there (no third scratch Vec)
         w_pad = self.grid.padded(self._w(u, u_next, scratch="rhs"))
         mu_pad = self.grid.padded(mu)
@@ -259,7 +351,7 @@ class HeatModel(Stepper):
                 np.multiply(dw, share, out=dw)  # (share * dw) * dm, the order it always had
                 np.multiply(dw, dm, out=dw)
                 dkappa += dw
-            gk[k0:k1] += self.dt * dkappa
+            gk[k0:k1] += dt * dkappa
         return lam
 
     def initial_adjoint(self, lam0, grad):
@@ -270,10 +362,12 @@ class HeatModel(Stepper):
         return dcontrols["u0"].copy()
 
     def tangent_step(self, i, u, u_next, du, dcontrols):
-        rhs = self._apply_b(du, self._scratch("rhs", du))
+        dt = self._step_dt(i)
+        A, ksp = self._operator(dt)
+        rhs = self._apply_b(du, self._scratch("rhs", du), A)
         dl_w = self._apply_l(self.grid.padded(dcontrols["kappa"]), self.grid.padded(self._w(u, u_next)))
-        self.grid.owned(rhs)[...] += self.dt * dl_w
-        return self._solve(rhs)
+        self.grid.owned(rhs)[...] += dt * dl_w
+        return self._solve(rhs, ksp=ksp)
 
     # -- snapshots ---------------------------------------------------------------------------
     def snapshot_layout(self):
@@ -292,5 +386,8 @@ class HeatModel(Stepper):
         return {name: self.grid.owned(vec).copy() for name, vec in controls.items()}
 
     def describe(self):
-        return {"model": self.name, "grid": "x".join(map(str, self.grid.sizes_xyz)),
+        info = {"model": self.name, "grid": "x".join(map(str, self.grid.sizes_xyz)),
                 "steps": self.n_steps, "dt": self.dt, "theta": self.theta}
+        if self.steps is not None:
+            info.update(tolerance=self.tolerance, dt0=self.dt)
+        return self._describe_steps(info)

@@ -22,6 +22,13 @@ HDF5 file (dataset ``traces`` of shape (n+1, receivers)) or, by default, from a 
 model c_true = c_bg (1 + A exp(-|x - x_c|^2 / (2 * 0.1^2))), a Gaussian anomaly of relative amplitude A
 (default 0.1) at the centre. Controls: ``c`` (the velocity model, default the background
 c_bg = 1 + 0.5 depth) and ``u0`` (the initial pair (u^{-1}, u^0), default zero).
+
+Adaptive steps (``adaptive=True``, ``t_final``): dt_i = cfl times the CFL limit of the current velocity
+model (its maximum over all ranks), the last step shortened to land on t_final, on the non-uniform
+leapfrog (kernels/wave.py: r = dt_i / dt_{i-1}, dt^2 -> (dt_i + dt_{i-1}) dt_i / 2, sigma dt_i / 2 per
+step). The leapfrog's stability limit depends on c, not on the state, so the sequence is constant but
+for its last step. Observed traces are indexed by step, so an adaptive run observes d = 0 (J is the
+receivers' energy).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import numpy as np
 
 from ..stack import mpi
 from . import kernels
+from .adaptive import AdaptiveSteps, StepSequence
 from .base import Stepper
 from .dmda import Grid
 from .kernels import wave as kern
@@ -47,7 +55,7 @@ def ricker(t, f0: float):
     return (1.0 - 2.0 * arg) * math.exp(-arg)
 
 
-class WaveModel(Stepper):
+class WaveModel(AdaptiveSteps, Stepper):
     """Acoustic leapfrog with sponge, Ricker source and receivers; controls ``c`` and ``u0``."""
 
     name = "wave"
@@ -58,7 +66,10 @@ class WaveModel(Stepper):
 
     def __init__(self, comm, grid=(64, 64), n_steps: int | None = None, dt: float | None = None,
                  frequency: float | None = None, anomaly: float = 0.1, observed: str | None = None,
-                 cfl: float = 0.5):
+                 cfl: float = 0.5, adaptive: bool = False, t_final: float | None = None):
+        if adaptive and (t_final is None or dt is not None or observed is not None):
+            raise ValueError("--adaptive takes --t-final T and decides dt itself (no --dt, no --observed)")
+        self.steps = StepSequence(t_final) if adaptive else None
         if len(grid) not in (2, 3):
             raise ValueError(f"wave is 2-D or 3-D, got a {len(grid)}-D grid")
         if min(grid) < 5:
@@ -84,11 +95,13 @@ class WaveModel(Stepper):
         if self.dt > limit:
             # explicit leapfrog: beyond the CFL limit the states blow up and the gradient is garbage
             raise ValueError(f"dt {self.dt:g} exceeds the leapfrog CFL limit {limit:.6g} for this grid")
+        self.cfl = float(cfl)
+        self._limit_factor = 1.0 / math.sqrt(sum(1.0 / h ** 2 for h in self.h))
         if n_steps is None:
             n_steps = int(math.ceil(1.0 / self.dt))
         if n_steps < 1:
             raise ValueError(f"steps must be >= 1, got {n_steps}")
-        self.n_steps = int(n_steps)
+        self.n_steps = None if adaptive else int(n_steps)
         self.frequency = float(frequency) if frequency is not None else 1.0 / (12.0 * max(self.h))
         if not 0 < self.frequency < math.inf:
             raise ValueError(f"frequency must be a positive finite number, got {frequency}")
@@ -100,6 +113,8 @@ class WaveModel(Stepper):
         self._shape3 = (1,) * (3 - self.dim) + self.field.shape
         self._s = kernels.readonly((0.5 * self.dt * sigma).reshape(self._shape3))
         self._a = kernels.readonly(1.0 / (1.0 + self._s))  # the adjoint's a, no division per point
+        self._sigma3 = sigma.reshape(self._shape3) if adaptive else None
+        self._per_dt: dict = {}  # adaptive: dt -> (s, a, c^2 a, its faces)
         self._ih2 = tuple([1.0] * (3 - self.dim) + [1.0 / h ** 2 for h in self.h])
         self._halo = kernels.Halo(self.grid, slots=2)
         self._pool = kernels.VecPool(self.grid)
@@ -113,7 +128,9 @@ class WaveModel(Stepper):
         self._receivers_local = [(k, loc) for k, loc in located if loc is not None]
         self._controls = None
         self.observed_path = observed
-        if observed is not None:
+        if adaptive:
+            self.observed = None  # d = 0
+        elif observed is not None:
             self.observed = self._read_observed(observed)
         else:
             self.observed = self.traces({"c": self.c_true, "u0": self._zero_pair()})
@@ -215,6 +232,39 @@ class WaveModel(Stepper):
         ca_vec = self.field.vec_from(ca)
         self._ca_faces = self._faces3(tuple(f.copy() for f in self._field_halo.faces(ca_vec)), ())
         ca_vec.destroy()
+        self._per_dt = {}
+        if self.steps is not None:  # the CFL step of this velocity model (collective)
+            c_max = self.comm.allreduce(float(np.max(self.c, initial=0.0)), op=mpi().MAX)
+            self._cfl_step = self.cfl * self._limit_factor / c_max
+
+    def _step_params(self, i: int):
+        """(dt_i, r = dt_i / dt_{i-1}, (dt_i + dt_{i-1}) dt_i / 2); the first sweep of an adaptive run
+        decides dt_i here. Fixed steps: (dt, 1, dt^2)."""
+        if self.steps is None:
+            return self.dt, 1.0, self.dt ** 2
+        if not self.steps.known(i):
+            dt, last = self.steps.clip(i, self._cfl_step)
+            self._accepted(i, dt, last)
+        dt = self.steps.dt(i)
+        prev = self.steps.dt(i - 1) if i > 0 else dt
+        return dt, dt / prev, 0.5 * (dt + prev) * dt
+
+    def _coefficients(self, dt: float):
+        """The per-dt arrays: s = sigma dt / 2, a = 1 / (1 + s), c^2 a and its halo faces."""
+        if dt == self.dt:
+            return self._s, self._a, self._ca, self._ca_faces
+        entry = self._per_dt.get(dt)
+        if entry is None:
+            s = kernels.readonly(0.5 * dt * self._sigma3)
+            a = kernels.readonly(1.0 / (1.0 + s))
+            ca = self.c2 * a.reshape(self.c2.shape)
+            ca_vec = self.field.vec_from(ca)
+            faces = self._faces3(tuple(f.copy() for f in self._field_halo.faces(ca_vec)), ())
+            ca_vec.destroy()
+            if len(self._per_dt) >= 4:
+                self._per_dt.pop(next(iter(self._per_dt)))
+            entry = self._per_dt[dt] = (s, a, kernels.readonly(ca.reshape(self._shape3)), faces)
+        return entry
 
     def working_set_states(self) -> float:
         """11: the model's share measured by experiments/memory_budget (wave 128^3, 2 ranks, 3 RAM
@@ -228,7 +278,7 @@ class WaveModel(Stepper):
 
     # -- forward -----------------------------------------------------------------------------
     def _source_value(self, i: int) -> float:
-        return ricker(i * self.dt, self.frequency) / float(np.prod(self.h))
+        return ricker(self.time(i), self.frequency) / float(np.prod(self.h))
 
     def _pair(self, prev, cur):
         vec = self.grid.create_vec()
@@ -252,13 +302,17 @@ class WaveModel(Stepper):
         return self._faces3(self._halo.faces(vec, slot))
 
     def step(self, i, u):
+        dt, r, dt2 = self._step_params(i)
+        s = self._coefficients(dt)[0]
         out = self._pool.new_vec()
-        kern.step(self._block(u), self._state_faces(u), self._s, self._c2, self._ih2, self._has_z,
-                  self.dt ** 2, self._source3, self._source_value(i), self._block(out, readonly=False))
+        kern.step(self._block(u), self._state_faces(u), s, self._c2, self._ih2, self._has_z,
+                  dt2, r, self._source3, self._source_value(i), self._block(out, readonly=False))
         return out
 
     def _residuals(self, i, u):
         w = self.grid.owned_view(u)
+        if self.observed is None:
+            return [(k, loc, w[loc][1]) for k, loc in self._receivers_local]
         return [(k, loc, w[loc][1] - self.observed[i, k]) for k, loc in self._receivers_local]
 
     def objective(self, i, u):
@@ -280,11 +334,13 @@ class WaveModel(Stepper):
 
     # -- adjoint -----------------------------------------------------------------------------
     def adjoint_step(self, i, u, u_next, lam_next, grad):
+        dt, r, dt2 = self._step_params(i)
+        s, a, ca, ca_faces = self._coefficients(dt)
         out = self._pool.new_vec()
         g = self.field.owned(grad["c"]).reshape(self._shape3)
         kern.adjoint_step(self._block(lam_next), self._state_faces(lam_next, 1), self._block(u),
-                          self._state_faces(u, 0), self._s, self._a, self._c, self._ca, self._ca_faces, self._ih2,
-                          self._has_z, self.dt ** 2, g, self._block(out, readonly=False))
+                          self._state_faces(u, 0), s, a, self._c, ca, ca_faces, self._ih2,
+                          self._has_z, dt2, r, g, self._block(out, readonly=False))
         return out
 
     def initial_adjoint(self, lam0, grad):
@@ -295,10 +351,11 @@ class WaveModel(Stepper):
         return dcontrols["u0"].copy()
 
     def tangent_step(self, i, u, u_next, du, dcontrols):
+        dt, r, dt2 = self._step_params(i)
         out = self._pool.new_vec()
         dc = dcontrols["c"].getArray(readonly=True).reshape(self._shape3)
         kern.tangent_step(self._block(du), self._state_faces(du, 1), self._block(u), self._state_faces(u, 0),
-                          self._s, self._c, self._c2, dc, self._ih2, self._has_z, self.dt ** 2,
+                          self._coefficients(dt)[0], self._c, self._c2, dc, self._ih2, self._has_z, dt2, r,
                           self._block(out, readonly=False))
         return out
 
@@ -326,6 +383,8 @@ class WaveModel(Stepper):
         return {"c": self.field.owned(controls["c"]).copy(), "u0": self.grid.owned(controls["u0"]).copy()}
 
     def describe(self):
-        return {"model": self.name, "grid": "x".join(map(str, self.field.sizes_xyz)), "steps": self.n_steps,
-                "dt": self.dt, "frequency": self.frequency, "receivers": len(self.receivers),
-                "observed": self.observed_path or f"true model, anomaly {self.anomaly}"}
+        observed = "none (d = 0)" if self.steps is not None else (
+            self.observed_path or f"true model, anomaly {self.anomaly}")
+        return self._describe_steps({"model": self.name, "grid": "x".join(map(str, self.field.sizes_xyz)),
+                                     "steps": self.n_steps, "dt": self.dt, "frequency": self.frequency,
+                                     "receivers": len(self.receivers), "observed": observed})

@@ -123,14 +123,19 @@ def format_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
-def format_line(*, nsteps: int, forward: int, recomputed: int, adjoint: int, elapsed: float,
+def format_line(*, nsteps: int | None, forward: int, recomputed: int, adjoint: int, elapsed: float,
                 remaining: float | None, levels: list[tuple[str, int, int]] | None = None,
-                rank: int = 0, no_remaining: str = "no plan cost model") -> str:
+                rank: int = 0, no_remaining: str = "no plan cost model", sim_time: float | None = None) -> str:
     """One progress line (no newline): steps done in each sweep, elapsed, predicted remaining, bytes
     written/read per level, all as counted on ``rank``. ``remaining`` None: no prediction, for the
-    reason ``no_remaining``."""
-    parts = [f"hpcadj: progress (rank {rank}): forward {forward}/{nsteps}, recomputed {recomputed}, "
-             f"adjoint {adjoint}/{nsteps}",
+    reason ``no_remaining``. ``nsteps`` None (adaptive steps, n not known yet): the steps so far and
+    the simulated time ``sim_time`` reached."""
+    if nsteps is None:
+        clock = "" if sim_time is None else f" (t = {sim_time:.6g})"
+        head = f"forward {forward}{clock}, recomputed {recomputed}, adjoint {adjoint}"
+    else:
+        head = f"forward {forward}/{nsteps}, recomputed {recomputed}, adjoint {adjoint}/{nsteps}"
+    parts = [f"hpcadj: progress (rank {rank}): {head}",
              f"elapsed {format_duration(elapsed)}",
              (f"remaining n/a ({no_remaining})" if remaining is None
               else f"remaining ~{format_duration(remaining)} (plan cost model)")]
@@ -169,9 +174,10 @@ class SweepProgress:
         Monotonic seconds (tests).
     """
 
-    def __init__(self, nsteps: int, *, rank: int = 0, quiet: bool = False, stream=None, ranks: int = 1,
-                 levels=None, plan=None, costs=None, interval: float | None = None, clock=None):
-        self.nsteps = int(nsteps)
+    def __init__(self, nsteps: int | None, *, rank: int = 0, quiet: bool = False, stream=None, ranks: int = 1,
+                 levels=None, plan=None, costs=None, interval: float | None = None, clock=None, sim_time=None):
+        self.nsteps = None if nsteps is None else int(nsteps)
+        self.sim_time = sim_time  # adaptive steps: sim_time() is the simulated time reached, shown while n is unknown
         self.rank = int(rank)
         self.stream = sys.stderr if stream is None else stream
         self.mode = progress_mode(rank, quiet, self.stream, ranks)
@@ -237,6 +243,8 @@ class SweepProgress:
         if self._forward is None:
             self._forward = self._bar("forward")
         self._forward.update(steps)
+        if self.nsteps is None and self.sim_time is not None:
+            self._forward.set_postfix(t=f"{self.sim_time():.6g}", refresh=False)
 
     def adjoint(self, steps: int = 1) -> None:
         """``steps`` adjoint steps done."""
@@ -267,7 +275,8 @@ class SweepProgress:
     def _bar(self, desc: str):
         from tqdm import tqdm
 
-        return tqdm(total=self.nsteps, desc=desc, unit="step", file=self.stream, leave=True,
+        total = self.nsteps if self.nsteps is not None else (self.forwarded if desc == "reverse" else None)
+        return tqdm(total=total, desc=desc, unit="step", file=self.stream, leave=True,
                     dynamic_ncols=True)
 
     def _tick(self) -> None:
@@ -299,10 +308,12 @@ class SweepProgress:
     def line(self, now: float | None = None) -> str:
         """The progress line for the counts so far."""
         elapsed = (self._clock() if now is None else now) - self._t0
+        t = self.sim_time() if self.nsteps is None and self.sim_time is not None else None
         return format_line(nsteps=self.nsteps, forward=self.forwarded, recomputed=self.recomputed,
                            adjoint=self.adjoints, elapsed=elapsed, remaining=self.remaining(elapsed),
-                           levels=self.level_bytes(), rank=self.rank,
-                           no_remaining="no plan cost model" if self._total is None else "no step done yet")
+                           levels=self.level_bytes(), rank=self.rank, sim_time=t,
+                           no_remaining=("no plan cost model" if self._total is None else "no step done yet")
+                           if self.nsteps is not None else "number of steps unknown (adaptive)")
 
     def _emit(self, now: float | None = None) -> None:
         now = self._clock() if now is None else now

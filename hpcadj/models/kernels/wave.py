@@ -4,7 +4,9 @@ Blocks are 3-D in natural order (nz, ny, nx[, 2]); a 2-D model passes nz = 1 and
 The state is the pair (u^{i-1}, u^i) interleaved as the last axis. ``A`` is a = 1/(1+s), computed
 once by the model (the same double the step computes), so the adjoint makes no division. ``F*`` are the six halo faces
 (zlo, zhi, ylo, yhi, xlo, xhi) of a field, ``s`` = sigma dt / 2 (so a = 1/(1+s), b = 1-s), ``ih2`` the
-inverse squared spacings (z, y, x). Each point reads its star neighbours only, the same way on any
+inverse squared spacings (z, y, x). With varying steps, ``r`` = dt_i / dt_{i-1} and ``dt2`` =
+(dt_i + dt_{i-1}) dt_i / 2 (the leapfrog on a non-uniform time grid); r = 1 and dt2 = dt^2 is the
+uniform scheme, with the same arithmetic (1 + r = 2 and r - s = 1 - s exactly). Each point reads its star neighbours only, the same way on any
 decomposition, so the states are bitwise rank-invariant.
 """
 
@@ -43,12 +45,13 @@ def _lap(c, zm, zp, ym, yp, xm, xp, ihz2, ihy2, ihx2, has_z):
 
 
 @njit(cache=True)
-def step(U, FU, s, c2, ih2, has_z, dt2, src, fval, out):
-    """out = (u^i, a [2 u^i - b u^{i-1} + dt^2 (c^2 L u^i + f)]); f = fval at owned index src."""
+def step(U, FU, s, c2, ih2, has_z, dt2, r, src, fval, out):
+    """out = (u^i, a [(1 + r) u^i - b u^{i-1} + dt2 (c^2 L u^i + f)]), b = r - s; f = fval at owned index src."""
     zlo, zhi, ylo, yhi, xlo, xhi = FU
     ihz2, ihy2, ihx2 = ih2
     mz, my, mx = s.shape
     buf = np.empty(mx + 2)
+    two = 1.0 + r
     sk, sj, si = src
     for k in range(mz):
         for j in range(my):
@@ -66,25 +69,25 @@ def step(U, FU, s, c2, ih2, has_z, dt2, src, fval, out):
                 lap = _lap(c, zm[i, 1], zp[i, 1], ym[i, 1], yp[i, 1], buf[i], buf[i + 2],
                            ihz2, ihy2, ihx2, has_z)
                 a = 1.0 / (1.0 + srow[i])
-                b = 1.0 - srow[i]
+                b = r - srow[i]
                 orow[i, 0] = c
-                orow[i, 1] = a * ((2.0 * c - b * row[i, 0]) + dt2 * (crow[i] * lap))
+                orow[i, 1] = a * ((two * c - b * row[i, 0]) + dt2 * (crow[i] * lap))
             if k == sk and j == sj:
                 i = si
                 c = buf[i + 1]
                 lap = _lap(c, zm[i, 1], zp[i, 1], ym[i, 1], yp[i, 1], buf[i], buf[i + 2],
                            ihz2, ihy2, ihx2, has_z)
                 a = 1.0 / (1.0 + srow[i])
-                b = 1.0 - srow[i]
-                orow[i, 1] = a * ((2.0 * c - b * row[i, 0]) + dt2 * (crow[i] * lap + fval))
+                b = r - srow[i]
+                orow[i, 1] = a * ((two * c - b * row[i, 0]) + dt2 * (crow[i] * lap + fval))
 
 
 @njit(cache=True)
-def adjoint_step(L, FL, U, FU, s, A, c, ca, FC, ih2, has_z, dt2, grad, out):
+def adjoint_step(L, FL, U, FU, s, A, c, ca, FC, ih2, has_z, dt2, r, grad, out):
     """Transpose of :func:`step` applied to lam = (lam_prev', mu'), and dJ/dc added into ``grad``.
 
-    With mu = a lam_cur': out = (-b mu, lam_prev' + 2 mu + dt^2 L(c^2 a lam_cur')),
-    grad += 2 dt^2 c mu L u^i. ``ca`` = c^2 a (owned block, faces FC).
+    With mu = a lam_cur': out = (-b mu, lam_prev' + (1 + r) mu + dt2 L(c^2 a lam_cur')),
+    grad += 2 dt2 c mu L u^i. ``ca`` = c^2 a (owned block, faces FC).
     """
     lzlo, lzhi, lylo, lyhi, lxlo, lxhi = FL
     uzlo, uzhi, uylo, uyhi, uxlo, uxhi = FU
@@ -94,6 +97,7 @@ def adjoint_step(L, FL, U, FU, s, A, c, ca, FC, ih2, has_z, dt2, grad, out):
     qbuf = np.empty(mx + 2)
     ubuf = np.empty(mx + 2)
     two_dt2 = 2.0 * dt2
+    two = 1.0 + r
     for k in range(mz):
         for j in range(my):
             lzm, lzp, lym, lyp = _rows(L, lzlo, lzhi, lylo, lyhi, k, j, has_z)
@@ -122,22 +126,23 @@ def adjoint_step(L, FL, U, FU, s, A, c, ca, FC, ih2, has_z, dt2, grad, out):
                 lapu = _lap(uc, uzm[i, 1], uzp[i, 1], uym[i, 1], uyp[i, 1], ubuf[i], ubuf[i + 2],
                             ihz2, ihy2, ihx2, has_z)
                 a = arow[i]
-                b = 1.0 - srow[i]
+                b = r - srow[i]
                 mu = a * lrow[i, 1]
                 orow[i, 0] = -b * mu
-                orow[i, 1] = (lrow[i, 0] + 2.0 * mu) + dt2 * lapq
+                orow[i, 1] = (lrow[i, 0] + two * mu) + dt2 * lapq
                 grow[i] += two_dt2 * vrow[i] * mu * lapu
 
 
 @njit(cache=True)
-def tangent_step(D, FD, U, FU, s, c, c2, dc, ih2, has_z, dt2, out):
-    """out = (du^i, a [2 du^i - b du^{i-1} + dt^2 (c^2 L du^i + 2 c dc L u^i)])."""
+def tangent_step(D, FD, U, FU, s, c, c2, dc, ih2, has_z, dt2, r, out):
+    """out = (du^i, a [(1 + r) du^i - b du^{i-1} + dt2 (c^2 L du^i + 2 c dc L u^i)])."""
     dzlo, dzhi, dylo, dyhi, dxlo, dxhi = FD
     uzlo, uzhi, uylo, uyhi, uxlo, uxhi = FU
     ihz2, ihy2, ihx2 = ih2
     mz, my, mx = s.shape
     dbuf = np.empty(mx + 2)
     ubuf = np.empty(mx + 2)
+    two = 1.0 + r
     for k in range(mz):
         for j in range(my):
             dzm, dzp, dym, dyp = _rows(D, dzlo, dzhi, dylo, dyhi, k, j, has_z)
@@ -164,7 +169,7 @@ def tangent_step(D, FD, U, FU, s, c, c2, dc, ih2, has_z, dt2, out):
                 lapu = _lap(uc, uzm[i, 1], uzp[i, 1], uym[i, 1], uyp[i, 1], ubuf[i], ubuf[i + 2],
                             ihz2, ihy2, ihx2, has_z)
                 a = 1.0 / (1.0 + srow[i])
-                b = 1.0 - srow[i]
+                b = r - srow[i]
                 orow[i, 0] = d
-                orow[i, 1] = a * ((2.0 * d - b * drow[i, 0])
+                orow[i, 1] = a * ((two * d - b * drow[i, 0])
                                   + dt2 * (c2row[i] * lapd + 2.0 * vrow[i] * dcrow[i] * lapu))

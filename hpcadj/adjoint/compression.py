@@ -1,12 +1,19 @@
-"""Compressed levels in a run: codecs per level, slot sizes from a probe, costs, levels, report.
+"""Compressed levels in a run: codecs per level, sizes from a probe, capacities, costs, report.
 
-The probe encodes u_0, u_4 and u_K (K = ``probe_steps``, default :data:`PROBE_STEPS`, at most n)
-with each level's codec (states that spread detail over time, such as wave's, compress worse later:
-probe further in for them); a slot holds the
-largest rank's framed encoding times a margin ($HPCADJ_COMPRESS_MARGIN, default
-:data:`DEFAULT_MARGIN`: 1.15 lossless, 1.5 lossy), never more than the raw snapshot's frame. A byte budget then buys
-``budget // slot`` slots. Costs: a compressed level's measured write/read seconds are scaled by the
-stored fraction and the codec's measured encode/decode seconds added.
+The probe encodes u_0, u_4 and :data:`PROBE_POINTS` evenly spaced states up to u_K (K =
+``probe_steps``, default :data:`PROBE_STEPS`, at most n) with each level's codec (states that
+spread detail over time, such as wave's, compress worse later: probe further in for them).
+
+File levels keep fixed slots (their layouts and collective writes need them): a slot holds the
+largest probed framed encoding times a margin ($HPCADJ_COMPRESS_MARGIN, default
+:data:`DEFAULT_MARGIN`: 1.15 lossless, 1.5 lossy), never more than the raw snapshot's frame, and a
+byte budget buys ``budget // slot`` slots. The RAM level is a byte pool
+(:class:`~hpcadj.checkpoint.storage.compressed.PooledLevel`): each snapshot takes its own size, and
+the planner's slot count is the largest whose plan, simulated with every snapshot at its probed
+size (:func:`size_curve`) times the margin, never holds more than the pool
+(:func:`pooled_capacity`). A run whose states compress worse than probed overflows the pool on
+every rank alike and re-plans. Costs: a compressed level's measured write/read seconds are scaled
+by the stored fraction and the codec's measured encode/decode seconds added.
 """
 
 from __future__ import annotations
@@ -14,14 +21,18 @@ from __future__ import annotations
 import os
 import time
 
+import numpy as np
+
 from ..checkpoint.storage.codec import Codec, parse_codec
-from ..checkpoint.storage.compressed import CompressedLevel, framed_nbytes
+from ..checkpoint.storage.compressed import CompressedLevel, PooledLevel, framed_nbytes
 
 #: slot bytes = probed compressed bytes x this, per codec kind (later states may compress worse than
 #: the probed ones; a lossy codec's size follows the field's detail far more than a lossless one's)
 DEFAULT_MARGIN = {"lossless": 1.15, "lossy": 1.5}
 #: forward steps the probe advances by default to find later, less compressible states
 PROBE_STEPS = 4
+#: the probe encodes u_0, u_4 and this many evenly spaced states up to u_K (the size curve)
+PROBE_POINTS = 8
 #: the frame's own bytes beyond a raw snapshot's (headers): the slot never needs more
 FRAME_SLACK = 4096
 
@@ -57,49 +68,128 @@ def margin(codec) -> float:
     return value
 
 
+def probe_points(n_steps: int, probe_steps: int | None) -> list[int]:
+    """The steps the probe encodes: u_0, u_4 and :data:`PROBE_POINTS` evenly spaced up to u_K."""
+    last = min(n_steps, max(PROBE_STEPS, probe_steps or PROBE_STEPS))
+    points = {0, min(n_steps, PROBE_STEPS), last}
+    points |= {round(last * j / PROBE_POINTS) for j in range(1, PROBE_POINTS)}
+    return sorted(points)
+
+
 def probe(model, controls, codecs: dict, comm, probe_steps: int | None = None) -> dict:
-    """Per compressed level: slot bytes (same on every rank), probed ratio, encode/decode seconds."""
+    """Per compressed level: slot bytes (same on every rank), the size curve, encode/decode seconds.
+
+    ``sizes`` are ``(step, bytes)`` of the largest rank's framed encoding at each probed step; the
+    fixed slot is their maximum times the margin, never more than the raw frame.
+    """
     from ..stack import mpi, petsc
 
     MPI = mpi()
     if not codecs:
         return {}
     model.set_controls(controls)
-    u = model.initial_state()
-    states = [model.snapshot(u)]
-    last = min(model.n_steps, max(PROBE_STEPS, probe_steps or PROBE_STEPS))
-    keep = {min(model.n_steps, PROBE_STEPS), last}
-    v = u
-    for i in range(last):
-        v = model.step(i, v)
-        if i + 1 in keep:
-            states.append({k: a.copy() for k, a in model.snapshot(v).items()})
-    raw_frame = max(framed_nbytes(s, Codec())[0] for s in states)
-    raw = sum(a.nbytes for a in states[0].values())
-    out = {}
-    for name, codec in codecs.items():
-        factor = margin(codec)
-        sizes, enc_s, dec_s = [], 0.0, 0.0
-        for s in states:
+    points = probe_points(model.n_steps, probe_steps)
+    sizes = {name: [] for name in codecs}
+    times = {name: [0.0, 0.0] for name in codecs}
+    raw_frame = raw = 0
+    v = model.initial_state()
+    for i in range(points[-1] + 1):
+        if i > 0:
+            v = model.step(i - 1, v)
+        if i not in points:
+            continue
+        state = model.snapshot(v)
+        raw_frame = max(raw_frame, framed_nbytes(state, Codec())[0])
+        raw = max(raw, sum(a.nbytes for a in state.values()))
+        for name, codec in codecs.items():
             t0 = time.perf_counter()
-            n, encoded = framed_nbytes(s, codec)
+            n, encoded = framed_nbytes(state, codec)
             t1 = time.perf_counter()
             base = Codec()
             for e in encoded.values():
                 base.decode(e)
-            dec_s += time.perf_counter() - t1
-            enc_s += t1 - t0
-            sizes.append(n)
-        probed = comm.allreduce(max(sizes), op=MPI.MAX)
-        cap = comm.allreduce(raw_frame, op=MPI.MAX) + FRAME_SLACK
-        slot = min(int(probed * factor) + 64, cap)
-        out[name] = {"codec": codec, "slot_bytes": slot, "probed_bytes": probed,
-                     "raw_bytes": comm.allreduce(raw, op=MPI.MAX),
-                     "encode_s": comm.allreduce(enc_s / len(states), op=MPI.MAX),
-                     "decode_s": comm.allreduce(dec_s / len(states), op=MPI.MAX)}
-    del states, u, v
+            times[name][0] += t1 - t0
+            times[name][1] += time.perf_counter() - t1
+            sizes[name].append(n)
+        del state
+    cap = comm.allreduce(raw_frame, op=MPI.MAX) + FRAME_SLACK
+    out = {}
+    for name, codec in codecs.items():
+        curve = [max(column) for column in zip(*comm.allgather(sizes[name]))]
+        probed = max(curve)
+        out[name] = {"codec": codec, "slot_bytes": min(int(probed * margin(codec)) + 64, cap),
+                     "probed_bytes": probed, "raw_bytes": comm.allreduce(raw, op=MPI.MAX),
+                     "sizes": list(zip(points, curve)), "margin": margin(codec),
+                     "encode_s": comm.allreduce(times[name][0] / len(points), op=MPI.MAX),
+                     "decode_s": comm.allreduce(times[name][1] / len(points), op=MPI.MAX)}
+    del v
     petsc().garbage_cleanup(comm)
     return out
+
+
+def size_curve(sizes):
+    """bytes(step) from the probed ``(step, bytes)``: their running maximum, linear in between and
+    constant past the last probed step (a state never planned smaller than an earlier probed one)."""
+    steps = [s for s, _ in sizes]
+    envelope = np.maximum.accumulate([b for _, b in sizes])
+
+    def at(step: int) -> float:
+        return float(np.interp(step, steps, envelope))
+
+    return at
+
+
+def peak_bytes(actions, level: int, nbytes) -> float:
+    """The most bytes level ``level`` holds at once in a plan, a snapshot of u_n taking nbytes(n)."""
+    from ..checkpoint.schedules.actions import Free, Move, Store
+
+    held, total, peak = {}, 0.0, 0.0
+    for a in actions:
+        if isinstance(a, Store) and a.level == level or isinstance(a, Move) and a.dst == level:
+            held[a.n] = b = nbytes(a.n)
+            total += b
+            peak = max(peak, total)
+        elif isinstance(a, Free) and a.level == level or isinstance(a, Move) and a.src == level:
+            total -= held.pop(a.n, 0.0)
+    return peak
+
+
+#: schedules whose plan is known in full before the run (the pool's capacity is searched on them)
+SEARCHED = ("auto", "revolve", "multilevel", "periodic")
+
+
+def pooled_capacity(plans, index: int, pool_bytes: int, info: dict, planner, name: str, n_steps: int):
+    """The most slots level ``index`` (a byte pool) can plan with: the largest count whose plan's
+    peak held bytes, each snapshot at its probed size (:func:`size_curve`) times the margin, fit
+    ``pool_bytes``. Starts from the count the worst probed size gives (always safe) and searches
+    up by bisection, each candidate planned by ``planner(plans)`` and simulated byte by byte."""
+    from ..checkpoint.schedules.storeall import store_all_slots
+    from .manager import LevelPlan
+
+    low = plans[index].slots
+    if name not in SEARCHED or not info.get("sizes"):
+        return low
+    at = size_curve(info["sizes"])
+    smallest = max(1.0, min(b for _, b in info["sizes"]) * info["margin"])
+    high = max(low, min(store_all_slots(n_steps), int(pool_bytes // smallest)))
+
+    def with_slots(c):
+        return [LevelPlan(p.name, p.kind, c) if i == index else p for i, p in enumerate(plans)]
+
+    def fits(c):
+        try:
+            actions = planner(with_slots(c)).actions()
+        except ValueError:
+            return False
+        return peak_bytes(actions, index, lambda step: at(step) * info["margin"]) <= pool_bytes
+
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def resized_plans(plans, budgets: dict, probed: dict, comm, ram_fixed: bool):
@@ -141,7 +231,7 @@ def summary(comm, levels) -> dict:
     MPI = mpi()
     out = {}
     for level in levels:
-        if not isinstance(level, CompressedLevel):
+        if not isinstance(level, (CompressedLevel, PooledLevel)):
             continue
         s = level.summary()
         raw, stored = comm.allreduce(s["raw_bytes"]), comm.allreduce(s["stored_bytes"])
@@ -154,4 +244,7 @@ def summary(comm, levels) -> dict:
                            "largest_bytes": comm.allreduce(s["largest_bytes"], op=MPI.MAX),
                            "encode_s": comm.allreduce(s["encode_s"], op=MPI.MAX),
                            "decode_s": comm.allreduce(s["decode_s"], op=MPI.MAX)}
+        if "pool_bytes" in s:  # a RAM byte pool: slot_bytes is its bytes per planned slot
+            out[level.name].update(pool_bytes=s["pool_bytes"], slots=level.capacity,
+                                   peak_pool_bytes=comm.allreduce(s["peak_pool_bytes"], op=MPI.MAX))
     return out

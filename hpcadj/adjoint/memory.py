@@ -133,7 +133,8 @@ def model_states(stepper) -> float:
 
 
 def plan_memory(stepper, levels=(), *, budget_bytes: int | None = None, baseline_bytes: int = 0,
-                snapshot_bytes: int | None = None, control_bytes: int | None = None) -> MemoryPlan:
+                snapshot_bytes: int | None = None, control_bytes: int | None = None,
+                ram_slot_bytes: int | None = None, codec_bytes: int = 0) -> MemoryPlan:
     """Predict this rank's memory for a gradient of ``stepper`` over ``levels``.
 
     Parameters
@@ -154,6 +155,9 @@ def plan_memory(stepper, levels=(), *, budget_bytes: int | None = None, baseline
     snapshot_bytes, control_bytes : int, optional
         Override the per-rank bytes of one snapshot / of all control fields (e.g. the largest
         rank's, so that every rank derives the same slot count); default: this rank's layouts.
+    ram_slot_bytes : int, optional
+        Bytes one RAM slot takes when the RAM level stores compressed snapshots (default: one
+        snapshot); ``codec_bytes`` the codec's transient buffers (counted with the working states).
 
     Returns a :class:`MemoryPlan`. Raises ValueError for negative inputs.
     """
@@ -168,7 +172,8 @@ def plan_memory(stepper, levels=(), *, budget_bytes: int | None = None, baseline
         raise ValueError(f"budget must be >= 0 bytes, got {budget_bytes}")
     states = model_states(stepper)
     model = int(math.ceil(states * snapshot_bytes))
-    working = DRIVER_STATES * snapshot_bytes + 2 * control_bytes
+    working = DRIVER_STATES * snapshot_bytes + 2 * control_bytes + int(codec_bytes)
+    slot = int(snapshot_bytes if ram_slot_bytes is None else ram_slot_bytes)
     staging_per_level = {}
     ram_slots = 0
     for level in levels:
@@ -181,19 +186,20 @@ def plan_memory(stepper, levels=(), *, budget_bytes: int | None = None, baseline
             staging_per_level[getattr(level, "name", getattr(level, "kind"))] = staging_snapshots(level)
     staging = sum(staging_per_level.values()) * snapshot_bytes
     plan = MemoryPlan(snapshot_bytes=int(snapshot_bytes), model_bytes=model, working_bytes=int(working),
-                      staging_bytes=int(staging), ram_slot_bytes=int(ram_slots * snapshot_bytes),
+                      staging_bytes=int(staging), ram_slot_bytes=int(ram_slots * slot),
                       baseline_bytes=int(baseline_bytes), budget_bytes=budget_bytes, model_states=states,
                       detail={"driver_states": DRIVER_STATES, "control_bytes": int(control_bytes),
-                              "ram_slots": ram_slots, "staging_snapshots": staging_per_level})
+                              "ram_slots": ram_slots, "staging_snapshots": staging_per_level,
+                              "ram_slot_bytes": slot, "codec_bytes": int(codec_bytes)})
     if budget_bytes is not None:
         room = budget_bytes - plan.fixed_bytes
-        plan.ram_slots_fit = max(0, room // snapshot_bytes) if snapshot_bytes > 0 and room > 0 else 0
+        plan.ram_slots_fit = max(0, room // slot) if slot > 0 and room > 0 else 0
     return plan
 
 
 def least_budget(plan: MemoryPlan, ram_slots: int = 0) -> int:
     """The least whole-process budget (bytes per rank) that holds ``plan`` with ``ram_slots`` slots."""
-    return plan.fixed_bytes + int(ram_slots) * plan.snapshot_bytes
+    return plan.fixed_bytes + int(ram_slots) * plan.detail.get("ram_slot_bytes", plan.snapshot_bytes)
 
 
 def process_rss_bytes() -> int | None:

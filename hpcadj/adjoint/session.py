@@ -176,6 +176,9 @@ class Outcome:
 #: resident memory beyond what the working-set counts predict (allocator rounding, page tables,
 #: MPI buffers): wave 64^3, 2 ranks, 38 RAM slots measured 3 MiB above its prediction
 ALLOCATOR_SLACK_BYTES = 16 * 2 ** 20
+#: a compressed level's transient buffers in states: a decoded copy (encode checks its bound or
+#: bits) and the decoded state of a read before the driver takes it
+CODEC_STATES = 2
 
 
 class GradientSession:
@@ -263,6 +266,7 @@ class GradientSession:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         ck = self.checkpointing
+        self._probe_compression(plans)
         plans, reshaped = self._fit_memory(plans)
         plans = self._compressed_slots(plans)
         store_all = all(b is None for b in ck.budgets.values()) and not reshaped
@@ -283,6 +287,7 @@ class GradientSession:
             from .compression import adjust_profile
 
             profile = adjust_profile(profile, plans, self._probed)
+            plans = self._grow_pool(name, plans, profile)
         try:
             schedule = make_plan(name, model.n_steps, plans, profile, ck.minimize)
         except ValueError as exc:
@@ -298,6 +303,35 @@ class GradientSession:
                                                   r.durable_interval, predicted, **r.durability_options())
         self.planned = PlannedRun(plans, schedule, profile, summary, predicted + durable_s, durable_s)
         return self.planned
+
+    def _probe_compression(self, plans) -> None:
+        """Probe the compressed levels' sizes (RAM's too: a memory budget may add a RAM level)."""
+        from .compression import probe
+
+        names = {p.name for p in plans} | {"ram"}
+        codecs = {k: v for k, v in self.checkpointing.codecs().items() if k in names}
+        try:
+            self._probed = probe(self.model, self.controls, codecs, self.comm,
+                                 self.checkpointing.compress_probe_steps)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def _recorded_compression(self) -> None:
+        """A resumed run's compressed levels keep the codec and slot bytes its manifest recorded."""
+        recorded = self.rundir.manifest["setup"].get("compression") or {}
+        now = {k: v["codec"].spec for k, v in self._probed.items()}
+        then = {k: v["codec"] for k, v in recorded.items()}
+        if then != now:
+            raise ConfigError(f"--resume with other compression than the run recorded ({then or 'none'}, now "
+                              f"{now or 'none'}): resume with the run's --compress options")
+        ranks = self.rundir.manifest["ranks"]
+        if ranks == self.comm.size:  # the attached levels' slots as written
+            for name, info in recorded.items():
+                self._probed[name]["slot_bytes"] = int(info["slot_bytes"])
+        elif "pfs" in recorded:
+            raise ConfigError(f"the compressed HDF5 level holds one encoded block per rank of the {ranks} rank(s) "
+                              f"that wrote it: resume on {ranks} rank(s) (another rank count needs an "
+                              f"uncompressed --pfs level)")
 
     def _plan_online(self) -> PlannedRun:
         """The plan of a run whose n is unknown until it ends (adaptive steps): an online plan.
@@ -323,24 +357,57 @@ class GradientSession:
         return PlannedRun(plans, schedule, profile, None, float("nan"), 0.0)
 
     def _compressed_slots(self, plans):
-        """Probe the compressed levels' slot size and turn their byte budgets into slots."""
-        from .compression import probe, resized_plans
+        """Turn the compressed levels' byte budgets into slots; the RAM level becomes a byte pool."""
+        from .compression import resized_plans
 
-        codecs = {k: v for k, v in self.checkpointing.codecs().items() if any(p.name == k for p in plans)}
-        if codecs and self.restart is not None:
-            raise ConfigError("--compress cannot be combined with --run-dir yet (durable compressed "
-                              "snapshots are not implemented): drop one")
-        try:
-            self._probed = probe(self.model, self.controls, codecs, self.comm,
-                                 self.checkpointing.compress_probe_steps)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+        self._probed = {k: v for k, v in self._probed.items() if any(p.name == k for p in plans)}
+        if self.resuming:
+            self._recorded_compression()
         for name, info in self._probed.items():
             if info["codec"].lossy:
                 self.notes.append(f"LOSSY checkpoints on level {name} ({info['codec'].spec}, absolute "
                                   f"pointwise bound): the gradient is approximate")
-        return resized_plans(plans, self.checkpointing.budgets, self._probed, self.comm,
-                             ram_fixed=self.memory is not None)
+        plans = resized_plans(plans, self.checkpointing.budgets, self._probed, self.comm,
+                              ram_fixed=self.memory is not None)
+        ram = next((p for p in plans if p.kind == "ram" and p.name in self._probed), None)
+        if ram is not None:
+            info = self._probed[ram.name]
+            budget = parse_budget(self.checkpointing.ram) if self.checkpointing.ram is not None else None
+            if self.memory is not None:  # what the memory budget leaves for RAM slots
+                pool = self.memory.budget_bytes - self.memory.fixed_bytes
+                if budget is not None and budget.nbytes is not None:
+                    pool = min(pool, budget.nbytes)
+                info["search"] = budget is None or budget.nbytes is not None
+            elif budget is not None and budget.nbytes is not None:
+                pool, info["search"] = budget.nbytes, True
+            else:
+                pool, info["search"] = ram.slots * info["slot_bytes"], False
+            info["pool_bytes"] = max(int(pool), ram.slots * info["slot_bytes"])
+        return plans
+
+    def _grow_pool(self, name: str, plans, profile):
+        """The RAM pool's slots raised to what its bytes hold at the probed sizes (see
+        :func:`~hpcadj.adjoint.compression.pooled_capacity`)."""
+        from .compression import pooled_capacity
+        from .manager import LevelPlan
+
+        index = next((i for i, p in enumerate(plans) if p.kind == "ram" and p.name in self._probed), None)
+        if index is None or not self._probed[plans[index].name].get("search"):
+            return plans
+        info = self._probed[plans[index].name]
+        minimize = self.checkpointing.minimize
+
+        def planner(candidate):
+            return make_plan(name, self.model.n_steps, candidate, profile, minimize)
+
+        slots = pooled_capacity(plans, index, info["pool_bytes"], info, planner, name, self.model.n_steps)
+        if slots > plans[index].slots:
+            self.notes.append(f"compressed RAM pool {fmt_bytes(info['pool_bytes'])}: {slots} slots at the "
+                              f"probed sizes (worst-case slots: {plans[index].slots})")
+        if self.memory is not None:
+            self.memory.ram_slot_bytes = info["pool_bytes"]
+            self.memory.detail["ram_slots"] = slots
+        return [LevelPlan(p.name, p.kind, slots) if i == index else p for i, p in enumerate(plans)]
 
     def _fit_memory(self, plans):
         """Size the RAM level from the whole-process budget and refuse what this node cannot hold.
@@ -362,7 +429,7 @@ class GradientSession:
             usable = store_all_slots(model.n_steps)  # no plan stores more on one level
             capped = [p if p.kind != "ram" else LevelPlan(p.name, p.kind, min(p.slots, usable)) for p in plans]
             predicted = plan_memory(model, capped, budget_bytes=budget, baseline_bytes=baseline,
-                                    snapshot_bytes=snapshot, control_bytes=controls)
+                                    snapshot_bytes=snapshot, control_bytes=controls, **self._codec_memory(snapshot))
             reshaped = False
             if budget is not None:
                 predicted, plans, reshaped = self._ram_within(predicted, plans, budget, source, snapshot)
@@ -410,8 +477,17 @@ class GradientSession:
                               f"{fmt_bytes(budget)}")
         plans = ([LevelPlan("ram", "ram", slots)] if slots > 0 else []) + others
         predicted = plan_memory(self.model, plans, budget_bytes=budget, baseline_bytes=predicted.baseline_bytes,
-                                snapshot_bytes=snapshot, control_bytes=predicted.detail["control_bytes"])
+                                snapshot_bytes=snapshot, control_bytes=predicted.detail["control_bytes"],
+                                **self._codec_memory(snapshot))
         return predicted, plans, reshaped
+
+    def _codec_memory(self, snapshot: int) -> dict:
+        """plan_memory's compression terms: a compressed RAM slot's bytes (its worst probed size; the
+        pool may then plan more, see _grow_pool) and the codec's transients (CODEC_STATES states)."""
+        if not self._probed:
+            return {}
+        ram = self._probed.get("ram")
+        return {"ram_slot_bytes": ram["slot_bytes"] if ram else None, "codec_bytes": CODEC_STATES * snapshot}
 
     def _check_node(self, node, claim: int, source: str) -> None:
         """ConfigError when the ranks sharing this node claim more memory than the node holds."""
@@ -462,14 +538,31 @@ class GradientSession:
 
         self.telemetry = Telemetry(sinks=[self.log] if self.log is not None else [])
         try:
-            compressed = {name: (info["codec"], info["slot_bytes"]) for name, info in self._probed.items()}
+            compressed = {name: (info["codec"], info["slot_bytes"]) for name, info in self._probed.items()
+                          if "pool_bytes" not in info}
             self.levels = build_levels(planned.plans, self.model.snapshot_layout(), self.comm, self._config,
                                        attach=self._attach_kinds(), compressed=compressed)
+            self._pool_levels(planned.plans)
         except Exception as exc:
             if self.log is not None:
                 self.log.abort(str(exc))
             raise ConfigError(str(exc)) from None
+        if self.rundir is not None and self._probed and not self.resuming:
+            self.rundir.manifest["setup"]["compression"] = {
+                k: {"codec": v["codec"].spec, "slot_bytes": v["slot_bytes"]} for k, v in self._probed.items()}
+            self.rundir.save()
         return planned
+
+    def _pool_levels(self, plans) -> None:
+        """The compressed RAM level as a byte pool (:class:`PooledLevel`) in place of the plain one."""
+        from ..checkpoint.storage.compressed import PooledLevel
+
+        for i, plan in enumerate(plans):
+            info = self._probed.get(plan.name)
+            if info is not None and "pool_bytes" in info:
+                self.levels[i].close()
+                self.levels[i] = PooledLevel(info["codec"], self.model.snapshot_layout(), plan.slots,
+                                             info["pool_bytes"], self.comm, name=plan.name)
 
     def _open_run_directory(self) -> None:
         """The run directory; on resume, the level set-up it recorded."""

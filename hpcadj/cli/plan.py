@@ -40,6 +40,13 @@ def add_parser(subparsers) -> None:
                         "--memory` uses the model's own count)")
     p.add_argument("--baseline", default="0B", metavar="BYTES",
                    help="the process's memory before the model is built (default 0)")
+    p.add_argument("--compress", default=None, metavar="SPEC",
+                   help="plan compressed snapshots (none, lossless[:cname], lossy:TOL) on every level, as "
+                        "hpcadj run --compress: a slot is --compressed-bytes times the codec's margin, so "
+                        "byte budgets (and --memory) buy that many more slots")
+    p.add_argument("--compressed-bytes", type=int_in(1), default=None, metavar="BYTES",
+                   help="bytes one compressed snapshot takes on one rank (e.g. `hpcadj calibrate --compress "
+                        "SPEC --json`'s compression.probed_bytes); needed with --compress")
     p.add_argument("--schedule", default="auto", choices=SCHEDULES,
                    help="auto: revolve on one level, multilevel on several (default)")
     p.add_argument("--costs", metavar="PROFILE.json", default=None,
@@ -61,10 +68,36 @@ class _Declared:
         return self.states
 
 
+def compressed_slot(args) -> int | None:
+    """Bytes of one compressed slot (as ``run`` sizes it: probed bytes x margin, at most a raw
+    snapshot), or None without --compress (or with ``--compress none``)."""
+    from ..adjoint.compression import margin
+    from ..checkpoint.storage.codec import parse_codec
+
+    if args.compress is None:
+        if args.compressed_bytes is not None:
+            raise CliError("--compressed-bytes needs --compress SPEC")
+        return None
+    try:
+        codec = parse_codec(args.compress)
+        factor = margin(codec)
+    except ImportError as exc:
+        raise CliError(f"--compress {args.compress}: codec library missing ({exc})") from None
+    except ValueError as exc:
+        raise CliError(f"--compress: {exc}") from None
+    if codec.spec == "none":
+        return None
+    if args.compressed_bytes is None or args.snapshot_bytes is None:
+        raise CliError("--compress needs --compressed-bytes (one compressed snapshot's bytes on one rank) "
+                       "and --snapshot-bytes")
+    args.codec = codec
+    return min(int(args.compressed_bytes * factor) + 64, args.snapshot_bytes)
+
+
 def memory_plan(args, given):
     """The --memory breakdown and the RAM slots it leaves (``given``: the --ram/--disk/--pfs slots)."""
     from ..adjoint.memory import DEFAULT_MODEL_STATES, LevelSpec, least_budget, plan_memory
-    from ..adjoint.session import ConfigError, memory_bytes
+    from ..adjoint.session import CODEC_STATES, ConfigError, memory_bytes
 
     if args.snapshot_bytes is None:
         raise CliError("--memory needs --snapshot-bytes (one snapshot's bytes on one rank)")
@@ -78,8 +111,10 @@ def memory_plan(args, given):
         raise CliError(f"--model-states must be a number >= 0, got {args.model_states}")
     files = [LevelSpec(name, "local" if name == "disk" else "pfs", slots) for name, slots in given.items()
              if name != "ram" and slots]
+    codec = {} if args.slot_bytes is None else {"ram_slot_bytes": args.slot_bytes,
+                                                "codec_bytes": CODEC_STATES * args.snapshot_bytes}
     plan = plan_memory(_Declared(states), files, budget_bytes=budget, baseline_bytes=baseline,
-                       snapshot_bytes=args.snapshot_bytes, control_bytes=args.snapshot_bytes)
+                       snapshot_bytes=args.snapshot_bytes, control_bytes=args.snapshot_bytes, **codec)
     ram = min(plan.ram_slots_fit, given["ram"]) if given.get("ram") is not None else plan.ram_slots_fit
     ram = min(ram, max(1, args.steps - 1))
     if plan.fixed_bytes > budget or (ram < 1 and not files):
@@ -87,7 +122,7 @@ def memory_plan(args, given):
                        f"would do is {least_budget(plan, 0 if files else 1)} bytes")
     final = plan_memory(_Declared(states), [LevelSpec("ram", "ram", ram), *files], budget_bytes=budget,
                         baseline_bytes=baseline, snapshot_bytes=args.snapshot_bytes,
-                        control_bytes=args.snapshot_bytes)
+                        control_bytes=args.snapshot_bytes, **codec)
     return ram, final
 
 
@@ -97,11 +132,13 @@ def capacities_from(args) -> tuple[list[str], list[int]]:
     from ..checkpoint.budget import parse_budget
 
     given = [(name, getattr(args, name)) for name, _ in LEVEL_OPTIONS]
+    args.slot_bytes = compressed_slot(args)
+    slot = args.snapshot_bytes if args.slot_bytes is None else args.slot_bytes
     if args.memory is not None:
         slots = {}
         for name, value in given:
             try:
-                slots[name] = None if value is None else parse_budget(value).to_slots(args.snapshot_bytes)
+                slots[name] = None if value is None else parse_budget(value).to_slots(slot)
             except ValueError as exc:
                 raise CliError(f"--{name}: {exc}") from None
         ram, args.memory_plan = memory_plan(args, slots)
@@ -119,7 +156,7 @@ def capacities_from(args) -> tuple[list[str], list[int]]:
             budget = parse_budget(value)
             if budget.nbytes is not None and args.snapshot_bytes is None:
                 raise ValueError(f"--{name} {value} is in bytes: give --snapshot-bytes")
-            slots.append(budget.to_slots(args.snapshot_bytes))
+            slots.append(budget.to_slots(slot))
         except ValueError as exc:
             raise CliError(f"--{name}: {exc}") from None
     if sum(slots) < 1:
@@ -184,6 +221,9 @@ def main(args) -> int:
         info["predicted_j"] = summary.cost(costs)
     if args.memory is not None:
         info["memory"] = args.memory_plan.as_dict()
+    if args.slot_bytes is not None:
+        info["compression"] = {"codec": args.codec.spec, "lossy": args.codec.lossy, "slot_bytes": args.slot_bytes,
+                               "slot_ratio": args.snapshot_bytes / args.slot_bytes}
     if args.json:
         print(json.dumps(info))
     else:
@@ -212,4 +252,8 @@ def print_human(info: dict) -> None:
               f"model {m['model'] / 2**20:.1f} + working states {m['working states'] / 2**20:.1f} + staging "
               f"{m['staging'] / 2**20:.1f} + RAM slots {m['ram slots'] / 2**20:.1f} "
               f"({m['ram_slots_fit']} fit) = peak {m['peak'] / 2**20:.1f} MiB")
+    if "compression" in info:
+        c = info["compression"]
+        print(f"  compression {c['codec']}{' (LOSSY)' if c['lossy'] else ''}: slot {c['slot_bytes']} B, "
+              f"{c['slot_ratio']:.2f}x smaller than a raw snapshot")
     print(f"  planned in {info['planning_s']:.3f} s")

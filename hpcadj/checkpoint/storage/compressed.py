@@ -1,6 +1,9 @@
-"""Compressed snapshots on any level: each rank's encoded snapshot in one fixed-size uint8 slot.
+"""Compressed snapshots: fixed-size uint8 slots on any level, or a byte pool in RAM.
 
-:class:`CompressedLevel` wraps a level built for :func:`slot_layout` (a single uint8 field ``z``
+:class:`PooledLevel` (RAM) keeps each encoded snapshot at its own size inside a per-rank byte
+budget, so small snapshots leave room for large ones and the planner's slot count can follow the
+expected sizes rather than the largest; a write that would exceed the pool raises
+:class:`CompressionOverflow` on every rank. :class:`CompressedLevel` wraps a level built for :func:`slot_layout` (a single uint8 field ``z``
 whose global shape is the sum of the ranks' slot bytes, this rank's block at its offset), so file
 levels keep their fixed layouts and collective writes. A write encodes the snapshot with a
 :mod:`codec` (CRC-32 of stored bytes and decoded block), frames it and pads it to the slot; a
@@ -93,6 +96,16 @@ class CompressedLevel(Level):
         self.decode_s = 0.0
         self.overflows = 0
         self.largest = 0
+        self._held = set(inner.valid_steps())  # an attached level's snapshots (a resumed run)
+        self.times = {step: inner.times.get(step) for step in self._held}
+
+    @property
+    def attach_note(self):
+        return getattr(self.inner, "attach_note", None)
+
+    @property
+    def attach_dropped(self):
+        return getattr(self.inner, "attach_dropped", [])
 
     @property
     def keep(self):
@@ -173,3 +186,92 @@ class CompressedLevel(Level):
                 "slot_bytes": self.slot_bytes, "raw_bytes": self.raw_bytes, "stored_bytes": self.stored_bytes,
                 "encode_s": self.encode_s, "decode_s": self.decode_s, "max_error": self.max_error,
                 "overflows": self.overflows, "largest_bytes": self.largest}
+
+
+class PooledLevel(Level):
+    """RAM level holding ``codec``-encoded snapshots at their own sizes within ``pool_bytes`` per rank.
+
+    ``capacity`` slots are what the plan may use; the pool is the hard bound: a write that would
+    take this rank's stored bytes above ``pool_bytes`` (on any rank) raises
+    :class:`CompressionOverflow` on every rank, before anything is stored. Collective (every write
+    agrees across ranks).
+    """
+
+    kind = "ram"
+    async_io = False
+
+    def __init__(self, codec: Codec, layout: SnapshotLayout, capacity: int, pool_bytes: int,
+                 comm=None, name: str = "ram"):
+        super().__init__(name, capacity, layout)
+        self.codec, self.pool_bytes, self.comm = codec, int(pool_bytes), comm
+        self._data: dict[int, np.ndarray] = {}
+        self.used = self.peak_bytes = 0
+        self.raw_bytes = self.stored_bytes = 0
+        self.max_error = self.encode_s = self.decode_s = 0.0
+        self.overflows = self.largest = 0
+        self.keep = False
+
+    @property
+    def slot_bytes(self) -> int:
+        """The pool's bytes per planned slot (what one slot costs the budget on average)."""
+        return self.pool_bytes // max(1, self.capacity)
+
+    def _write(self, step, snapshot, donate=False):
+        t0 = time.perf_counter()
+        encoded = encode_snapshot(snapshot, self.codec)
+        data = frame(encoded)
+        fits = self.used + len(data) <= self.pool_bytes
+        self.largest = max(self.largest, len(data))
+        if any_rank(self.comm, not fits):
+            self.overflows += 1
+            where = (f"to {len(data)} bytes with {self.used} of the pool's {self.pool_bytes} in use on this rank"
+                     if not fits else f"beyond the pool of {self.pool_bytes} bytes on another rank")
+            raise CompressionOverflow(
+                f"{self.name}: step {step} compressed ({self.codec.spec}) {where}: the snapshots compress "
+                f"worse than planned; raise --compress-probe K (probe later states), the compression "
+                f"margin ($HPCADJ_COMPRESS_MARGIN) or use a looser codec")
+        stored = np.frombuffer(data, np.uint8)
+        self._data[step] = stored
+        self.used += len(data)
+        self.peak_bytes = max(self.peak_bytes, self.used)
+        dt = time.perf_counter() - t0
+        self.encode_s += dt
+        self.stats.write_s += dt
+        self.stats.bytes_written += len(data)
+        self.raw_bytes += sum(a.nbytes for a in snapshot.values())
+        self.stored_bytes += len(data)
+        self.max_error = max(self.max_error, max((e.max_error for e in encoded.values()), default=0.0))
+
+    def _read(self, step):
+        t0 = time.perf_counter()
+        stored = self._data[step]
+        try:
+            encoded = unframe(stored)
+            base = Codec()
+            out = {name: base.decode(enc, mapped_empty(tuple(enc.shape), np.dtype(enc.dtype)))
+                   for name, enc in encoded.items()}
+        except CodecError as exc:
+            raise CorruptSnapshot(self.name, step, (), str(exc)) from None
+        if out.keys() != self.layout.keys():
+            raise CorruptSnapshot(self.name, step, (), f"fields {sorted(out)} are not the layout's")
+        dt = time.perf_counter() - t0
+        self.decode_s += dt
+        self.stats.read_s += dt
+        self.stats.bytes_read += len(stored)
+        return out
+
+    def _free(self, step):
+        self.used -= len(self._data.pop(step))
+
+    def close(self):
+        self._data.clear()
+        self._held.clear()
+        self.used = 0
+
+    def summary(self) -> dict:
+        """This rank's compression figures, as :meth:`CompressedLevel.summary`, plus the pool's."""
+        return {"codec": self.codec.spec, "lossy": self.codec.lossy, "tolerance": self.codec.tolerance,
+                "slot_bytes": self.slot_bytes, "raw_bytes": self.raw_bytes, "stored_bytes": self.stored_bytes,
+                "encode_s": self.encode_s, "decode_s": self.decode_s, "max_error": self.max_error,
+                "overflows": self.overflows, "largest_bytes": self.largest, "pool_bytes": self.pool_bytes,
+                "peak_pool_bytes": self.peak_bytes}

@@ -5,18 +5,20 @@ the lossy bound and its labels, overflow and corruption detected, bad specs refu
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
 
 from hpcadj.checkpoint.storage import codec as C
 from hpcadj.checkpoint.storage.base import CorruptSnapshot
-from hpcadj.checkpoint.storage.compressed import CompressedLevel, CompressionOverflow, frame, unframe
+from hpcadj.adjoint.compression import peak_bytes, pooled_capacity, size_curve
+from hpcadj.checkpoint.storage.compressed import CompressedLevel, CompressionOverflow, PooledLevel, frame, unframe
 from hpcadj.checkpoint.storage.factory import make_level
 from hpcadj.snapshot import FieldLayout
 from hpcadj.stack import h5py
 
-from .helpers import HPCADJ, mpirun
+from .helpers import HPCADJ, mpirun, run
 
 LAYOUT = {"u": FieldLayout((24, 20, 16), (0, 0, 0), (24, 20, 16)), "v": FieldLayout((24, 20), (0, 0), (24, 20))}
 
@@ -137,3 +139,137 @@ def test_bad_spec_is_one_line_exit_2(spec):
                    "--compress", spec], timeout=120)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert len([ln for ln in p.stderr.splitlines() if ln.startswith("hpcadj")]) == 1, p.stderr
+
+
+# -- the RAM byte pool and its capacity (PooledLevel, size_curve, pooled_capacity) ----------------------
+
+def test_pool_holds_snapshots_at_their_own_sizes_and_refuses_past_its_bytes():
+    codec = C.parse_codec("lossless")
+    size = len(frame(C.encode_snapshot(smooth_snapshot(), codec)))
+    lv = PooledLevel(codec, LAYOUT, capacity=5, pool_bytes=int(2.5 * size))
+    lv.write(0, smooth_snapshot(0))
+    lv.write(1, smooth_snapshot(1))
+    with pytest.raises(CompressionOverflow, match="pool"):
+        lv.write(2, smooth_snapshot(2))
+    assert 2 not in lv and lv.used <= lv.pool_bytes and lv.summary()["overflows"] == 1
+    snap = smooth_snapshot(1)
+    back = lv.read(1)
+    assert all(back[k].tobytes() == snap[k].tobytes() for k in snap)
+    lv.free(0)
+    lv.write(2, smooth_snapshot(2))  # the freed bytes are reused
+    assert lv.peak_bytes <= lv.pool_bytes and lv.slot_bytes == lv.pool_bytes // 5
+    bad = lv._data[2].copy()
+    bad[300] ^= 0xFF
+    lv._data[2] = bad
+    with pytest.raises(CorruptSnapshot):
+        lv.read(2)
+
+
+def test_size_curve_is_a_running_maximum_extrapolated_up_to_the_cap():
+    at = size_curve([(0, 10), (10, 100), (20, 50)], cap=400)
+    assert at(5) == 55 and at(10) == 100 and at(20) == 100  # never below an earlier probed size
+    at = size_curve([(0, 10), (10, 100)], cap=400)
+    assert at(20) == 190 and at(100) == 400  # the last slope, capped at the raw frame
+
+
+def test_peak_bytes_follows_stores_moves_and_frees():
+    from hpcadj.checkpoint.schedules.actions import Free, Move, Store
+
+    actions = [Store(0, 0), Store(5, 0), Move(5, 0, 1), Store(7, 0), Free(7, 0), Store(9, 0)]
+    assert peak_bytes(actions, 0, lambda n: n + 1) == 1 + 10  # u_0 with u_9 (u_5 moved, u_7 freed)
+    assert peak_bytes(actions, 1, lambda n: n + 1) == 6
+
+
+def test_pooled_capacity_plans_more_slots_than_the_worst_size_and_its_plan_fits():
+    from hpcadj.adjoint.manager import LevelPlan
+    from hpcadj.checkpoint.schedules import make_schedule
+
+    n, pool = 200, 100_000
+    info = {"sizes": [(0, 500), (100, 5000), (200, 10000)], "margin": 1.2}
+    worst = int(pool // (10000 * 1.2))
+    plans = [LevelPlan("ram", "ram", worst)]
+
+    def planner(candidate):
+        return make_schedule("revolve", n, [p.slots for p in candidate])
+
+    slots = pooled_capacity(plans, 0, pool, info, planner, "auto", n)
+    at = size_curve(info["sizes"])
+    assert slots > worst
+    assert peak_bytes(planner([LevelPlan("ram", "ram", slots)]).actions(), 0, lambda s: at(s) * 1.2) <= pool
+    assert peak_bytes(planner([LevelPlan("ram", "ram", slots + 1)]).actions(), 0, lambda s: at(s) * 1.2) > pool
+    assert pooled_capacity(plans, 0, pool, info, planner, "store-all", n) == worst  # searched plans only
+
+
+def pool_run(ranks, codec, tmp_path, extra=(), env=None):
+    p = mpirun(ranks, [HPCADJ, "run", "--model", "wave", "--grid", "16x16x16", "--steps", "40", "--ram", "100KiB",
+                       "--compress", codec, *extra, "--check-compression", "--json", "--quiet"],
+               timeout=240, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_ram_pool_plans_beyond_worst_case_slots_and_stays_within_its_bytes(ranks, tmp_path):
+    info = pool_run(ranks, "lossless", tmp_path, extra=["--compress-probe", "40"])
+    c = info["compression"]
+    ram = c["ram"]
+    worst = next(note for note in info["notes"] if "compressed RAM pool" in note)
+    assert ram["slots"] > int(worst.rsplit("worst-case slots: ", 1)[1].rstrip(")"))
+    assert ram["overflows"] == 0 and ram["peak_pool_bytes"] <= ram["pool_bytes"] == 100 * 1024
+    assert c["gradient_rel_error"] == 0.0
+
+
+def test_pool_overflow_re_plans_and_the_gradient_stays_bitwise(tmp_path):
+    """A probe of u_0..u_4 only, with no margin, under-plans the pool for a wave whose detail grows
+    faster than u_3..u_4's slope: the overflow is agreed on every rank, counted, re-planned around."""
+    info = pool_run(2, "lossless", tmp_path, env={"HPCADJ_COMPRESS_MARGIN": "1"})
+    c = info["compression"]
+    assert c["ram"]["overflows"] >= 1 and c["gradient_rel_error"] == 0.0
+    assert any("compressed" in f and "pool" in f for f in info["faults"])
+
+
+# -- hpcadj plan --compress and --memory with compressed RAM slots ----------------------------------------
+
+def plan_json(*args):
+    p = run([HPCADJ, "plan", "--steps", "100", "--snapshot-bytes", "1000000", *args, "--json"], timeout=60)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_plan_buys_slots_at_the_compressed_size():
+    raw = plan_json("--ram", "10MiB")
+    comp = plan_json("--ram", "10MiB", "--compress", "lossless", "--compressed-bytes", "400000")
+    assert raw["levels"][0]["slots"] == 10
+    assert comp["levels"][0]["slots"] == 10 * 2 ** 20 // (400000 * 1.15 + 64)  # as run: probed x margin
+    assert comp["compression"]["codec"] == "lossless" and not comp["compression"]["lossy"]
+    assert comp["forward_steps"] < raw["forward_steps"]
+    mem_raw = plan_json("--memory", "60MiB")
+    mem = plan_json("--memory", "60MiB", "--compress", "lossy:1e-5", "--compressed-bytes", "100000")
+    assert mem["memory"]["ram_slots_fit"] > 4 * mem_raw["memory"]["ram_slots_fit"]
+    assert mem["memory"]["working states"] == mem_raw["memory"]["working states"] + 2 * 1000000  # codec
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--compress", "lossless"], "--compressed-bytes"),
+    (["--compressed-bytes", "100"], "needs --compress"),
+    (["--compress", "lossy:x", "--compressed-bytes", "100"], "lossy:TOL"),
+])
+def test_plan_compress_bad_input_is_one_line_exit_2(args, message):
+    p = run([HPCADJ, "plan", "--steps", "10", "--ram", "1MiB", "--snapshot-bytes", "1000", *args], timeout=60)
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("hpcadj")]
+    assert p.returncode == 2 and len(errors) == 1 and message in errors[0] and "Traceback" not in p.stderr
+
+
+def test_memory_budget_sizes_ram_slots_at_their_compressed_size():
+    base = ["run", "--model", "wave", "--grid", "48x48x48", "--steps", "30", "--json", "--quiet"]
+    comp = ["--compress", "lossy:1e-4", "--compress-probe", "30"]
+    p = mpirun(2, [HPCADJ, *base, *comp, "--memory", "40MiB"], timeout=120)
+    least = float(re.search(r"the least budget that would do is ([\d.]+) MiB", p.stderr).group(1))
+    budget = f"{least + 3:.1f}MiB"  # about 3.5 raw snapshots (0.86 MiB per rank) beside the rest
+    raw = json.loads(mpirun(2, [HPCADJ, *base, "--memory", budget], timeout=120).stdout.splitlines()[-1])
+    info = json.loads(mpirun(2, [HPCADJ, *base, *comp, "--memory", budget], timeout=120).stdout.splitlines()[-1])
+    m, ram = info["memory"], info["compression"]["ram"]
+    assert info["levels"][0]["slots"] > 2 * raw["levels"][0]["slots"] >= 2
+    assert ram["pool_bytes"] == m["ram slots"] <= m["budget"] - (m["peak"] - m["ram slots"])
+    assert ram["peak_pool_bytes"] <= ram["pool_bytes"] and ram["overflows"] == 0
+    assert m["peak"] <= m["budget"] and info["peak_rss_bytes"] <= m["budget"]

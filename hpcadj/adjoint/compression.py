@@ -5,7 +5,7 @@ The probe encodes u_0, u_4 and :data:`PROBE_POINTS` evenly spaced states up to u
 spread detail over time, such as wave's, compress worse later: probe further in for them).
 
 File levels keep fixed slots (their layouts and collective writes need them): a slot holds the
-largest probed framed encoding times a margin ($HPCADJ_COMPRESS_MARGIN, default
+size the probe's curve gives u_n (:func:`size_curve`) times a margin ($HPCADJ_COMPRESS_MARGIN, default
 :data:`DEFAULT_MARGIN`: 1.15 lossless, 1.5 lossy), never more than the raw snapshot's frame, and a
 byte budget buys ``budget // slot`` slots. The RAM level is a byte pool
 (:class:`~hpcadj.checkpoint.storage.compressed.PooledLevel`): each snapshot takes its own size, and
@@ -68,6 +68,35 @@ def margin(codec) -> float:
     return value
 
 
+#: resident bytes the codec libraries' code and data take once imported (numcodecs' Blosc and zfpy
+#: measured 2.6 MiB on this VM), added to the codec warm-up's growth (see :func:`codec_footprint`)
+CODEC_LIBRARY_BYTES = 4 * 2 ** 20
+
+
+def codec_footprint(codecs: dict, layout) -> int:
+    """Resident bytes the codecs keep after first use: :data:`CODEC_LIBRARY_BYTES` plus the growth
+    of this process's resident set over two encode/decode rounds of a synthetic snapshot of
+    ``layout``'s local blocks (the allocator pools and buffers a run's codec keeps). Its transient
+    buffers during a write or read are counted apart (the session's CODEC_STATES)."""
+    from .memory import process_rss_bytes
+
+    if not codecs:
+        return 0
+    snapshot = {}
+    for name, f in layout.items():
+        n = int(np.prod(f.shape, dtype=np.int64))
+        snapshot[name] = np.sin(np.linspace(0.0, 40.0, n)).astype(f.dtype).reshape(f.shape)
+    before = process_rss_bytes() or 0
+    for _ in range(2):
+        for codec in codecs.values():
+            _, encoded = framed_nbytes(snapshot, codec)
+            for e in encoded.values():
+                Codec().decode(e)
+            del encoded
+    after = process_rss_bytes() or 0
+    return CODEC_LIBRARY_BYTES + max(0, after - before)
+
+
 def probe_points(n_steps: int, probe_steps: int | None) -> list[int]:
     """The steps the probe encodes: u_0, u_4 and :data:`PROBE_POINTS` evenly spaced up to u_K."""
     last = min(n_steps, max(PROBE_STEPS, probe_steps or PROBE_STEPS))
@@ -80,7 +109,8 @@ def probe(model, controls, codecs: dict, comm, probe_steps: int | None = None) -
     """Per compressed level: slot bytes (same on every rank), the size curve, encode/decode seconds.
 
     ``sizes`` are ``(step, bytes)`` of the largest rank's framed encoding at each probed step; the
-    fixed slot is their maximum times the margin, never more than the raw frame.
+    fixed slot is u_n's size on their curve (:func:`size_curve`) times the margin, never more than the
+    raw frame.
     """
     from ..stack import mpi, petsc
 
@@ -93,9 +123,11 @@ def probe(model, controls, codecs: dict, comm, probe_steps: int | None = None) -
     times = {name: [0.0, 0.0] for name in codecs}
     raw_frame = raw = 0
     v = model.initial_state()
+    cleanup = petsc().garbage_cleanup
     for i in range(points[-1] + 1):
         if i > 0:
             v = model.step(i - 1, v)
+            cleanup(comm)  # the states left behind now, not parked for the run's lifetime
         if i not in points:
             continue
         state = model.snapshot(v)
@@ -117,9 +149,10 @@ def probe(model, controls, codecs: dict, comm, probe_steps: int | None = None) -
     for name, codec in codecs.items():
         curve = [max(column) for column in zip(*comm.allgather(sizes[name]))]
         probed = max(curve)
-        out[name] = {"codec": codec, "slot_bytes": min(int(probed * margin(codec)) + 64, cap),
+        final = size_curve(list(zip(points, curve)), cap)(model.n_steps)
+        out[name] = {"codec": codec, "slot_bytes": min(int(final * margin(codec)) + 64, cap),
                      "probed_bytes": probed, "raw_bytes": comm.allreduce(raw, op=MPI.MAX),
-                     "sizes": list(zip(points, curve)), "margin": margin(codec),
+                     "sizes": list(zip(points, curve)), "margin": margin(codec), "cap_bytes": cap,
                      "encode_s": comm.allreduce(times[name][0] / len(points), op=MPI.MAX),
                      "decode_s": comm.allreduce(times[name][1] / len(points), op=MPI.MAX)}
     del v
@@ -127,14 +160,19 @@ def probe(model, controls, codecs: dict, comm, probe_steps: int | None = None) -
     return out
 
 
-def size_curve(sizes):
-    """bytes(step) from the probed ``(step, bytes)``: their running maximum, linear in between and
-    constant past the last probed step (a state never planned smaller than an earlier probed one)."""
+def size_curve(sizes, cap: float = float("inf")):
+    """bytes(step) from the probed ``(step, bytes)``: their running maximum (a state is never
+    planned smaller than an earlier probed one), linear in between, and past the last probed step
+    extrapolated along the last segment's slope, up to ``cap`` (the raw frame): states whose
+    detail grows keep growing, unless the probe went as far as the run (``--compress-probe n``)."""
     steps = [s for s, _ in sizes]
     envelope = np.maximum.accumulate([b for _, b in sizes])
+    slope = (envelope[-1] - envelope[-2]) / (steps[-1] - steps[-2]) if len(steps) > 1 else 0.0
 
     def at(step: int) -> float:
-        return float(np.interp(step, steps, envelope))
+        if step > steps[-1]:
+            return float(min(cap, envelope[-1] + slope * (step - steps[-1])))
+        return float(min(cap, np.interp(step, steps, envelope)))
 
     return at
 
@@ -169,7 +207,7 @@ def pooled_capacity(plans, index: int, pool_bytes: int, info: dict, planner, nam
     low = plans[index].slots
     if name not in SEARCHED or not info.get("sizes"):
         return low
-    at = size_curve(info["sizes"])
+    at = size_curve(info["sizes"], info.get("cap_bytes", float("inf")))
     smallest = max(1.0, min(b for _, b in info["sizes"]) * info["margin"])
     high = max(low, min(store_all_slots(n_steps), int(pool_bytes // smallest)))
 

@@ -239,6 +239,7 @@ class GradientSession:
         self.telemetry = None
         self.memory = None  # the MemoryPlan the RAM slots were sized with (see plan())
         self._probed: dict = {}  # compressed levels' probe (see _compressed_slots)
+        self._codec_rss = 0  # resident bytes the codecs keep (compression.codec_footprint)
         baseline = self.checkpointing.memory_baseline
         self._baseline = baseline if baseline is not None else (process_rss_bytes() or 0)
 
@@ -306,10 +307,11 @@ class GradientSession:
 
     def _probe_compression(self, plans) -> None:
         """Probe the compressed levels' sizes (RAM's too: a memory budget may add a RAM level)."""
-        from .compression import probe
+        from .compression import codec_footprint, probe
 
         names = {p.name for p in plans} | {"ram"}
         codecs = {k: v for k, v in self.checkpointing.codecs().items() if k in names}
+        self._codec_rss = codec_footprint(codecs, self.model.snapshot_layout())
         try:
             self._probed = probe(self.model, self.controls, codecs, self.comm,
                                  self.checkpointing.compress_probe_steps)
@@ -359,6 +361,7 @@ class GradientSession:
     def _compressed_slots(self, plans):
         """Turn the compressed levels' byte budgets into slots; the RAM level becomes a byte pool."""
         from .compression import resized_plans
+        from .manager import LevelPlan
 
         self._probed = {k: v for k, v in self._probed.items() if any(p.name == k for p in plans)}
         if self.resuming:
@@ -382,7 +385,11 @@ class GradientSession:
                 pool, info["search"] = budget.nbytes, True
             else:
                 pool, info["search"] = ram.slots * info["slot_bytes"], False
-            info["pool_bytes"] = max(int(pool), ram.slots * info["slot_bytes"])
+            info["pool_bytes"] = int(pool)
+            if info["search"]:  # worst-case slots within the pool (a raw slot count may exceed them)
+                slots = max(1, min(ram.slots, int(pool) // info["slot_bytes"]) if self.memory is not None
+                            else int(pool) // info["slot_bytes"])
+                plans = [LevelPlan(p.name, p.kind, slots) if p is ram else p for p in plans]
         return plans
 
     def _grow_pool(self, name: str, plans, profile):
@@ -425,7 +432,7 @@ class GradientSession:
             budget, source = self._memory_budget(node.size)
             snapshot = comm.allreduce(sum(f.local_nbytes for f in model.snapshot_layout().values()), op=MPI.MAX)
             controls = comm.allreduce(sum(f.local_nbytes for f in model.control_layout().values()), op=MPI.MAX)
-            baseline = comm.allreduce(int(self._baseline), op=MPI.MAX) + ALLOCATOR_SLACK_BYTES
+            baseline = comm.allreduce(int(self._baseline) + self._codec_rss, op=MPI.MAX) + ALLOCATOR_SLACK_BYTES
             usable = store_all_slots(model.n_steps)  # no plan stores more on one level
             capped = [p if p.kind != "ram" else LevelPlan(p.name, p.kind, min(p.slots, usable)) for p in plans]
             predicted = plan_memory(model, capped, budget_bytes=budget, baseline_bytes=baseline,

@@ -1,0 +1,104 @@
+"""--compress with --run-dir: the manifest records each level's codec and slot bytes, a killed
+compressed run resumes from the compressed node-local and HDF5 blocks it left, with the gradient
+bitwise equal to an uncompressed one; a resume with other compression, or a compressed HDF5 level
+on another rank count, is refused in one line."""
+
+import json
+
+import numpy as np
+import pytest
+
+from hpcadj.stack import h5py
+
+from .helpers import hpcadj, hpcadj_json
+
+BASE = ["run", "--model", "heat", "--grid", "20x16", "--steps", "30", "--dt", "1e-3", "--durable-every", "2",
+        "--quiet"]
+LEVELS = ["--ram", "2", "--disk", "3", "--pfs", "4"]
+PROFILE = {"forward_s": 1.0, "adjoint_s": 2.0, "source": "test",
+           "levels": [{"name": "ram", "write_s": 0.01, "read_s": 0.01},
+                      {"name": "disk", "write_s": 0.05, "read_s": 0.05},
+                      {"name": "pfs", "write_s": 0.1, "read_s": 0.1}]}
+
+
+@pytest.fixture(scope="module")
+def costs(tmp_path_factory):
+    path = tmp_path_factory.mktemp("costs") / "profile.json"
+    path.write_text(json.dumps(PROFILE))
+    return ["--costs", str(path)]
+
+
+def gradients(path):
+    with h5py().File(path, "r") as f:
+        return {name: f[name][...] for name in f}
+
+
+def args_for(tmp, costs, compress, levels=LEVELS):
+    (tmp / "local").mkdir(exist_ok=True)
+    return [*BASE, *costs, *levels, *compress, "--pfs-file", str(tmp / "ck.h5"), "--local-dir", str(tmp / "local"),
+            "--run-dir", str(tmp / "run")]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, costs):
+    """The uncompressed gradient of the same plan (no run directory)."""
+    tmp = tmp_path_factory.mktemp("ref")
+    info = hpcadj_json([*BASE, *costs, *LEVELS, "--pfs-file", str(tmp / "ck.h5"), "--local-dir", str(tmp),
+                        "--gradient-out", str(tmp / "ref.h5")], 2, timeout=240)
+    return info, gradients(tmp / "ref.h5")
+
+
+@pytest.mark.parametrize("fraction,rank", [(0.3, 0), (0.55, 1), (0.8, 0)])
+def test_killed_compressed_run_resumes_from_its_compressed_blocks_bitwise(reference, costs, tmp_path,
+                                                                           fraction, rank):
+    ref_info, ref = reference
+    args = args_for(tmp_path, costs, ["--compress", "lossless", "--compress-disk", "lossless:zstd"])
+    k = int(ref_info["actions"] * fraction)
+    crashed = hpcadj([*args, "--json"], 2, timeout=240, env={"HPCADJ_INJECT_KILL": f"{rank}:{k}"})
+    assert crashed.returncode != 0 and crashed.stdout.strip() == "", f"action {k}: no kill"
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    recorded = manifest["setup"]["compression"]
+    assert recorded["disk"]["codec"] == "lossless:zstd" and recorded["pfs"]["codec"] == "lossless"
+    assert all(v["slot_bytes"] > 0 for v in recorded.values())
+    durable = sum(len(steps) for steps in manifest["snapshots"].values())
+    info = hpcadj_json([*args, "--resume", "--gradient-out", str(tmp_path / "g.h5")], 2, timeout=240)
+    assert info["resumed"] and info["faults"] == [] and info["J"] == ref_info["J"]
+    assert not info["lossy"] and info["compression"]["pfs"]["codec"] == "lossless"
+    if durable:  # the resume started from the compressed blocks, not from scratch
+        assert info["forward_steps"] < ref_info["forward_steps"], (k, info["forward_steps"])
+    grads = gradients(tmp_path / "g.h5")
+    for name, field in ref.items():
+        assert np.array_equal(grads[name], field), (k, name)
+
+
+def test_resume_with_other_compression_or_a_compressed_hdf5_level_on_other_ranks_is_refused(
+        reference, costs, tmp_path):
+    ref_info, _ = reference
+    args = args_for(tmp_path, costs, ["--compress", "lossless"])
+    crashed = hpcadj([*args, "--json"], 2, timeout=240,
+                     env={"HPCADJ_INJECT_KILL": f"1:{int(ref_info['actions'] * 0.6)}"})
+    assert crashed.returncode != 0
+    for extra, ranks, message in ((["--compress", "lossy:1e-6"], 2, "other compression than the run recorded"),
+                                  ([], 3, "resume on 2 rank(s)")):
+        argv = [a for a in args if a not in ("--compress", "lossless")] + (extra or ["--compress", "lossless"])
+        p = hpcadj([*argv, "--resume"], ranks, timeout=120)
+        errors = [ln for ln in p.stderr.splitlines() if ln.startswith("hpcadj: error:")]
+        assert p.returncode == 2 and len(errors) == 1 and message in errors[0], p.stderr[-2000:]
+        assert "Traceback" not in p.stderr
+    # what is refused is only what cannot be read back: the run still resumes as it was written
+    info = hpcadj_json([*args, "--resume", "--gradient-out", str(tmp_path / "g.h5")], 2, timeout=240)
+    assert info["J"] == ref_info["J"]
+
+
+def test_compressed_ram_with_uncompressed_hdf5_resumes_on_another_rank_count(reference, costs, tmp_path):
+    ref_info, ref = reference
+    levels = ["--ram", "2", "--pfs", "6"]
+    args = args_for(tmp_path, costs, ["--compress-ram", "lossy:1e-9"], levels=levels)
+    crashed = hpcadj([*args, "--json"], 2, timeout=240,
+                     env={"HPCADJ_INJECT_KILL": f"0:{int(ref_info['actions'] * 0.7)}"})
+    assert crashed.returncode != 0
+    info = hpcadj_json([*args, "--resume", "--gradient-out", str(tmp_path / "g.h5")], 3, timeout=240)
+    assert info["ranks"] == 3 and info["lossy"] and info["compression"]["ram"]["max_error"] <= 1e-9
+    grads = gradients(tmp_path / "g.h5")
+    for name, field in ref.items():
+        assert np.abs(grads[name] - field).max() <= 1e-6 * np.abs(field).max(), name

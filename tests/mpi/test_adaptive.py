@@ -143,3 +143,41 @@ def test_stop_at_random_points_then_resume_is_bitwise_identical(frozen, comm, sh
         for control, ref in grad_ref.items():
             assert np.array_equal(resumed.result.gradient[control].getArray(), ref), (k, control)
     assert sweeps == {"forward", "reverse"}, (points, sweeps)
+
+
+def test_write_failure_in_the_first_sweep_replans_online_bitwise(frozen, comm, shared_tmp):
+    """A node-local level that stops taking writes while n is still unknown: the driver continues
+    the first sweep online from what survived (OnlineResidual); the gradient stays bitwise."""
+    import errno
+
+    from hpcadj.adjoint import Driver
+
+    name, frozen_model, _controls, J_ref, grad_ref = frozen
+    model = adaptive_model(name, comm)
+    controls = model.default_controls()
+    config = CheckpointConfig(budgets={"ram": "2", "disk": "3"}, local_dir=shared_tmp, async_io=False)
+    plans = level_slots(config, model.snapshot_layout(), comm, 10 ** 6)
+    caps = [p.slots for p in plans]
+    costs = profile_for(plans, None).vector("time")
+    levels = build_levels(plans, model.snapshot_layout(), comm, config)
+    disk = levels[1]
+    real, count, seen = disk.transport.store, [0], []
+
+    def store(step, snapshot, t, token=None):
+        count[0] += 1
+        if count[0] > 1:
+            seen.append(model.n_steps)  # None: the first sweep had not ended
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        return real(step, snapshot, t, token)
+    disk.transport.store = store
+    driver = Driver(model, levels, costs=costs)
+    try:
+        result = driver.run(make_online_plan(caps, costs, done=model.done), controls)
+    finally:
+        for level in levels:
+            level.close()
+    assert driver.faults and seen and seen[0] is None, (driver.faults, seen)
+    assert model.steps.dts == frozen_model.steps.dts
+    assert result.J == J_ref
+    for control, ref in grad_ref.items():
+        assert np.array_equal(result.gradient[control].getArray(), ref), control

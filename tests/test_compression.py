@@ -273,3 +273,14 @@ def test_memory_budget_sizes_ram_slots_at_their_compressed_size():
     assert ram["pool_bytes"] == m["ram slots"] <= m["budget"] - (m["peak"] - m["ram slots"])
     assert ram["peak_pool_bytes"] <= ram["pool_bytes"] and ram["overflows"] == 0
     assert m["peak"] <= m["budget"] and info["peak_rss_bytes"] <= m["budget"]
+
+
+def test_calibrate_compress_reports_what_plan_takes(tmp_path):
+    p = mpirun(2, [HPCADJ, "calibrate", "--model", "wave", "--grid", "16x16x16", "--steps", "12", "--repeats", "1",
+                   "--local-dir", str(tmp_path), "--compress", "lossless", "--json"], timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    c = json.loads(p.stdout.strip().splitlines()[-1])["compression"]
+    assert c["codec"] == "lossless" and c["encode_s"] > 0 and c["decode_s"] > 0
+    assert [s for s, _ in c["sizes"]][:2] == [0, 1] and max(b for _, b in c["sizes"]) == c["probed_bytes"]
+    plan = plan_json("--ram", "10MiB", "--compress", "lossless", "--compressed-bytes", str(c["probed_bytes"]))
+    assert plan["compression"]["slot_bytes"] == min(int(c["probed_bytes"] * 1.15) + 64, 1000000)

@@ -81,14 +81,16 @@ def main(args) -> int:
 
 
 def codec_costs(model, codecs: dict, comm) -> dict:
-    """The --compress codec's seconds per snapshot and slot size on the model's probed states."""
+    """The --compress codec's seconds per snapshot, slot size and probed ``(step, bytes)`` sizes on
+    the model's probed states (``probed_bytes`` is what ``hpcadj plan --compressed-bytes`` takes)."""
     from ..adjoint.compression import probe
 
     if not codecs:
         return {}
     info = probe(model, model.default_controls(), {"ram": codecs["ram"]}, comm)["ram"]
     return {"codec": info["codec"].spec, "encode_s": info["encode_s"], "decode_s": info["decode_s"],
-            "slot_bytes": info["slot_bytes"], "probed_bytes": info["probed_bytes"], "raw_bytes": info["raw_bytes"]}
+            "slot_bytes": info["slot_bytes"], "probed_bytes": info["probed_bytes"], "raw_bytes": info["raw_bytes"],
+            "sizes": info["sizes"]}
 
 
 def save_profile(profile, path: str) -> None:

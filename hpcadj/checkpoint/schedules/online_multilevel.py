@@ -52,11 +52,17 @@ from .revolve import beta, segment_actions
 
 
 class OnlineMultilevel:
-    """Online plan over K levels: one virtual level of sum(capacities) slots, placed fastest first."""
+    """Online plan over K levels: one virtual level of sum(capacities) slots, placed fastest first.
+
+    ``cheap_fraction``: a level is cheap when its write + read costs less than that fraction of a
+    forward step; ``join_repetitions`` t: the other levels join past beta(S_cheap, t) steps. The
+    defaults (1, 3) gave the best worst case of the values tried (experiments/online/variants.py).
+    """
 
     name = "online-multilevel"
 
-    def __init__(self, capacities: Sequence[int], costs: OpCosts | None = None, forward_cheap_only: bool = True):
+    def __init__(self, capacities: Sequence[int], costs: OpCosts | None = None, forward_cheap_only: bool = True,
+                 cheap_fraction: float = 1.0, join_repetitions: int = 3):
         self.capacities = tuple(int(c) for c in capacities)
         self.costs = costs.for_levels(len(self.capacities)) if costs is not None else None
         if not self.capacities or any(c < 0 for c in self.capacities) or sum(self.capacities) < 1:
@@ -64,12 +70,14 @@ class OnlineMultilevel:
         self.forward_levels = len(self.capacities)
         if self.costs is not None and forward_cheap_only:
             cheap = [k for k in range(len(self.capacities))
-                     if self.costs.write[k] + self.costs.read[k] < self.costs.forward and self.capacities[k] > 0]
+                     if self.costs.write[k] + self.costs.read[k] < cheap_fraction * self.costs.forward
+                     and self.capacities[k] > 0]
             if cheap:
                 self.forward_levels = cheap[-1] + 1
         self.inner = OnlineBinomial([sum(self.capacities[:self.forward_levels])])
         # past beta(S_cheap, 3) steps the cheap levels' repetition number would exceed 3: slow slots join
-        self.grow_at = beta(self.inner.slots, 3) if self.forward_levels < len(self.capacities) else None
+        self.grow_at = (beta(self.inner.slots, join_repetitions) if self.forward_levels < len(self.capacities)
+                        else None)
         self.used = [0] * len(self.capacities)
         self.where: dict[int, int] = {}
 

@@ -199,15 +199,15 @@ class Tmpfs:
 
 def inject(level, after, err):
     """Where no tmpfs can be mounted: the level's writes fail with ``err`` after ``after`` writes."""
-    real = level._store
+    real = level.transport.store
     count = [0]
 
-    def store(step, snapshot, t):
+    def store(step, snapshot, t, token=None):
         count[0] += 1
         if count[0] > after:
             raise OSError(err, os.strerror(err) + " (injected)")
-        return real(step, snapshot, t)
-    level._store = store
+        return real(step, snapshot, t, token)
+    level.transport.store = store
 
 
 @pytest.mark.parametrize("async_io", [True, False], ids=["async", "sync"])

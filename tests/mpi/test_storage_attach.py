@@ -73,21 +73,22 @@ def test_pfs_write_failing_on_one_rank_fails_on_every_rank(comm, shared_tmp, asy
     level = make_level("pfs", 4, layout, comm, path=os.path.join(shared_tmp, f"f{async_io}.h5"),
                        async_io=async_io)
     victim = comm.size - 1
-    hook = "_write_raw" if async_io else "_write_block"  # the raw-bytes writer on the I/O thread, or h5py's
+    # the raw-bytes writer on the I/O thread, or h5py's
+    writer = level.transport.raw if async_io else level.transport
     if comm.rank == victim:
-        real = getattr(level, hook)
+        real = writer.write_block
 
         def failing(*args):
             if failing.armed:
                 raise OSError(28, "No space left on device (injected on one rank)")
             real(*args)
         failing.armed = False
-        setattr(level, hook, failing)
+        writer.write_block = failing
     level.write(0, _snapshot(0, layout))
     level.write(1, _snapshot(1, layout))
     level.flush()
     if comm.rank == victim:
-        getattr(level, hook).armed = True
+        writer.write_block.armed = True
     raised = 0
     for step in (2, 3):
         try:
@@ -102,7 +103,7 @@ def test_pfs_write_failing_on_one_rank_fails_on_every_rank(comm, shared_tmp, asy
     assert level.valid_steps() == {0, 1}
     _check(level, layout, [1, 0])
     if comm.rank == victim:
-        getattr(level, hook).armed = False
+        writer.write_block.armed = False
     level.write(2, _snapshot(2, layout))
     _check(level, layout, [2])
     level.close()

@@ -126,8 +126,7 @@ def _flip_pfs_byte(level, comm, step, field, victim):
     """Flip one byte of ``victim``'s block of ``field`` in the HDF5 file (rank 0 edits it)."""
     level.flush()
     lay = level.layout[field]
-    dset = level._groups[level._slot_of[step]][field]
-    offset = dset.id.get_offset()
+    _path, offset, _itemsize = level.locate(step, field)
     start = comm.bcast(lay.start if comm.rank == victim else None, root=victim)
     if comm.rank == 0:
         index = int(np.ravel_multi_index(start, lay.global_shape)) * np.dtype(lay.dtype).itemsize

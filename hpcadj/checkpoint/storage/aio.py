@@ -1,4 +1,14 @@
-"""Asynchronous file-backed levels: one FIFO I/O thread per level, bounded write buffers, prefetch.
+"""File-backed levels by composition: a level = a transport + an I/O queue (sync or async).
+
+- The queue (:class:`~.ioqueue.IOQueue`) is one component for every file level: the FIFO I/O thread
+  (none when synchronous), bounded staging buffers, donated snapshots held until written, prefetched
+  reads, and the failure state.
+- A transport (:class:`Transport`) moves the bytes: per-rank node-local files
+  (:class:`~.local.RankFiles`), one HDF5 file written collectively (:class:`~.pfs.H5File`), or raw
+  ``pwrite`` into the HDF5 file's datasets with a collective commit (:class:`~.pfs_async.CommittedRaw`).
+  It says which of its operations may run on the I/O thread; the others run on the caller's thread.
+- :class:`QueuedLevel` is the one Level built from the two; ``LocalLevel``, ``PfsLevel`` and
+  ``AsyncPfsLevel`` are its constructors (which transport, which queue).
 
 Design (the same for node-local files and parallel HDF5):
 
@@ -42,217 +52,254 @@ Design (the same for node-local files and parallel HDF5):
 
 from __future__ import annotations
 
-import queue
-import threading
+import atexit
+import itertools
 import time as _time
+import weakref
 from concurrent.futures import Future
 
 import numpy as np
 
 from ...collective import detail, problems
-from ...snapshot import Snapshot, SnapshotLayout, copy_snapshot, snapshot_nbytes
-from .base import CorruptSnapshot, Level, LevelError, WriteFailed
+from ...snapshot import Snapshot, SnapshotLayout, snapshot_nbytes
+from .base import CorruptSnapshot, Level, LevelError
+from .ioqueue import IOQueue, IOThread, Skipped
+
+__all__ = ["ALL", "IOThread", "QueuedLevel", "Skipped", "Transport"]
+
+ALL = object()  # settle(wait_for=ALL): every write in flight
+
+_OPEN: weakref.WeakSet = weakref.WeakSet()  # levels not closed yet
+_SERIAL = itertools.count()
 
 
-class IOThread:
-    """A daemon thread running submitted callables one at a time, in submission order.
+@atexit.register
+def _quiesce_at_exit() -> None:
+    """At interpreter exit, for every level left open (in creation order, the same on every rank):
+    let its I/O thread run what is queued, end it, and drop the donated snapshots on this thread,
+    oldest first. Otherwise a daemon I/O thread frozen mid-write keeps a PETSc Vec alive on some
+    ranks only, the ranks' garbage lists differ, and PETSc's finalisation waits forever (runs that
+    printed their result then hung at exit). No MPI call is made here."""
+    for level in sorted(_OPEN, key=lambda lv: lv._serial):
+        level._quiesce()
 
-    Failures are handed to the caller through each task's future; skipping tasks after a failure
-    is the level's business (several levels may share one thread).
+
+class Transport:
+    """Where a file level's snapshots live. The level calls it in plan order on every rank.
+
+    ``threaded``: the operations (``store``, ``load``, ``drop``, ``shutdown``) an asynchronous level
+    may run on its I/O thread: plain file I/O and checksums only, never an MPI or HDF5 call (see
+    DESIGN.md); the others run on the caller's thread. ``agrees_reads``: ``load`` agrees its outcome
+    over the communicator itself (a collective read). ``defers_commit``: ``store`` never raises; it
+    returns an outcome that ``settle`` publishes collectively on the caller's thread, failing the
+    step on every rank alike, so its queued operations are never skipped after a failure.
     """
 
-    def __init__(self, name: str):
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+    threaded = frozenset({"store", "load", "drop", "shutdown"})
+    agrees_reads = False
+    defers_commit = False
+    keep = False
 
-    def submit(self, fn) -> Future:
-        """Queue ``fn``; its outcome lands in the returned future."""
-        future: Future = Future()
-        self._queue.put((fn, future))
-        return future
+    def settle(self, wait_for=None) -> None:
+        """Caller-side point where writes in flight may be published (``wait_for``: a step or ALL)."""
 
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            fn, future = item
-            item = None
-            future.set_running_or_notify_cancel()
-            try:
-                result = fn()
-            except BaseException as exc:  # handed to the caller's thread through the future
-                fn = None
-                future.set_exception(exc)
-            else:
-                # drop the task (and what it captured) before the caller can see it done: the
-                # caller then holds the last reference to a donated snapshot, whose release may
-                # destroy a PETSc Vec, and PETSc must only ever be called from the caller's thread
-                fn = None
-                future.set_result(result)
-            result = None
+    def begin_write(self, step: int, t):
+        """Caller-side preparation of a write of ``step`` at model time ``t``; its token."""
+        return None
 
-    def stop(self) -> None:
-        """Let queued tasks finish, then end and join the thread."""
-        self._queue.put(None)
-        self._thread.join()
+    def queued(self, step: int, token, future: Future) -> None:
+        """The write of ``step`` is queued as ``future``."""
 
+    def begin_read(self, step: int):
+        """Caller-side preparation of a read of ``step``; its token. LevelError if it cannot be read."""
+        return None
 
-class Skipped(LevelError):
-    """A queued task not run because an earlier write of the level failed (until ``flush``)."""
+    def prefetchable(self, step: int) -> bool:
+        """Whether a prefetch of a held ``step`` may be queued."""
+        return True
 
+    def forget(self, step: int) -> None:
+        """Caller-side part of discarding ``step``; never raises."""
 
-def _completed(fn) -> Future:
-    """Run ``fn`` now and wrap its outcome in a finished future (the synchronous path)."""
-    future: Future = Future()
-    try:
-        future.set_result(fn())
-    except BaseException as exc:
-        future.set_exception(exc)
-    return future
+    def store(self, step: int, snapshot: Snapshot, t, token) -> tuple[int, object]:
+        """Write ``snapshot``: (bytes written, outcome handed to the write's future)."""
+        raise NotImplementedError
+
+    def load(self, step: int, token) -> Snapshot:
+        """This rank's verified blocks of ``step``; CorruptSnapshot for a bad block."""
+        raise NotImplementedError
+
+    def drop(self, step: int) -> None:
+        """Release what ``step`` used (tolerating a step that never landed)."""
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        """Close files; remove them unless kept (where ``threaded`` says it runs)."""
+
+    def after_shutdown(self) -> None:
+        """Caller-side cleanup once the I/O thread has ended (e.g. removing a shared file)."""
 
 
-class _Donated(dict):
-    """A snapshot written as the caller handed it over (no staging copy; never pooled)."""
+class QueuedLevel(Level):
+    """A level composed of a :class:`Transport` (``self.transport``, set by the constructor of the
+    concrete level) and an :class:`~.ioqueue.IOQueue` (``self.io``: asynchronous or inline)."""
 
-
-class AsyncLevel(Level):
-    """A level whose storage operations run on a FIFO I/O thread (or inline when not ``async_io``).
-
-    Subclasses implement ``_store(step, snapshot, time) -> bytes``, ``_load(step) -> snapshot``
-    (raising :class:`CorruptSnapshot` for this rank's bad block), ``_drop(step)`` (tolerating a
-    step that never landed) and ``_shutdown()``; all run on the I/O thread. ``_agree_on_thread``
-    says whether read failures are agreed on the I/O thread (levels doing collective I/O there) or
-    on the caller's thread.
-    """
-
-    _agree_on_thread = False
+    #: attributes read from the transport (run id, paths, attach notes)
+    _from_transport: tuple = ()
 
     def __init__(self, name: str, capacity: int, layout: SnapshotLayout | None, comm=None, *,
                  async_io: bool = True, queue_depth: int = 2, prefetch_depth: int = 1):
         super().__init__(name, capacity, layout)
-        if queue_depth < 1 or prefetch_depth < 0:
-            raise ValueError("queue_depth must be >= 1 and prefetch_depth >= 0")
+        self.io = IOQueue(name, self.stats, self._account, async_io=async_io, queue_depth=queue_depth,
+                          prefetch_depth=prefetch_depth)
         self.comm = comm.Dup() if comm is not None else None
         self.rank = self.comm.rank if self.comm is not None else 0
         self.size = self.comm.size if self.comm is not None else 1
+        self.io.rank = self.rank
         self.async_io = bool(async_io)
         self.queue_depth = int(queue_depth)
         self.prefetch_depth = int(prefetch_depth)
-        self._worker = self._acquire_worker() if self.async_io else None
-        self._inflight = 0
-        self._cond = threading.Condition()
-        self._prefetched: dict[int, Future] = {}
-        self._pool: list[Snapshot] = []
-        self._lent: list[tuple[Future, Snapshot]] = []  # donated snapshots of writes in flight
         self._closed = False
-        # failure state: set on the I/O thread, cleared by flush() on the caller's thread
-        self._poisoned = False
-        self.failure: BaseException | None = None   # first write failure since the last flush
-        self.failure_step: int | None = None
-        self._failure_reported = False
-        self._bad: set[int] = set()                 # steps written but not valid (failed, skipped, corrupt)
+        self.transport: Transport = Transport()
+        self._serial = next(_SERIAL)
+        _OPEN.add(self)
 
-    # -- caller-side API ---------------------------------------------------------------------
+    def __getattr__(self, name):
+        if name in type(self)._from_transport and "transport" in self.__dict__:
+            return getattr(self.__dict__["transport"], name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def keep(self) -> bool:
+        """Whether closing leaves the files in place (restartable runs); settable until close."""
+        return self.transport.keep
+
+    @keep.setter
+    def keep(self, value) -> None:
+        self.transport.keep = bool(value)
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The first write failure since the last flush (None when healthy)."""
+        return self.io.failure
+
+    @property
+    def failure_step(self) -> int | None:
+        return self.io.failure_step
+
+    def _adopt(self, found: dict) -> None:
+        """Hold the snapshots the transport found on attach ({step: model time})."""
+        for step, t in sorted(found.items()):
+            self._held.add(step)
+            self.times[step] = t
+
+    def _abandon(self) -> None:
+        """Give up during construction: end the I/O thread, mark closed."""
+        self.io.stop()
+        self._closed = True
+        _OPEN.discard(self)
+
+    def _quiesce(self) -> None:
+        """Run what is queued, end the I/O thread (later tasks run inline), drop held donations."""
+        if not self._closed:
+            self.io.stop()
+            self.io.worker = None
+            self.io.reclaim()
+
+    def _run(self, op: str, fn, **kwargs) -> Future:
+        """Queue transport operation ``op``: on the I/O thread where the transport allows it."""
+        return self.io.submit(fn, inline=op not in self.transport.threaded, **kwargs)
+
+    # -- the Level interface -------------------------------------------------------------------
 
     def _write(self, step: int, snapshot: Snapshot, donate: bool = False) -> None:
+        transport, io = self.transport, self.io
+        transport.settle()
         self._check()
         self._validate(snapshot)
         t = self.times.get(step)
+        token = transport.begin_write(step, t)
         if not self.async_io:
-            future = self._submit(lambda: self._write_task(step, snapshot, t, staged=False),
-                                  write=step)
+            future = self._run("store", lambda: self._write_task(step, snapshot, t, token, staged=False),
+                               write=step)
             if future.exception() is not None:
-                self._failure_reported = True
-                raise self._write_error(future.exception())
+                io.failure_reported = True
+                raise io.write_error(future.exception())
+            transport.queued(step, token, future)
             return
-        staged = self._take_buffer(snapshot, donate)
-        future = self._submit(lambda: self._write_task(step, staged, t, staged=True), write=step,
-                              staged=staged)
-        if donate:  # released on this thread once written (see _reclaim)
-            self._lent.append((future, staged))
-
-    def _take_buffer(self, snapshot: Snapshot, donate: bool) -> Snapshot:
-        """Wait until fewer than ``queue_depth`` writes are in flight; return what the I/O thread
-        will write: donated arrays as they are (a strided one is made contiguous there, where numpy
-        copies without the GIL), else a copy in a drained buffer."""
-        t0 = _time.perf_counter()
-        if donate:
-            self._reclaim(keep=self.queue_depth - 1)
-        with self._cond:
-            blocked = self._inflight >= self.queue_depth
-            while self._inflight >= self.queue_depth:
-                self._cond.wait()
-            self._inflight += 1
-            self._note_buffers()
-            spare = self._pool.pop() if self._pool and not donate else None
-        if blocked:
-            self._account(wait_s=_time.perf_counter() - t0)
-        if donate:
-            self.stats.zero_copy += 1
-            return _Donated(snapshot)
-        t0 = _time.perf_counter()
-        copy = copy_snapshot(snapshot, spare)
-        self.stats.stage_s += _time.perf_counter() - t0
-        return copy
+        staged = io.take_buffer(snapshot, donate)
+        future = self._run("store", lambda: self._write_task(step, staged, t, token, staged=True),
+                           write=step, staged=staged, always=transport.defers_commit)
+        if donate:  # released on this thread once written (see IOQueue.reclaim)
+            io.lend(future, staged)
+        transport.queued(step, token, future)
 
     def _read(self, step: int) -> Snapshot:
         if self._closed:
             raise LevelError(f"{self.name}: level is closed")
-        future = self._prefetched.pop(step, None)
+        transport, io = self.transport, self.io
+        transport.settle(wait_for=step)
+        future = io.prefetched.pop(step, None)
+        token = transport.begin_read(step)
         if future is not None:
             self.stats.prefetch_hits += 1
         else:
-            future = self._submit(lambda: self._read_task(step), read=step)
+            future = self._run("load", lambda: self._read_task(step, token), read=step,
+                               always=transport.defers_commit)
         try:
-            outcome = self._wait(future)
+            outcome = io.wait(future)
         except Skipped as exc:  # not read: a write failed before it; not this snapshot's fault
-            if self._agree_on_thread:
-                raise self._write_error(exc) from exc
+            if transport.agrees_reads:
+                raise io.write_error(exc) from exc
             outcome = (None, exc)
-        if self._agree_on_thread:
+        if transport.agrees_reads:
             return outcome
         return self._agreed(step, outcome)
 
     def _free(self, step: int) -> None:
         if self._closed:
             raise LevelError(f"{self.name}: level is closed")
-        self._prefetched.pop(step, None)
-        self._bad.discard(step)
-        self._submit(lambda: self._drop(step), always=True)
+        self.transport.settle(wait_for=step)
+        self.io.prefetched.pop(step, None)
+        self.io.bad.discard(step)
+        self._run("drop", lambda: self.transport.drop(step), always=True)
 
     def discard(self, step: int) -> None:
         """Forget ``step`` in any state (pending, prefetched, failed, corrupt); never raises."""
         try:
-            self._prefetched.pop(step, None)
+            self.transport.forget(step)
+            self.io.prefetched.pop(step, None)
             held = step in self._held
             self._held.discard(step)
-            self._bad.discard(step)
+            self.io.bad.discard(step)
             self.times.pop(step, None)
             if held and not self._closed:
-                self._submit(lambda: self._drop(step), always=True)
+                self._run("drop", lambda: self.transport.drop(step), always=True)
         except Exception:  # noqa: BLE001 - discarding after a fault must not fault again
             pass
 
     def valid_steps(self) -> set[int]:
         """Steps held whose writes completed and whose snapshots were not found corrupt."""
         if not self._closed:
-            self._drain()
-        return {s for s in self._held if s not in self._bad}
+            self.transport.settle(wait_for=ALL)
+            self.io.drain()
+        return {s for s in self._held if s not in self.io.bad}
 
     def prefetch(self, step: int) -> None:
         """Queue a read of ``step`` now (asynchronous levels; at most ``prefetch_depth`` held).
 
         Never raises for I/O failures (a failed prefetch is the later read's error).
         """
-        if (self._closed or not self.async_io or step not in self._held
-                or step in self._prefetched or len(self._prefetched) >= self.prefetch_depth):
+        io, transport = self.io, self.transport
+        if (self._closed or not self.async_io or step not in self._held or step in io.prefetched
+                or len(io.prefetched) >= self.prefetch_depth or not transport.prefetchable(step)):
             return
-        self._prefetched[step] = self._submit(lambda: self._read_task(step), read=step)
+        token = transport.begin_read(step)
+        io.prefetched[step] = self._run("load", lambda: self._read_task(step, token), read=step,
+                                        always=transport.defers_commit)
         self.stats.prefetches += 1
-        with self._cond:
-            self._note_buffers()
+        with io._cond:
+            io.note_buffers()
 
     def flush(self) -> None:
         """Block until every queued operation has run; then, once, raise a write failure.
@@ -262,22 +309,20 @@ class AsyncLevel(Level):
         """
         if self._closed:
             raise LevelError(f"{self.name}: level is closed")
-        self._drain()
-        failure, step = self.failure, self.failure_step
-        self._poisoned = False
-        self.failure, self.failure_step = None, None
-        self._failure_reported = False
-        purge = sorted(s for s in self._bad if s in self._held)
-        self._bad.clear()
-        for bad in purge:  # failed writes: never readable; corrupt: unusable
-            self._held.discard(bad)
-            self.times.pop(bad, None)
-            self._prefetched.pop(bad, None)
-            self._submit(lambda bad=bad: self._drop(bad), always=True)
+        io = self.io
+        self.transport.settle(wait_for=ALL)
+        io.drain()
+        failure, step, bad = io.take_failure()
+        purge = sorted(s for s in bad if s in self._held)
+        for gone in purge:  # failed writes: never readable; corrupt: unusable
+            self._held.discard(gone)
+            self.times.pop(gone, None)
+            io.prefetched.pop(gone, None)
+            self._run("drop", lambda gone=gone: self.transport.drop(gone), always=True)
         if purge:
-            self._drain()
+            io.drain()
         if failure is not None:
-            raise self._write_error(failure, step)
+            raise io.write_error(failure, step)
 
     def close(self) -> None:
         """Drain the queue, release files (removing them unless kept), join the I/O thread.
@@ -286,109 +331,43 @@ class AsyncLevel(Level):
         """
         if self._closed:
             return
-        self._prefetched.clear()
-        self._pool.clear()
-        shutdown = self._submit(self._shutdown, always=True)
-        if self._worker is not None:
-            self._release_worker()
-            shutdown.exception()
-        self._lent.clear()
-        self._closed = True
+        transport, io = self.transport, self.io
         try:
-            self._after_shutdown()
+            transport.settle(wait_for=ALL)
         finally:
-            self._held.clear()
-            if self.comm is not None:
-                self.comm.Free()
-                self.comm = None
-        failure = self.failure
-        if failure is not None and not self._failure_reported:
-            self._failure_reported = True
-            raise self._write_error(failure)
+            io.prefetched.clear()
+            if "shutdown" in transport.threaded:
+                shutdown = self._run("shutdown", transport.shutdown, always=True)
+                io.stop()
+            else:  # the I/O thread ends first: nothing of it may touch what shutdown closes
+                io.stop()
+                shutdown = io.submit(transport.shutdown, always=True, inline=True)
+            shutdown.exception()
+            io.clear()
+            self._closed = True
+            _OPEN.discard(self)
+            try:
+                transport.after_shutdown()
+            finally:
+                self._held.clear()
+                if self.comm is not None:
+                    self.comm.Free()
+                    self.comm = None
+        failure = io.failure
+        if failure is not None and not io.failure_reported:
+            io.failure_reported = True
+            raise io.write_error(failure)
         exc = shutdown.exception()
         if exc is not None:
             raise LevelError(f"{self.name}: closing failed on rank {self.rank}: {exc}") from exc
 
-    # -- helpers -----------------------------------------------------------------------------
-
-    def _acquire_worker(self) -> IOThread:
-        """This level's I/O thread (its own; levels sharing one override this and the release)."""
-        return IOThread(f"hpcadj-io-{self.name}")
-
-    def _release_worker(self) -> None:
-        """Called by ``close`` after the shutdown task is queued: end and join the I/O thread."""
-        self._worker.stop()
-
-    def _write_error(self, failure: BaseException, step: int | None = None) -> LevelError:
-        """The :class:`WriteFailed` reporting a failed write (chained to ``failure``)."""
-        if step is None:
-            step = self.failure_step
-            if step is None and isinstance(failure, LevelError):
-                step = failure.step
-        if isinstance(failure, Skipped) and self.failure is not None:
-            failure = self.failure
-        exc = WriteFailed(self.name, step,
-                          f"{self.name}: writing step {step} failed on rank {self.rank}: {failure}")
-        exc.__cause__ = failure
-        return exc
+    # -- helpers ---------------------------------------------------------------------------------
 
     def _check(self) -> None:
         """Raise if closed, or if a write failed since the last flush (the level is poisoned)."""
         if self._closed:
             raise LevelError(f"{self.name}: level is closed")
-        failure = self.failure
-        if failure is not None:
-            self._failure_reported = True
-            raise self._write_error(failure)
-
-    def _drain(self) -> None:
-        """Wait until every task queued so far has run (never raises)."""
-        if self._worker is not None:
-            self._wait(self._worker.submit(lambda: None))
-        self._reclaim()
-
-    def _submit(self, fn, *, write: int | None = None, read: int | None = None,
-                always: bool = False, staged: Snapshot | None = None) -> Future:
-        """Queue ``fn`` (or run it now when synchronous), skipping it while the level is poisoned.
-
-        A failing write poisons the level: until ``flush`` every later task but ``always`` ones
-        (free, discard, shutdown) is skipped with :class:`Skipped`, skipped writes count as failed.
-        """
-        def task():
-            if self._poisoned and not always:
-                if write is not None:
-                    self._bad.add(write)
-                    if staged is not None:
-                        self._release(staged)
-                raise Skipped(f"{self.name}: step {write if write is not None else read} skipped "
-                              f"after a failed write of step {self.failure_step}")
-            try:
-                return fn()
-            except BaseException as exc:
-                if write is not None:
-                    self._bad.add(write)
-                    if self.failure is None:
-                        self.failure, self.failure_step = exc, write
-                    self._poisoned = True
-                raise
-
-        if self._worker is None:
-            return _completed(task)
-        return self._worker.submit(task)
-
-    def _wait(self, future: Future):
-        """The future's result; seconds blocked go to ``stats.wait_s``."""
-        if not future.done():
-            t0 = _time.perf_counter()
-            try:
-                return future.result()
-            finally:
-                self._account(wait_s=_time.perf_counter() - t0)
-        return future.result()
-
-    def _note_buffers(self) -> None:
-        held = self._inflight + len(self._prefetched)
-        self.stats.peak_buffers = max(self.stats.peak_buffers, held)
+        self.io.check()
 
     def _validate(self, snapshot: Snapshot) -> None:
         if self.layout is None:
@@ -402,38 +381,21 @@ class AsyncLevel(Level):
                 raise LevelError(f"{self.name}: field {key!r} is {a.dtype}{tuple(a.shape)}, "
                                  f"layout says {lay.dtype}{tuple(lay.shape)}")
 
-    def _reclaim(self, keep: int = 0) -> None:
-        """Drop, on the caller's thread and oldest first, donated snapshots until ``keep`` are held.
-
-        Each one's write is awaited before it is dropped, so how many go depends on ``keep`` alone
-        (the plan), not on which writes the I/O thread happens to have finished.
-        """
-        while len(self._lent) > keep:
-            future, _snapshot = self._lent.pop(0)
-            future.exception()
-
-    def _release(self, snapshot: Snapshot) -> None:
-        """A write has drained: its staging buffer back to the pool (not donated arrays), wake a writer."""
-        with self._cond:
-            self._inflight -= 1
-            if not isinstance(snapshot, _Donated):
-                self._pool.append(snapshot)
-            self._cond.notify_all()
-
-    def _write_task(self, step: int, snapshot: Snapshot, t, *, staged: bool) -> None:
+    def _write_task(self, step: int, snapshot: Snapshot, t, token, *, staged: bool):
         t0 = _time.perf_counter()
         try:
-            nbytes = self._store(step, snapshot, t)
+            nbytes, outcome = self.transport.store(step, snapshot, t, token)
         finally:
             if staged:
-                self._release(snapshot)
+                self.io.release(snapshot)
         self._account(written=nbytes, write_s=_time.perf_counter() - t0)
+        return outcome
 
-    def _read_task(self, step: int):
+    def _read_task(self, step: int, token):
         t0 = _time.perf_counter()
         snapshot, exc = None, None
         try:
-            snapshot = self._load(step)
+            snapshot = self.transport.load(step, token)
         except CorruptSnapshot as e:  # agreed with the other ranks before it is raised
             exc = e
         except Exception as e:  # an unreadable block is a lost snapshot too
@@ -441,7 +403,7 @@ class AsyncLevel(Level):
             exc.__cause__ = e
         self._account(read=snapshot_nbytes(snapshot) if snapshot else 0,
                       read_s=_time.perf_counter() - t0)
-        if self._agree_on_thread:
+        if self.transport.agrees_reads:
             return self._agreed(step, (snapshot, exc))
         return snapshot, exc
 
@@ -459,22 +421,7 @@ class AsyncLevel(Level):
         bad = [r for r, _ in failed]
         reasons = detail([(r, why) for r, (_, why) in failed])
         if any(c == 1 for _, (c, _) in failed):
-            self._bad.add(step)
+            self.io.bad.add(step)
         if all(c == 1 for _, (c, _) in failed):
             raise CorruptSnapshot(self.name, step, bad, reasons) from exc
         raise LevelError(f"{self.name}: reading step {step} failed ({reasons})") from exc
-
-    def _after_shutdown(self) -> None:
-        """Caller-side cleanup once the I/O thread has ended (e.g. removing a shared file)."""
-
-    def _store(self, step: int, snapshot: Snapshot, t) -> int:
-        raise NotImplementedError
-
-    def _load(self, step: int) -> Snapshot:
-        raise NotImplementedError
-
-    def _drop(self, step: int) -> None:
-        raise NotImplementedError
-
-    def _shutdown(self) -> None:
-        raise NotImplementedError

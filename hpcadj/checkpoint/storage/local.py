@@ -17,6 +17,9 @@ level is created. ``attach=True`` (a restart with the same run id and ``local_di
 directory written by another rank count or layout, removes temporary and invalid files, verifies
 every snapshot file against the CRCs in its own header, and holds the steps valid on every rank
 (the nonce and CRCs of the file's header are adopted, so later reads check them again).
+
+:class:`RankFiles` is the transport (every operation plain file I/O, so all may run on the I/O
+thread); :class:`LocalLevel` composes it with the I/O queue, asynchronous by default.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import numpy as np
 
 from ...collective import agree_or_raise, allgather
 from ...snapshot import Snapshot, SnapshotLayout
-from .aio import AsyncLevel
+from .aio import QueuedLevel, Transport
 from .base import CorruptSnapshot, LevelError, agree_run_id
 from .checksum import ALGORITHM, block_checksum
 
@@ -66,22 +69,20 @@ def _read_exact(f, buf: memoryview) -> int:
     return got
 
 
-class LocalLevel(AsyncLevel):
-    """Per-rank snapshot files on node-local disk; asynchronous by default."""
+class RankFiles(Transport):
+    """This rank's snapshot files under ``<base>/hpcadj-<run id>/rank<r>/`` (the format above)."""
 
-    kind = "local"
-
-    def __init__(self, capacity: int, layout: SnapshotLayout | None, comm=None, *,
-                 local_dir: str | None = None, run_id: str | None = None, keep: bool = False,
-                 fsync: bool = False, async_io: bool = True, queue_depth: int = 2,
-                 prefetch_depth: int = 1, name: str = "local", attach: bool = False,
-                 purge_run_id: str | None = None):
-        super().__init__(name, capacity, layout, comm, async_io=async_io,
-                         queue_depth=queue_depth, prefetch_depth=prefetch_depth)
+    def __init__(self, name: str, comm, layout: SnapshotLayout | None, *, local_dir: str | None = None,
+                 run_id: str | None = None, keep: bool = False, fsync: bool = False):
+        self.name = name
+        self.comm = comm
+        self.rank = comm.rank if comm is not None else 0
+        self.size = comm.size if comm is not None else 1
+        self.layout = layout
         self.keep = bool(keep)
         self.fsync = bool(fsync)
         self.base_dir = resolve_local_dir(local_dir)
-        self.run_id = agree_run_id(self.comm, run_id)
+        self.run_id = agree_run_id(comm, run_id)
         self.run_dir = os.path.join(self.base_dir, f"hpcadj-{self.run_id}")
         self.directory = os.path.join(self.run_dir, f"rank{self.rank}")
         self._nonce = uuid.uuid4().hex
@@ -89,27 +90,8 @@ class LocalLevel(AsyncLevel):
         self._nonces: dict[int, str] = {}  # adopted from files of an earlier process (attach)
         self.attach_note: str | None = None
         self.attach_dropped: list[str] = []  # why snapshots found on attach were not taken
-        agree_or_raise(self.comm, self._probe(), LevelError,
-                       f"{name}: node-local directory is not usable ({{detail}}); choose another "
-                       f"with local_dir/--local-dir or $HPCADJ_LOCAL_DIR", cleanup=self._abandon)
-        agree_or_raise(self.comm, self._layout_problem() if attach else None, LevelError,
-                       f"{name}: cannot attach the node-local snapshots of run {self.run_id} on "
-                       f"{self.size} rank(s): {{detail}}; attach the parallel-HDF5 level instead "
-                       f"(node-local files need the same rank count and layout)",
-                       cleanup=self._abandon)
-        problem = None
-        try:
-            self._write_layout(replace=not attach)
-        except OSError as exc:
-            problem = f"{self.directory}: {exc.strerror or exc}"
-        agree_or_raise(self.comm, problem, LevelError,
-                       f"{name}: node-local directory is not usable ({{detail}})", cleanup=self._abandon)
-        if attach:
-            self._attach()
-        elif purge_run_id and purge_run_id != self.run_id:
-            self._purge_run(purge_run_id)
 
-    def _purge_run(self, run_id: str) -> None:
+    def purge_run(self, run_id: str) -> None:
         """Remove the node-local snapshots an earlier process of this run left (not reattached).
 
         One rank per node does it (the directory is node-local); only this project's file names
@@ -148,11 +130,6 @@ class LocalLevel(AsyncLevel):
     def _gather(self, value):
         return allgather(self.comm, value)
 
-    def _abandon(self) -> None:
-        if self._worker is not None:
-            self._release_worker()
-        self._closed = True
-
     def _layout_record(self) -> dict:
         fields = {} if self.layout is None else {
             k: {"dtype": np.dtype(v.dtype).str, "shape": [int(n) for n in v.shape],
@@ -163,7 +140,7 @@ class LocalLevel(AsyncLevel):
     def _layout_path(self) -> str:
         return os.path.join(self.directory, "LAYOUT.json")
 
-    def _write_layout(self, replace: bool) -> None:
+    def write_layout(self, replace: bool) -> None:
         if not replace and os.path.exists(self._layout_path()):
             return
         tmp = self._layout_path() + ".tmp"
@@ -171,7 +148,7 @@ class LocalLevel(AsyncLevel):
             json.dump(self._layout_record(), f)
         os.replace(tmp, self._layout_path())
 
-    def _layout_problem(self) -> str | None:
+    def layout_problem(self) -> str | None:
         """Why this rank cannot attach its directory (another rank count or block), else None."""
         try:
             others = [e for e in os.listdir(self.run_dir) if e.startswith("rank")
@@ -194,9 +171,10 @@ class LocalLevel(AsyncLevel):
             return f"{self._layout_path()}: this rank's blocks differ from the ones written"
         return None
 
-    def _attach(self) -> None:
-        """Hold the snapshot files an earlier process left that are valid on every rank."""
+    def attach(self) -> dict:
+        """The snapshot files an earlier process left that are valid on every rank: {step: time}."""
         found: dict[int, tuple] = {}
+        held: dict[int, float | None] = {}
         rejected: list[str] = []
         for entry in sorted(os.listdir(self.directory)):
             path = os.path.join(self.directory, entry)
@@ -224,21 +202,21 @@ class LocalLevel(AsyncLevel):
                 continue
             self._crc[step] = crcs
             self._nonces[step] = header["nonce"]
-            self._held.add(step)
-            self.times[step] = header.get("time")
+            held[step] = header.get("time")
         dropped = len(found) - len(common)
         if dropped:
             self.attach_dropped.append(f"rank {self.rank}: {dropped} snapshot(s) not valid on every rank")
         self.attach_note = (f"attached {len(common)} snapshot(s) of run {self.run_id}"
                             + (f", removed {dropped} not valid on every rank" if dropped else "")
                             + (f", removed {len(rejected)} corrupt or unreadable" if rejected else ""))
+        return held
 
     def _verify_file(self, path: str, step: int):
         """(header, CRCs) of a snapshot file of this run, rank and layout; CorruptSnapshot if not."""
         snapshot, header = self._read_file(path, step, nonce=None, expected=None)
         return header, {f["name"]: f["crc32"] for f in header["fields"]}
 
-    def _probe(self) -> str | None:
+    def probe(self) -> str | None:
         """Create this rank's directory and write a probe file; the reason on failure."""
         try:
             os.makedirs(self.directory, exist_ok=True)
@@ -254,7 +232,7 @@ class LocalLevel(AsyncLevel):
         """This rank's file for ``step``."""
         return os.path.join(self.directory, f"step_{step:08d}.snap")
 
-    def _store(self, step: int, snapshot: Snapshot, t) -> int:
+    def store(self, step: int, snapshot: Snapshot, t, token=None) -> tuple[int, None]:
         blocks = {k: np.ascontiguousarray(v) for k, v in snapshot.items()}
         crcs = {k: block_checksum(a) for k, a in blocks.items()}
         header = json.dumps({
@@ -288,7 +266,7 @@ class LocalLevel(AsyncLevel):
                              f"failed: {exc}") from exc
         self._crc[step] = crcs
         self._nonces.pop(step, None)
-        return sum(a.nbytes for a in blocks.values())
+        return sum(a.nbytes for a in blocks.values()), None
 
     def _block_info(self, key: str) -> dict:
         if self.layout is None or key not in self.layout:
@@ -300,7 +278,7 @@ class LocalLevel(AsyncLevel):
     def _corrupt(self, step: int, reason: str) -> CorruptSnapshot:
         return CorruptSnapshot(self.name, step, [self.rank], reason)
 
-    def _load(self, step: int) -> Snapshot:
+    def load(self, step: int, token=None) -> Snapshot:
         expected = self._crc.get(step)
         if expected is None:
             raise self._corrupt(step, "no checksum recorded (the write did not complete)")
@@ -364,7 +342,7 @@ class LocalLevel(AsyncLevel):
             raise self._corrupt(step, f"{path} holds fields {sorted(snapshot)}")
         return snapshot, header
 
-    def _drop(self, step: int) -> None:
+    def drop(self, step: int) -> None:
         self._crc.pop(step, None)
         self._nonces.pop(step, None)
         try:
@@ -372,13 +350,13 @@ class LocalLevel(AsyncLevel):
         except FileNotFoundError:
             pass
 
-    def _shutdown(self) -> None:
+    def shutdown(self) -> None:
         """Remove this level's files unless kept (best effort: a read-only directory keeps them)."""
         if self.keep:
             return
         for step in list(self._crc):
             try:
-                self._drop(step)
+                self.drop(step)
             except OSError:
                 pass
         try:
@@ -390,6 +368,43 @@ class LocalLevel(AsyncLevel):
             _remove(os.path.join(self.directory, entry))
         for d in (self.directory, self.run_dir):
             _rmdir(d)
+
+
+class LocalLevel(QueuedLevel):
+    """Per-rank snapshot files on node-local disk (:class:`RankFiles`); asynchronous by default."""
+
+    kind = "local"
+    _from_transport = ("fsync", "base_dir", "run_id", "run_dir", "directory", "path", "attach_note",
+                       "attach_dropped")
+
+    def __init__(self, capacity: int, layout: SnapshotLayout | None, comm=None, *,
+                 local_dir: str | None = None, run_id: str | None = None, keep: bool = False,
+                 fsync: bool = False, async_io: bool = True, queue_depth: int = 2,
+                 prefetch_depth: int = 1, name: str = "local", attach: bool = False,
+                 purge_run_id: str | None = None):
+        super().__init__(name, capacity, layout, comm, async_io=async_io,
+                         queue_depth=queue_depth, prefetch_depth=prefetch_depth)
+        files = self.transport = RankFiles(name, self.comm, layout, local_dir=local_dir, run_id=run_id,
+                                           keep=keep, fsync=fsync)
+        agree_or_raise(self.comm, files.probe(), LevelError,
+                       f"{name}: node-local directory is not usable ({{detail}}); choose another "
+                       f"with local_dir/--local-dir or $HPCADJ_LOCAL_DIR", cleanup=self._abandon)
+        agree_or_raise(self.comm, files.layout_problem() if attach else None, LevelError,
+                       f"{name}: cannot attach the node-local snapshots of run {files.run_id} on "
+                       f"{self.size} rank(s): {{detail}}; attach the parallel-HDF5 level instead "
+                       f"(node-local files need the same rank count and layout)",
+                       cleanup=self._abandon)
+        problem = None
+        try:
+            files.write_layout(replace=not attach)
+        except OSError as exc:
+            problem = f"{files.directory}: {exc.strerror or exc}"
+        agree_or_raise(self.comm, problem, LevelError,
+                       f"{name}: node-local directory is not usable ({{detail}})", cleanup=self._abandon)
+        if attach:
+            self._adopt(files.attach())
+        elif purge_run_id and purge_run_id != files.run_id:
+            files.purge_run(purge_run_id)
 
 
 def _rmdir(path: str) -> None:

@@ -30,9 +30,11 @@ if every old block checks out. Invalid links are removed. When the rank layout d
 records the CRC of its new block, and a slot written again gets the new rank tables. A file that
 cannot be opened at all is replaced by an empty one (``attach_note`` says so).
 
-This class runs every call synchronously on the caller's thread, in plan order. The asynchronous
-mode (:class:`~.pfs_async.AsyncPfsLevel`, what ``make_level(..., async_io=True)`` builds) keeps all
-HDF5 calls there too and moves only the raw bytes to an I/O thread.
+:class:`H5File` is the transport: every operation is an HDF5 call, so none runs on an I/O thread.
+:class:`PfsLevel` composes it with a synchronous I/O queue: every call on the caller's thread, in
+plan order. The asynchronous mode (:class:`~.pfs_async.AsyncPfsLevel`, what
+``make_level(..., async_io=True)`` builds) keeps all HDF5 calls there too and moves only the raw
+bytes to an I/O thread.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ import numpy as np
 
 from ...snapshot import Snapshot, SnapshotLayout
 from ...stack import h5py, mpi
-from .aio import AsyncLevel
+from .aio import QueuedLevel, Transport
 from ...collective import agree_or_raise
 from .base import CorruptSnapshot, LevelError, WriteFailed, agree_run_id
 from .checksum import ALGORITHM, block_checksum
@@ -94,22 +96,20 @@ def _transfer(dset, block: np.ndarray, slices, *, write: bool, collective: bool)
     (dset.id.write if write else dset.id.read)(mspace, fspace, dummy, dxpl=dxpl)
 
 
-class PfsLevel(AsyncLevel):
-    """Snapshots as global datasets in one parallel-HDF5 file (``driver="mpio"``), synchronously."""
+class H5File(Transport):
+    """The snapshots as global datasets in one parallel-HDF5 file (``driver="mpio"``; the layout
+    above). Every operation is collective or an HDF5 call: all run on the caller's thread."""
 
-    kind = "pfs"
-    _agree_on_thread = True
+    threaded = frozenset()
+    agrees_reads = True
 
-    def __init__(self, capacity: int, layout: SnapshotLayout, comm=None, path: str | None = None,
-                 *, run_id: str | None = None, keep: bool = False, fsync: bool = False,
-                 queue_depth: int = 2, prefetch_depth: int = 1,
-                 collective: str = "auto", name: str = "pfs", attach: bool = False):
-        if comm is None:
-            comm = mpi().COMM_WORLD
-        if not layout:
-            raise LevelError(f"{name}: the parallel-HDF5 level needs a snapshot layout")
-        super().__init__(name, capacity, layout, comm, async_io=False,
-                         queue_depth=queue_depth, prefetch_depth=prefetch_depth)
+    def __init__(self, name: str, comm, layout: SnapshotLayout, path: str | None = None, *,
+                 run_id: str | None = None, keep: bool = False, fsync: bool = False,
+                 collective: str = "auto"):
+        self.name = name
+        self.comm = comm
+        self.rank, self.size = comm.rank, comm.size
+        self.layout = layout
         self.keep = bool(keep)
         self.fsync = bool(fsync)
         self.run_id = agree_run_id(self.comm, run_id)
@@ -124,7 +124,6 @@ class PfsLevel(AsyncLevel):
             everyone = self.comm.allgather((tuple(lay.global_shape), str(np.dtype(lay.dtype)),
                                             tuple(lay.start), tuple(lay.shape)))
             if len({(g, d) for g, d, _, _ in everyone}) != 1:
-                self._abandon()
                 raise LevelError(f"{name}: ranks disagree on the global shape/dtype of {f!r}")
             self._ranks[f] = (np.array([s for _, _, s, _ in everyone], dtype=np.int64),
                               np.array([n for _, _, _, n in everyone], dtype=np.int64))
@@ -135,41 +134,28 @@ class PfsLevel(AsyncLevel):
             for f, lay in ((f, layout[f]) for f in self.fields)}
         self._file = None
         self._created = False  # only a file this run created (or attached as its own) is removed
-        self._groups: dict[int, object] = {}
+        self.groups: dict[int, object] = {}
         self._free_slots: list[int] = []
-        self._slot_of: dict[int, int] = {}
-        self._crc: dict[int, list[int]] = {}
+        self.slot_of: dict[int, int] = {}
+        self.crc: dict[int, list[int]] = {}
         self._foreign: set[int] = set()  # attached slots whose rank tables are another layout's
         self._next_slot = 0
         self.attach_note: str | None = None
         self.attach_dropped: list[str] = []  # why snapshots found on attach were not taken
-        opened = self._submit(self._attach_file if attach else self._open)
-        problem = None
+        self.attached: dict[int, float | None] = {}  # held after attach: {step: model time}
+
+    def start(self, attach: bool) -> str | None:
+        """Create (or attach) the file; this rank's problem, or None (the caller agrees on it)."""
         try:
-            opened.result()
-        except Exception as exc:
-            problem = f"{type(exc).__name__}: {exc}" if not isinstance(exc, LevelError) else str(exc)
-        what = "attach" if attach else "create"
-        agree_or_raise(self.comm, problem, LevelError,
-                       f"{name}: cannot {what} the parallel-HDF5 file {self.path} ({{detail}})",
-                       cleanup=self._give_up)
+            self.attach_file() if attach else self.create()
+        except Exception as exc:  # noqa: BLE001 - agreed by the caller
+            return f"{type(exc).__name__}: {exc}" if not isinstance(exc, LevelError) else str(exc)
+        return None
 
-    def _give_up(self) -> None:
-        """Construction failed on some rank: close a file this rank opened, mark the level closed."""
-        if self._file is not None:
-            self._submit(self._shutdown, always=True).exception()
-        self._abandon()
-
-    def _abandon(self) -> None:
-        """Give up during construction: mark closed."""
-        self._closed = True
-
-    # -- HDF5 operations (the caller's thread) ------------------------------------------------
-
-    def _open(self, replace: bool = False) -> None:
+    def create(self, replace: bool = False) -> None:
         """Create the file; an existing path is refused unless it is this run's own (``replace``)."""
         h5 = h5py()
-        self._groups.clear()
+        self.groups.clear()
         self._free_slots.clear()
         self._next_slot = 0
         taken = os.path.lexists(self.path) if self.rank == 0 else None
@@ -190,13 +176,13 @@ class PfsLevel(AsyncLevel):
         if self.keep:  # a run killed before its first write still leaves a file that opens
             f.flush()
 
-    def _group(self, slot: int):
-        g = self._groups.get(slot)
+    def group(self, slot: int):
+        g = self.groups.get(slot)
         if g is not None:
             return g
         name = f"slot_{slot:04d}"
         if name in self._file["slots"]:  # created by a write that failed later
-            g = self._groups[slot] = self._file["slots"][name]
+            g = self.groups[slot] = self._file["slots"][name]
             return g
         g = self._file["slots"].create_group(name)
         for field in self.fields:
@@ -207,53 +193,53 @@ class PfsLevel(AsyncLevel):
             d.attrs["rank_shapes"] = shapes
         g.attrs["step"] = -1
         g.attrs["time"] = math.nan
-        self._groups[slot] = g
+        self.groups[slot] = g
         return g
 
-    def _write_block(self, dset, block: np.ndarray, slices, collective: bool) -> None:
+    def write_block(self, dset, block: np.ndarray, slices, collective: bool) -> None:
         """Write this rank's block of one field (a hook fault-injection tests replace)."""
         _transfer(dset, block, slices, write=True, collective=collective)
 
-    def _agree_write(self, step: int, slot: int, error, stage: str, value=None):
+    def agree_write(self, step: int, slot: int, error, stage: str, value=None):
         """Every rank's ``value``, or the same LevelError on every rank if any rank failed."""
         mine = value if error is None else ("failed", f"{type(error).__name__}: {error}")
         states = self.comm.allgather(mine)
         bad = [r for r, v in enumerate(states) if isinstance(v, tuple)]
         if not bad:
             return states
-        self._return_slot(slot)
+        self.return_slot(slot)
         detail = "; ".join(f"rank {r}: {states[r][1]}" for r in bad)
         raise WriteFailed(self.name, step, f"{self.name}: writing step {step} ({stage}) to {self.path} "
                           f"failed on rank(s) {', '.join(map(str, bad))}: {detail}") from error
 
-    def _take_slot(self, step: int) -> int:
+    def take_slot(self, step: int) -> int:
         """A free slot for ``step`` (the lowest freed one, else a new one); collective bookkeeping."""
-        if step in self._slot_of:  # a stale record of the same step (never after a clean free)
-            self._drop(step)
+        if step in self.slot_of:  # a stale record of the same step (never after a clean free)
+            self.drop(step)
         if self._free_slots:
             return self._free_slots.pop(0)
         self._next_slot += 1
         return self._next_slot - 1
 
-    def _return_slot(self, slot: int) -> None:
+    def return_slot(self, slot: int) -> None:
         """Put ``slot`` back among the free ones (lowest first), once."""
         if slot not in self._free_slots:
             self._free_slots.append(slot)
             self._free_slots.sort()
 
-    def _prepare_slot(self, slot: int):
+    def prepare_slot(self, slot: int):
         """The slot's group, created on first use; an attached slot gets this run's rank tables."""
-        g = self._group(slot)
+        g = self.group(slot)
         if slot in self._foreign:  # an attached slot laid out by another rank count
             for field in self.fields:
                 g[field].attrs["rank_starts"], g[field].attrs["rank_shapes"] = self._ranks[field]
             self._foreign.discard(slot)
         return g
 
-    def _link(self, step: int, slot: int, table: np.ndarray, t) -> None:
+    def link(self, step: int, slot: int, table: np.ndarray, t) -> None:
         """Collective: publish a snapshot whose data every rank wrote (CRC table, step, time,
         link; flushed if kept). Raises the same LevelError on every rank if any rank failed."""
-        g = self._groups[slot]
+        g = self.groups[slot]
         link = f"step_{step}"
         error = None
         try:
@@ -269,7 +255,7 @@ class PfsLevel(AsyncLevel):
         except Exception as exc:  # noqa: BLE001 - agreed below
             error = exc
         try:
-            self._agree_write(step, slot, error, "metadata", 0)
+            self.agree_write(step, slot, error, "metadata", 0)
         except LevelError:
             try:
                 if link in self._file["snapshots"]:
@@ -277,14 +263,14 @@ class PfsLevel(AsyncLevel):
             except Exception:  # noqa: BLE001 - the file is failing; the agreed error says so
                 pass
             raise
-        self._slot_of[step] = slot
-        self._crc[step] = [int(c) for c in table[self.rank]]
+        self.slot_of[step] = slot
+        self.crc[step] = [int(c) for c in table[self.rank]]
 
-    def _store(self, step: int, snapshot: Snapshot, t) -> int:
-        slot = self._take_slot(step)
+    def store(self, step: int, snapshot: Snapshot, t, token=None) -> tuple[int, None]:
+        slot = self.take_slot(step)
         crcs, error, g = [], None, None
         try:
-            g = self._prepare_slot(slot)
+            g = self.prepare_slot(slot)
             g.attrs["step"] = -1
         except Exception as exc:  # agreed below, so no rank waits on a failed one
             error = exc
@@ -293,7 +279,7 @@ class PfsLevel(AsyncLevel):
                 block = np.ascontiguousarray(snapshot[field])
                 crcs.append(block_checksum(block))
                 try:
-                    self._write_block(g[field], block, self.layout[field].slices,
+                    self.write_block(g[field], block, self.layout[field].slices,
                                       self._collective[field])
                 except Exception as exc:  # noqa: BLE001 - agreed below
                     error = exc
@@ -304,23 +290,21 @@ class PfsLevel(AsyncLevel):
                     _transfer(g[field], empty, None, write=True, collective=True)
                 except Exception:  # noqa: BLE001 - the first error is the one reported
                     pass
-        table = self._agree_write(step, slot, error, "data", crcs)
-        self._link(step, slot, np.array(table, dtype=np.uint32).reshape(self.size, -1), t)
-        return sum(snapshot[f].nbytes for f in self.fields)
+        table = self.agree_write(step, slot, error, "data", crcs)
+        self.link(step, slot, np.array(table, dtype=np.uint32).reshape(self.size, -1), t)
+        return sum(snapshot[f].nbytes for f in self.fields), None
 
     def locate(self, step: int, field: str) -> tuple[str, int, int]:
         """(file, byte offset, item size) of ``field``'s data for ``step``: where a test damages it.
 
-        Not collective; waits for queued I/O. The dataset is contiguous and C-ordered.
+        Not collective. The dataset is contiguous and C-ordered.
         """
-        def find():
-            d = self._groups[self._slot_of[step]][field]
-            return self.path, int(d.id.get_offset()), int(d.dtype.itemsize)
-        return self._submit(find, always=True).result()
+        d = self.groups[self.slot_of[step]][field]
+        return self.path, int(d.id.get_offset()), int(d.dtype.itemsize)
 
-    def _load(self, step: int) -> Snapshot:
-        g = self._groups[self._slot_of[step]]
-        expected = self._crc[step]
+    def load(self, step: int, token=None) -> Snapshot:
+        g = self.groups[self.slot_of[step]]
+        expected = self.crc[step]
         snapshot: Snapshot = {}
         bad = []
         for i, field in enumerate(self.fields):
@@ -335,25 +319,25 @@ class PfsLevel(AsyncLevel):
                                   f"checksum mismatch in {', '.join(bad)} of {self.path}")
         return snapshot
 
-    def _drop(self, step: int) -> None:
-        slot = self._slot_of.pop(step, None)
-        self._crc.pop(step, None)
+    def drop(self, step: int) -> None:
+        slot = self.slot_of.pop(step, None)
+        self.crc.pop(step, None)
         if slot is None:  # the write never landed
             return
         link = f"step_{step}"
         if link in self._file["snapshots"]:
             del self._file["snapshots"][link]
-        self._groups[slot].attrs["step"] = -1
-        self._return_slot(slot)
+        self.groups[slot].attrs["step"] = -1
+        self.return_slot(slot)
 
     # -- attach ------------------------------------------------------------------------------
 
-    def _attach_file(self) -> None:
+    def attach_file(self) -> None:
         """Reopen the file of this run, verify every linked snapshot, hold the valid ones."""
         h5 = h5py()
         exists = self.comm.bcast(os.path.isfile(self.path) if self.rank == 0 else None, root=0)
         if not exists:
-            self._open()
+            self.create()
             self.attach_note = f"no file {self.path} to attach: started empty"
             return
         f, problem = None, None
@@ -380,7 +364,7 @@ class PfsLevel(AsyncLevel):
                 f.close()
             if not problem.startswith("broken"):
                 raise LevelError(problem)
-            self._open(replace=True)  # the manifest names it: this run's own file, unreadable
+            self.create(replace=True)  # the manifest names it: this run's own file, unreadable
             self.attach_dropped = [f"the whole file: {problem}"]
             self.attach_note = f"{self.path} could not be attached ({problem}): started empty"
             return
@@ -413,7 +397,7 @@ class PfsLevel(AsyncLevel):
         for link in stale:
             del f["snapshots"][link]
         for k, g in slots.items():
-            self._groups[k] = g
+            self.groups[k] = g
             if any(not np.array_equal(np.asarray(g[field].attrs.get("rank_starts", [])),
                                       self._ranks[field][0])
                    or not np.array_equal(np.asarray(g[field].attrs.get("rank_shapes", [])),
@@ -429,11 +413,10 @@ class PfsLevel(AsyncLevel):
                 self._free_slots.append(k)
         for step, k in sorted(held.items()):
             g = slots[k]
-            self._slot_of[step] = k
-            self._crc[step] = self._my_crcs(g, k)
-            self._held.add(step)
+            self.slot_of[step] = k
+            self.crc[step] = self._my_crcs(g, k)
             t = float(g.attrs.get("time", math.nan))
-            self.times[step] = None if math.isnan(t) else t
+            self.attached[step] = None if math.isnan(t) else t
         f.flush()
         self.attach_dropped = [f"step {step}: failed verification" for step in sorted(bad)]
         self.attach_dropped += [f"link {link}: points at no valid slot" for link in stale]
@@ -489,12 +472,12 @@ class PfsLevel(AsyncLevel):
             out.append(block_checksum(block))
         return out
 
-    def _shutdown(self) -> None:
+    def shutdown(self) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
 
-    def _after_shutdown(self) -> None:
+    def after_shutdown(self) -> None:
         if self.keep or self.comm is None or not self._created:
             return
         self.comm.Barrier()
@@ -504,3 +487,54 @@ class PfsLevel(AsyncLevel):
             except FileNotFoundError:
                 pass
         self.comm.Barrier()
+
+
+class PfsLevel(QueuedLevel):
+    """Snapshots as global datasets in one parallel-HDF5 file (:class:`H5File`), synchronously."""
+
+    kind = "pfs"
+    _from_transport = ("fsync", "run_id", "path", "fields", "attach_note", "attach_dropped")
+
+    def __init__(self, capacity: int, layout: SnapshotLayout, comm=None, path: str | None = None,
+                 *, run_id: str | None = None, keep: bool = False, fsync: bool = False,
+                 queue_depth: int = 2, prefetch_depth: int = 1,
+                 collective: str = "auto", name: str = "pfs", attach: bool = False):
+        if comm is None:
+            comm = mpi().COMM_WORLD
+        if not layout:
+            raise LevelError(f"{name}: the parallel-HDF5 level needs a snapshot layout")
+        super().__init__(name, capacity, layout, comm, async_io=False,
+                         queue_depth=queue_depth, prefetch_depth=prefetch_depth)
+        self.transport = open_h5(self, layout, path, run_id=run_id, keep=keep, fsync=fsync,
+                                 collective=collective, attach=attach)
+        self._adopt(self.transport.attached)
+
+    def locate(self, step: int, field: str) -> tuple[str, int, int]:
+        """(file, byte offset, item size) of ``field``'s data for ``step``: where a test damages it."""
+        return self.transport.locate(step, field)
+
+
+def open_h5(level: QueuedLevel, layout: SnapshotLayout, path, *, run_id, keep, fsync, collective,
+            attach) -> H5File:
+    """The :class:`H5File` of ``level`` (collective), created or attached; on a failure on any rank
+    the same LevelError on every rank, with the file closed and the level given up."""
+    try:
+        h5 = H5File(level.name, level.comm, layout, path, run_id=run_id, keep=keep, fsync=fsync,
+                    collective=collective)
+    except (LevelError, ValueError):
+        level._abandon()
+        raise
+
+    def give_up():
+        if h5._file is not None:
+            try:
+                h5.shutdown()
+            except Exception:  # noqa: BLE001 - the agreed error says what failed
+                pass
+        level._abandon()
+
+    what = "attach" if attach else "create"
+    agree_or_raise(level.comm, h5.start(attach), LevelError,
+                   f"{level.name}: cannot {what} the parallel-HDF5 file {h5.path} ({{detail}})",
+                   cleanup=give_up)
+    return h5

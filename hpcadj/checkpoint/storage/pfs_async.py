@@ -5,7 +5,10 @@ HDF5 write on a background thread of rank 0 therefore waits for rank 1 while hol
 and rank 1's solver thread, inside an MPI_Allreduce that needs rank 0's solver thread, never
 returns: the run deadlocks. So no HDF5 call and no MPI call ever runs on this level's I/O thread.
 
-How it works (same file format as :class:`~.pfs.PfsLevel`, which also serves the synchronous mode):
+How it works (same file format as :class:`~.pfs.PfsLevel`, which also serves the synchronous mode).
+The level is the same composition as every file level: :class:`CommittedRaw` is its transport (the
+HDF5 file of :class:`~.pfs.H5File` for metadata, a :class:`~.rawio.RawFile` for the bytes), the
+asynchronous I/O queue runs its ``store`` and ``load``:
 
 - The solver thread makes every HDF5 call, collectively and in plan order: it picks the slot,
   creates its datasets on first use (contiguous, allocated at creation, so each has a fixed byte
@@ -29,140 +32,113 @@ It needs no MPI_THREAD_MULTIPLE: only the solver thread calls MPI.
 
 from __future__ import annotations
 
-import os
-import time as _time
-
 import numpy as np
 
-from ...snapshot import Snapshot, snapshot_nbytes
 from ...collective import agree_or_raise
-from .aio import IOThread
+from ...snapshot import Snapshot, snapshot_nbytes
+from .aio import ALL, QueuedLevel, Transport
 from .base import CorruptSnapshot, LevelError, WriteFailed
 from .checksum import block_checksum
-from .pfs import PfsLevel
-from .rawio import file_runs, read_runs, write_runs
-
-ALL = object()  # _commit(wait_for=ALL): wait for every queued write first
+from .pfs import H5File, open_h5
+from .rawio import RawFile, file_runs
 
 
-class AsyncPfsLevel(PfsLevel):
-    """The parallel-HDF5 level with asynchronous, deadlock-free raw I/O (see the module docstring)."""
+class CommittedRaw(Transport):
+    """Raw bytes of each rank's blocks on the I/O thread, published by a collective commit.
 
-    def __init__(self, capacity, layout, comm=None, path=None, *, queue_depth: int = 2,
-                 prefetch_depth: int = 1, **kwargs):
-        kwargs.pop("async_io", None)
-        super().__init__(capacity, layout, comm, path, queue_depth=queue_depth,
-                         prefetch_depth=prefetch_depth, **kwargs)
-        self.async_io = True
+    ``h5`` holds the file's metadata (slots, CRC tables, step links); ``raw`` the descriptor the
+    I/O thread writes and reads through; ``io`` the level's queue (waits, failure state).
+    """
+
+    threaded = frozenset({"store", "load"})
+    defers_commit = True
+
+    def __init__(self, h5: H5File, raw: RawFile | None, io):
+        self.h5, self.raw, self.io = h5, raw, io
+        self.name, self.comm, self.rank, self.size = h5.name, h5.comm, h5.rank, h5.size
+        self.layout, self.fields = h5.layout, h5.fields
         self._pending: dict[int, tuple] = {}  # step -> (slot, time, future), queue order
         self._runs_of: dict[tuple[int, str], list] = {}
-        try:
-            self._fd = os.open(self.path, os.O_RDWR)
-            problem = None
-        except OSError as exc:
-            self._fd, problem = None, f"{exc.strerror}"
-        agree_or_raise(self.comm, problem, LevelError,
-                       f"{self.name}: cannot open {self.path} for raw I/O ({{detail}})",
-                       cleanup=lambda: PfsLevel.close(self))
-        self._raw = IOThread(f"hpcadj-io-{self.name}")
+
+    def __getattr__(self, name):  # run id, path, keep, attach notes: the HDF5 file's
+        if name in ("run_id", "path", "fsync", "attach_note", "attach_dropped", "attached"):
+            return getattr(self.h5, name)
+        raise AttributeError(name)
+
+    @property
+    def keep(self) -> bool:
+        return self.h5.keep
+
+    @keep.setter
+    def keep(self, value) -> None:
+        self.h5.keep = bool(value)
 
     # -- where a block lives in the file -------------------------------------------------------
 
     def _runs(self, slot: int, field: str) -> list:
         runs = self._runs_of.get((slot, field))
         if runs is None:
-            dset = self._group(slot)[field]
+            dset = self.h5.group(slot)[field]
             offset = dset.id.get_offset()
             if offset is None:
-                raise LevelError(f"{self.name}: {dset.name} has no storage allocated in {self.path}")
+                raise LevelError(f"{self.name}: {dset.name} has no storage allocated in {self.h5.path}")
             lay = self.layout[field]
             runs = file_runs(lay.global_shape, lay.start, lay.shape, np.dtype(lay.dtype).itemsize,
                              int(offset))
             self._runs_of[(slot, field)] = runs
         return runs
 
-    # -- caller side ---------------------------------------------------------------------------
+    # -- the caller's thread -------------------------------------------------------------------
 
-    def _write(self, step: int, snapshot: Snapshot, donate: bool = False) -> None:
-        self._commit()
-        self._check()
-        self._validate(snapshot)
-        slot = self._take_slot(step)
+    def settle(self, wait_for=None) -> None:
+        """Commit: on a write (``wait_for`` None) what has finished; before a read or free of a step
+        still being written, that step; at flush, valid_steps and close (ALL), everything."""
+        if wait_for is None or wait_for is ALL or wait_for in self._pending:
+            self._commit(wait_for)
+
+    def begin_write(self, step: int, t):
+        """Take and prepare the slot (collective), agreed on every rank: (slot, time, runs)."""
+        h5 = self.h5
+        slot = h5.take_slot(step)
         error, runs = None, None
         try:
-            self._prepare_slot(slot)  # a free slot's step attribute is already -1 (created or freed so)
+            h5.prepare_slot(slot)  # a free slot's step attribute is already -1 (created or freed so)
             runs = {field: self._runs(slot, field) for field in self.fields}
         except Exception as exc:  # noqa: BLE001 - agreed next, so no rank is left in a collective
             error = exc
-        self._agree_write(step, slot, error, "metadata", 0)
-        staged = self._take_buffer(snapshot, donate)
-        future = self._raw.submit(lambda: self._raw_write(staged, runs))
-        if donate:  # held and released on this thread, as on every asynchronous level
-            self._lent.append((future, staged))
-        self._pending[step] = (slot, self.times.get(step), future)
+        h5.agree_write(step, slot, error, "metadata", 0)
+        return slot, t, runs
 
-    def _read(self, step: int) -> Snapshot:
-        if self._closed:
-            raise LevelError(f"{self.name}: level is closed")
-        if step in self._pending:
-            self._commit(wait_for=step)
-        if step not in self._slot_of:
-            self._prefetched.pop(step, None)
-            raise LevelError(f"{self.name}: step {step} was not written ({self.failure})")
-        future = self._prefetched.pop(step, None)
-        if future is not None:
-            self.stats.prefetch_hits += 1
-        else:
-            future = self._submit_read(step)
-        return self._agreed(step, self._wait(future))
+    def queued(self, step: int, token, future) -> None:
+        slot, t, _runs = token
+        self._pending[step] = (slot, t, future)
 
-    def prefetch(self, step: int) -> None:
-        """Queue a raw read of ``step`` (at most ``prefetch_depth`` held; never raises for I/O).
-
-        A step still being written is read back behind its write on the same FIFO thread; the
-        read it serves commits the write first, so an unwritten snapshot is never handed out.
-        """
-        if (self._closed or step not in self._held or step in self._bad
-                or step in self._prefetched or len(self._prefetched) >= self.prefetch_depth):
-            return
-        self._prefetched[step] = self._submit_read(step)
-        self.stats.prefetches += 1
-        with self._cond:
-            self._note_buffers()
-
-    def _submit_read(self, step: int):
+    def begin_read(self, step: int):
+        """(runs, expected CRCs, the pending write whose CRCs to use instead, or None)."""
         if step in self._pending:  # the CRCs come from the write, which runs first
             slot, _t, write = self._pending[step]
             expected = None
+        elif step not in self.h5.slot_of:
+            raise LevelError(f"{self.name}: step {step} was not written ({self.io.failure})")
         else:
-            slot, write, expected = self._slot_of[step], None, list(self._crc[step])
-        runs = {field: self._runs(slot, field) for field in self.fields}
-        return self._raw.submit(lambda: self._raw_read(step, runs, expected, write))
+            slot, write, expected = self.h5.slot_of[step], None, list(self.h5.crc[step])
+        return {field: self._runs(slot, field) for field in self.fields}, expected, write
 
-    def _free(self, step: int) -> None:
-        if step in self._pending:
-            self._commit(wait_for=step)
-        super()._free(step)
+    def prefetchable(self, step: int) -> bool:
+        """A step still being written is read back behind its write on the same FIFO thread; the
+        read it serves commits the write first, so an unwritten snapshot is never handed out."""
+        return step not in self.io.bad
 
-    def discard(self, step: int) -> None:
-        """Forget ``step`` in any state; a write still queued is awaited here (no MPI) and dropped."""
+    def forget(self, step: int) -> None:
+        """A write still queued is awaited here (no MPI) and its slot returned."""
         pending = self._pending.pop(step, None)
         if pending is not None:
             slot, _t, future = pending
             future.exception()
-            self._return_slot(slot)
-        super().discard(step)
+            self.h5.return_slot(slot)
 
-    def valid_steps(self) -> set[int]:
-        if not self._closed:
-            self._commit(wait_for=ALL)
-        return {s for s in self._held if s not in self._bad}
-
-    def flush(self) -> None:
-        if self._closed:
-            raise LevelError(f"{self.name}: level is closed")
-        self._commit(wait_for=ALL)
-        super().flush()
+    def drop(self, step: int) -> None:
+        self.h5.drop(step)
 
     def locate(self, step: int, field: str) -> tuple[str, int, int]:
         """(file, byte offset, item size) of ``field``'s data for ``step`` (not collective)."""
@@ -170,23 +146,20 @@ class AsyncPfsLevel(PfsLevel):
             slot, _t, future = self._pending[step]
             future.exception()
         else:
-            slot = self._slot_of[step]
-        dset = self._group(slot)[field]
-        return self.path, int(dset.id.get_offset()), int(dset.dtype.itemsize)
+            slot = self.h5.slot_of[step]
+        dset = self.h5.group(slot)[field]
+        return self.h5.path, int(dset.id.get_offset()), int(dset.dtype.itemsize)
 
-    def close(self) -> None:
-        if self._closed:
-            return
+    def shutdown(self) -> None:
+        """Close the raw descriptor and the HDF5 file (the I/O thread has ended)."""
         try:
-            self._commit(wait_for=ALL)
+            if self.raw is not None:
+                self.raw.close()
         finally:
-            self._raw.stop()
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-            super().close()
+            self.h5.shutdown()
 
-    # -- the collective commit -------------------------------------------------------------------
+    def after_shutdown(self) -> None:
+        self.h5.after_shutdown()
 
     def _commit(self, wait_for=None) -> None:
         """Collective: make the writes finished on every rank readable (CRC tables, step links).
@@ -199,7 +172,7 @@ class AsyncPfsLevel(PfsLevel):
         if wait_for is not None and order:
             last = len(order) - 1 if wait_for is ALL else order.index(wait_for)
             for step in order[:last + 1]:
-                self._wait(self._pending[step][2])
+                self.io.wait(self._pending[step][2])
         finished = []
         for step in order:
             future = self._pending[step][2]
@@ -212,78 +185,94 @@ class AsyncPfsLevel(PfsLevel):
             slot, t, _future = self._pending.pop(step)
             outcomes = [r[i] for r in reports]
             failed = [(rank, o[1]) for rank, o in enumerate(outcomes) if o[0] != "ok"]
-            if failed or self.failure is not None:
+            if failed or self.io.failure is not None:
                 self._fail(step, slot, failed)
                 continue
             table = np.array([o[1] for o in outcomes], dtype=np.uint32).reshape(self.size, -1)
-            self._link(step, slot, table, t)
+            try:  # a failed publication fails the step alike on every rank
+                self.h5.link(step, slot, table, t)
+            except LevelError as exc:
+                self._fail(step, slot, [(self.rank, str(exc))])
         if wait_for is ALL:
-            self._reclaim()
+            self.io.reclaim()
 
     def _fail(self, step: int, slot: int, failed: list) -> None:
         """A write failed on some rank (or the level is poisoned): every rank drops it alike."""
-        self._bad.add(step)
-        self._return_slot(slot)
-        if self.failure is None:
+        self.h5.return_slot(slot)
+        if self.io.failure is None:
             detail = "; ".join(f"rank {rank}: {why}" for rank, why in failed)
-            self.failure = WriteFailed(self.name, step,
-                                       f"{self.name}: writing step {step} to {self.path} failed ({detail})")
-            self.failure_step = step
-            self._poisoned = True
-
-    def _link(self, step: int, slot: int, table: np.ndarray, t) -> None:
-        """Publish as the synchronous level does; a failed publication fails the step alike."""
-        try:
-            super()._link(step, slot, table, t)
-        except LevelError as exc:
-            self._fail(step, slot, [(self.rank, str(exc))])
+            self.io.poison(step, WriteFailed(self.name, step, f"{self.name}: writing step {step} to "
+                                                              f"{self.h5.path} failed ({detail})"))
+        else:
+            self.io.bad.add(step)
 
     # -- on the I/O thread (no HDF5, no MPI) -----------------------------------------------------
 
-    def _write_raw(self, block: np.ndarray, runs) -> None:
-        """Write this rank's block of one field (a hook fault-injection tests replace)."""
-        write_runs(self._fd, block, runs)
-
-    def _raw_write(self, staged: Snapshot, runs: dict):
-        t0 = _time.perf_counter()
+    def store(self, step: int, staged: Snapshot, t, token):
+        """Checksum and write this rank's blocks: (bytes, ("ok", CRCs) or ("failed", why))."""
+        _slot, _t, runs = token
         try:
             crcs = []
             for field in self.fields:
                 block = np.ascontiguousarray(staged[field])  # a donated strided view: copied here
                 crcs.append(block_checksum(block))
-                self._write_raw(block, runs[field])
-            if self.fsync or self.keep:
-                os.fdatasync(self._fd)
+                self.raw.write_block(block, runs[field])
+            if self.h5.fsync or self.h5.keep:
+                self.raw.sync()
             outcome = ("ok", crcs)
         except Exception as exc:  # noqa: BLE001 - reported at the next commit, on every rank
             outcome = ("failed", f"{type(exc).__name__}: {exc}")
-        finally:
-            self._release(staged)
-        self._account(written=snapshot_nbytes(staged) if outcome[0] == "ok" else 0,
-                      write_s=_time.perf_counter() - t0)
-        return outcome
+        return (snapshot_nbytes(staged) if outcome[0] == "ok" else 0), outcome
 
-    def _raw_read(self, step: int, runs: dict, expected: list | None, write=None):
-        t0 = _time.perf_counter()
-        snapshot, exc = {}, None
+    def load(self, step: int, token) -> Snapshot:
+        runs, expected, write = token
+        if expected is None:
+            status, expected = write.result()
+            if status != "ok":
+                raise LevelError(f"step {step} was not written: {expected}")
+        snapshot, bad = {}, []
+        for i, field in enumerate(self.fields):
+            lay = self.layout[field]
+            block = np.empty(tuple(lay.shape), dtype=np.dtype(lay.dtype))
+            self.raw.read_block(block, runs[field])
+            if block_checksum(block) != expected[i]:
+                bad.append(field)
+            snapshot[field] = block
+        if bad:
+            raise CorruptSnapshot(self.name, step, [self.rank],
+                                  f"checksum mismatch in {', '.join(bad)} of {self.h5.path}")
+        return snapshot
+
+
+class AsyncPfsLevel(QueuedLevel):
+    """The parallel-HDF5 level with asynchronous, deadlock-free raw I/O (see the module docstring)."""
+
+    kind = "pfs"
+    _from_transport = ("fsync", "run_id", "path", "fields", "attach_note", "attach_dropped")
+
+    def __init__(self, capacity, layout, comm=None, path=None, *, queue_depth: int = 2,
+                 prefetch_depth: int = 1, run_id: str | None = None, keep: bool = False,
+                 fsync: bool = False, collective: str = "auto", name: str = "pfs",
+                 attach: bool = False, async_io: bool = True):
+        from ...stack import mpi
+
+        if comm is None:
+            comm = mpi().COMM_WORLD
+        if not layout:
+            raise LevelError(f"{name}: the parallel-HDF5 level needs a snapshot layout")
+        super().__init__(name, capacity, layout, comm, async_io=True, queue_depth=queue_depth,
+                         prefetch_depth=prefetch_depth)
+        h5 = open_h5(self, layout, path, run_id=run_id, keep=keep, fsync=fsync,
+                     collective=collective, attach=attach)
         try:
-            if expected is None:
-                status, expected = write.result()
-                if status != "ok":
-                    raise LevelError(f"step {step} was not written: {expected}")
-            bad = []
-            for i, field in enumerate(self.fields):
-                lay = self.layout[field]
-                block = np.empty(tuple(lay.shape), dtype=np.dtype(lay.dtype))
-                read_runs(self._fd, block, runs[field])
-                if block_checksum(block) != expected[i]:
-                    bad.append(field)
-                snapshot[field] = block
-            if bad:
-                exc = CorruptSnapshot(self.name, step, [self.rank],
-                                      f"checksum mismatch in {', '.join(bad)} of {self.path}")
-        except Exception as e:  # noqa: BLE001 - an unreadable block is a lost snapshot too
-            exc = CorruptSnapshot(self.name, step, [self.rank], f"{type(e).__name__}: {e}")
-        self._account(read=snapshot_nbytes(snapshot) if exc is None else 0,
-                      read_s=_time.perf_counter() - t0)
-        return (None, exc) if exc is not None else (snapshot, None)
+            raw, problem = RawFile(h5.path), None
+        except OSError as exc:
+            raw, problem = None, f"{exc.strerror}"
+        self.transport = CommittedRaw(h5, raw, self.io)
+        agree_or_raise(self.comm, problem, LevelError,
+                       f"{self.name}: cannot open {h5.path} for raw I/O ({{detail}})", cleanup=self.close)
+        self._adopt(h5.attached)
+
+    def locate(self, step: int, field: str) -> tuple[str, int, int]:
+        """(file, byte offset, item size) of ``field``'s data for ``step`` (not collective)."""
+        return self.transport.locate(step, field)

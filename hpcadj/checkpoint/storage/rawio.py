@@ -64,3 +64,27 @@ def read_runs(fd: int, block: np.ndarray, runs) -> None:
                 raise EOFError(f"file ends at byte {off + done}, the block needs {off + n}")
             done += got
         pos += n
+
+
+class RawFile:
+    """A shared file opened for positional I/O of this rank's blocks: no MPI, no HDF5, so an I/O
+    thread may use it while the solver thread runs collective calls. OSError if it cannot be opened."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.fd: int | None = os.open(path, os.O_RDWR)
+
+    def write_block(self, block: np.ndarray, runs) -> None:
+        """Write this rank's block of one field (a hook fault-injection tests replace)."""
+        write_runs(self.fd, block, runs)
+
+    def read_block(self, block: np.ndarray, runs) -> None:
+        read_runs(self.fd, block, runs)
+
+    def sync(self) -> None:
+        os.fdatasync(self.fd)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None

@@ -358,6 +358,17 @@ class GradientSession:
         schedule = make_online_plan([p.slots for p in plans], profile.vector(ck.minimize), done=model.done)
         return PlannedRun(plans, schedule, profile, None, float("nan"), 0.0)
 
+    def _predicted(self, planned: PlannedRun) -> float:
+        """The plan's predicted makespan; an online plan's is known once n is: its plan for that n, simulated."""
+        if planned.summary is not None or self.model.n_steps is None:
+            return planned.predicted_s
+        from ..checkpoint.schedules.online_plans import make_online_plan
+
+        n, caps = self.model.n_steps, [p.slots for p in planned.plans]
+        costs = planned.profile.vector(self.checkpointing.minimize)
+        return simulate(make_online_plan(caps, costs, n_steps=n).actions(), n, caps, costs).cost(
+            planned.profile.vector("time"))
+
     def _compressed_slots(self, plans):
         """Turn the compressed levels' byte budgets into slots; the RAM level becomes a byte pool."""
         from .compression import resized_plans
@@ -696,7 +707,7 @@ class GradientSession:
             info["predicted_durable_s"] = planned.predicted_durable_s
         if self.memory is not None:
             info["memory"] = {**self.memory.as_dict(), "source": self.memory.detail["source"]}
-        info.update(schedule=planned.schedule.name, minimize=ck.minimize, predicted_s=planned.predicted_s,
+        info.update(schedule=planned.schedule.name, minimize=ck.minimize, predicted_s=self._predicted(planned),
                     costs_source=profile.source, levels=level_summary(comm, planned.plans, levels),
                     resumed=self.resuming)
         if self._probed:

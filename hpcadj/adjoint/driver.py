@@ -52,6 +52,9 @@ class RunObserver:
     def stored(self, step: int, level, J: float) -> None:
         """A snapshot of the first sweep's frontier state ``step`` was written to ``level``."""
 
+    def moved(self, step: int, level) -> None:
+        """During the first sweep the snapshot of ``step`` was moved to ``level``."""
+
     def advanced(self, step: int, state, J: float) -> None:
         """The first sweep reached ``step`` (``state`` is u_step; do not change it)."""
 
@@ -161,6 +164,7 @@ class Driver:
             if resume.grad is not None:
                 for name, vec in resume.grad.items():
                     vec.copy(self.grad[name])
+        self._frontier_J = {self.frontier: self.result.J}
         self.finished = False
         self.faults = []
         self.capacities = [level.capacity for level in self.levels]
@@ -360,6 +364,7 @@ class Driver:
                 for i in range(k, end):
                     previous, u = u, self.stepper.step(i, u)
                     if first:
+                        J_before = self.result.J
                         self.result.J += self.stepper.objective(i + 1, u)
                     self._collect_garbage()
             self.result.forward_steps += end - k
@@ -367,6 +372,8 @@ class Driver:
                 self.result.recomputed_steps += end - k
             else:
                 self.frontier = end
+                # J up to the two states held: an online plan stores u_{i-1} once u_i is reached
+                self._frontier_J = {end - 1: J_before, end: self.result.J}
             if self.progress is not None:
                 self.progress.forward(end - k, recompute=not first)
             k = end
@@ -381,8 +388,8 @@ class Driver:
         t = self.stepper.time(action.n)
         # states are never changed in place, so the level may write the snapshot's views as they are
         self._timed_io("store", level, action.n, lambda: level.write(action.n, snapshot, time=t, donate=True))
-        if self.observer is not None and action.n == self.frontier and self.lam_step is None:
-            self.observer.stored(action.n, level, self.result.J)
+        if self.observer is not None and self.lam_step is None and action.n in self._frontier_J:
+            self.observer.stored(action.n, level, self._frontier_J[action.n])
 
     @execute.register
     def _(self, action: Restore) -> None:
@@ -396,6 +403,8 @@ class Driver:
         snapshot = self._timed_io("restore", src, action.n, lambda: src.read(action.n))
         self._timed_io("store", dst, action.n, lambda: dst.write(action.n, snapshot))
         src.free(action.n)
+        if self.observer is not None and self.lam_step is None:
+            self.observer.moved(action.n, dst)
 
     @execute.register
     def _(self, action: Free) -> None:

@@ -343,13 +343,19 @@ class Durability(RunObserver):
 
     def stored(self, step: int, level, J: float) -> None:
         """After a store at the frontier: a durable point every ``every`` durable stores."""
+        self._forward_J[step] = J  # kept for any level: a Move may carry the snapshot to a durable one
         if level.kind not in DURABLE_KINDS:
             return
-        self._forward_J[step] = J
         self._since += 1
         if self._since >= self.every:
             self._since = 0
             self._timed(lambda: self._record({"phase": "forward"}))
+
+    def moved(self, step: int, level) -> None:
+        """A first-sweep snapshot moved to ``level`` (online multi-level plans store fast, then move
+        down): a durable store like :meth:`stored` when it lands on a durable level."""
+        if level.kind in DURABLE_KINDS and step in self._forward_J:
+            self.stored(step, level, self._forward_J[step])
 
     def advanced(self, step: int, state, J: float) -> None:
         """After a first-sweep Advance: the frontier state made durable once the interval passed."""

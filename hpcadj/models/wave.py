@@ -7,7 +7,9 @@ time with the sponge damping sigma u_t centred:
 
 sigma(x) = sigma_max sum_axes (d/W)^2 in a sponge of width W = 0.1 at every face (d the depth into
 it), zero inside. The source is a Ricker wavelet of peak frequency f0 (delay 1/f0) at one node, as a
-discrete delta r(t_i)/h^d. The state of step i is the pair (u^{i-1}, u^i), a DMDA with dof 2; a
+discrete delta r(t_i)/h^d. The state of step i is the pair (u^{i-1}, u^i): a global Vec of the
+dof-2 DMDA's size whose owned part holds the two fields one after the other (the *split* layout:
+unit-stride rows for the kernels), while the control u0 keeps the DMDA's interleaved layout; a
 snapshot holds both fields. The step is linear in the state and in c^2, pointwise or a symmetric
 stencil, so the adjoint is exact to round-off and the states are bitwise the same on any rank count:
 
@@ -116,7 +118,12 @@ class WaveModel(AdaptiveSteps, Stepper):
         self._sigma3 = sigma.reshape(self._shape3) if adaptive else None
         self._per_dt: dict = {}  # adaptive: dt -> (s, a, c^2 a, its faces)
         self._ih2 = tuple([1.0] * (3 - self.dim) + [1.0 / h ** 2 for h in self.h])
-        self._halo = kernels.Halo(self.grid, slots=2)
+        probe = self.field.create_vec()
+        ranges = np.asarray(probe.getOwnershipRanges(), dtype=np.int64)
+        probe.destroy()
+        # in a split state, field point g's u^i sits at g + the end of its owner's field range
+        self._halo = kernels.Halo(self.field, slots=2, source=self.grid,
+                                  index_map=lambda g: g + ranges[np.searchsorted(ranges, g, side="right")])
         self._pool = kernels.VecPool(self.grid)
         self._field_halo = kernels.Halo(self.field)
         self.source = tuple(self._axis_index(axis, frac) for axis, frac in enumerate(self._source_position()))
@@ -209,9 +216,9 @@ class WaveModel(AdaptiveSteps, Stepper):
         for i in range(self.n_steps + 1):
             if i > 0:
                 u = self.step(i - 1, u)
-            w = self.grid.owned(u)
+            current = self._fields(u)[1]
             for k, loc in self._receivers_local:
-                out[i, k] = w[loc][1]
+                out[i, k] = current[loc]
         self._controls = saved
         if saved is not None:
             self.set_controls(saved)
@@ -230,7 +237,7 @@ class WaveModel(AdaptiveSteps, Stepper):
         ca = self.c2 * self.a  # c^2 a: what the adjoint's Laplacian acts on (times lam), with its halo
         self._ca = kernels.readonly(ca.reshape(self._shape3))
         ca_vec = self.field.vec_from(ca)
-        self._ca_faces = self._faces3(tuple(f.copy() for f in self._field_halo.faces(ca_vec)), ())
+        self._ca_faces = self._faces3(tuple(f.copy() for f in self._field_halo.faces(ca_vec)))
         ca_vec.destroy()
         self._per_dt = {}
         if self.steps is not None:  # the CFL step of this velocity model (collective)
@@ -259,7 +266,7 @@ class WaveModel(AdaptiveSteps, Stepper):
             a = kernels.readonly(1.0 / (1.0 + s))
             ca = self.c2 * a.reshape(self.c2.shape)
             ca_vec = self.field.vec_from(ca)
-            faces = self._faces3(tuple(f.copy() for f in self._field_halo.faces(ca_vec)), ())
+            faces = self._faces3(tuple(f.copy() for f in self._field_halo.faces(ca_vec)))
             ca_vec.destroy()
             if len(self._per_dt) >= 4:
                 self._per_dt.pop(next(iter(self._per_dt)))
@@ -274,28 +281,34 @@ class WaveModel(AdaptiveSteps, Stepper):
         return 11.0
 
     def initial_state(self):
-        return self._controls["u0"].copy()
+        return self._split(self._controls["u0"])
 
     # -- forward -----------------------------------------------------------------------------
     def _source_value(self, i: int) -> float:
         return ricker(self.time(i), self.frequency) / float(np.prod(self.h))
 
-    def _pair(self, prev, cur):
-        vec = self.grid.create_vec()
-        w = self.grid.owned(vec)
-        w[..., 0] = prev
-        w[..., 1] = cur
-        return vec
+    def _fields(self, vec, readonly=True):
+        """A state's owned (u^{i-1}, u^i) as one (2, *field shape) view (split layout)."""
+        return vec.getArray(readonly=readonly).reshape((2,) + self.field.shape)
 
     def _block(self, vec, readonly=True):
-        """A state's owned block as the kernels see it: (nz, ny, nx, 2), nz = 1 in 2-D."""
-        return vec.getArray(readonly=readonly).reshape(self._shape3 + (2,))
+        """A state's two fields as the kernels see them: (2, nz, ny, nx), nz = 1 in 2-D."""
+        return vec.getArray(readonly=readonly).reshape((2,) + self._shape3)
 
-    def _faces3(self, faces, comps=(2,)):
+    def _split(self, pair):
+        """The state (split layout) of an interleaved pair in the control layout (u0, du0)."""
+        vec = self._pool.new_vec()
+        fields = self._fields(vec, readonly=False)
+        w = self.grid.owned_view(pair)
+        fields[0] = w[..., 0]
+        fields[1] = w[..., 1]
+        return vec
+
+    def _faces3(self, faces):
         """Halo faces in the kernels' 3-D form (zero z faces in 2-D)."""
         if self._has_z:
             return tuple(faces)
-        zero = kernels.readonly(np.zeros(self._shape3[1:] + comps))
+        zero = kernels.readonly(np.zeros(self._shape3[1:]))
         return (zero, zero) + tuple(f.reshape((1,) + f.shape) for f in faces)
 
     def _state_faces(self, vec, slot=0):
@@ -305,15 +318,17 @@ class WaveModel(AdaptiveSteps, Stepper):
         dt, r, dt2 = self._step_params(i)
         s = self._coefficients(dt)[0]
         out = self._pool.new_vec()
-        kern.step(self._block(u), self._state_faces(u), s, self._c2, self._ih2, self._has_z,
-                  dt2, r, self._source3, self._source_value(i), self._block(out, readonly=False))
+        prev, cur = self._block(u)
+        out_prev, out_cur = self._block(out, readonly=False)
+        kern.step(prev, cur, self._state_faces(u), s, self._c2, self._ih2, self._has_z,
+                  dt2, r, self._source3, self._source_value(i), out_prev, out_cur)
         return out
 
     def _residuals(self, i, u):
-        w = self.grid.owned_view(u)
+        current = self._fields(u)[1]
         if self.observed is None:
-            return [(k, loc, w[loc][1]) for k, loc in self._receivers_local]
-        return [(k, loc, w[loc][1] - self.observed[i, k]) for k, loc in self._receivers_local]
+            return [(k, loc, current[loc]) for k, loc in self._receivers_local]
+        return [(k, loc, current[loc] - self.observed[i, k]) for k, loc in self._receivers_local]
 
     def objective(self, i, u):
         local = 0.5 * sum(r * r for _k, _loc, r in self._residuals(i, u))
@@ -321,16 +336,16 @@ class WaveModel(AdaptiveSteps, Stepper):
 
     def objective_gradient(self, i, u):
         g = self._zero_pair()
-        block = self.grid.owned(g)
+        current = self._fields(g, readonly=False)[1]
         for _k, loc, r in self._residuals(i, u):
-            block[loc][1] += r
+            current[loc] += r
         return g
 
     def add_objective_gradient(self, i, u, lam):
         """The receivers' residuals added into lambda_i's current field: a few points, not a Vec."""
-        block = self.grid.owned(lam)  # every rank: bumps lam's state everywhere
+        current = self._fields(lam, readonly=False)[1]  # every rank: bumps lam's state everywhere
         for _k, loc, r in self._residuals(i, u):
-            block[loc][1] += r
+            current[loc] += r
 
     # -- adjoint -----------------------------------------------------------------------------
     def adjoint_step(self, i, u, u_next, lam_next, grad):
@@ -338,25 +353,32 @@ class WaveModel(AdaptiveSteps, Stepper):
         s, a, ca, ca_faces = self._coefficients(dt)
         out = self._pool.new_vec()
         g = self.field.owned(grad["c"]).reshape(self._shape3)
-        kern.adjoint_step(self._block(lam_next), self._state_faces(lam_next, 1), self._block(u),
+        lam_prev, lam_cur = self._block(lam_next)
+        out_prev, out_cur = self._block(out, readonly=False)
+        kern.adjoint_step(lam_prev, lam_cur, self._state_faces(lam_next, 1), self._block(u)[1],
                           self._state_faces(u, 0), s, a, self._c, ca, ca_faces, self._ih2,
-                          self._has_z, dt2, r, g, self._block(out, readonly=False))
+                          self._has_z, dt2, r, g, out_prev, out_cur)
         return out
 
     def initial_adjoint(self, lam0, grad):
-        grad["u0"].axpy(1.0, lam0)
+        w = self.grid.owned(grad["u0"])  # the control's interleaved layout
+        fields = self._fields(lam0)
+        w[..., 0] += fields[0]
+        w[..., 1] += fields[1]
 
     # -- tangent linear ----------------------------------------------------------------------
     def initial_tangent(self, dcontrols):
-        return dcontrols["u0"].copy()
+        return self._split(dcontrols["u0"])
 
     def tangent_step(self, i, u, u_next, du, dcontrols):
         dt, r, dt2 = self._step_params(i)
         out = self._pool.new_vec()
         dc = dcontrols["c"].getArray(readonly=True).reshape(self._shape3)
-        kern.tangent_step(self._block(du), self._state_faces(du, 1), self._block(u), self._state_faces(u, 0),
+        du_prev, du_cur = self._block(du)
+        out_prev, out_cur = self._block(out, readonly=False)
+        kern.tangent_step(du_prev, du_cur, self._state_faces(du, 1), self._block(u)[1], self._state_faces(u, 0),
                           self._coefficients(dt)[0], self._c, self._c2, dc, self._ih2, self._has_z, dt2, r,
-                          self._block(out, readonly=False))
+                          out_prev, out_cur)
         return out
 
     # -- snapshots ---------------------------------------------------------------------------
@@ -365,15 +387,15 @@ class WaveModel(AdaptiveSteps, Stepper):
         return {"u_prev": layout, "u": layout}
 
     def snapshot(self, u):
-        w = self.grid.owned_view(u)
-        return {"u_prev": w[..., 0], "u": w[..., 1]}
+        fields = self._fields(u)
+        return {"u_prev": fields[0], "u": fields[1]}
 
     def restore(self, snapshot):
         """A state from a snapshot, in a pooled buffer (a fresh Vec's page faults cost as much as a step)."""
         vec = self._pool.new_vec()
-        w = self.grid.owned(vec)
-        w[..., 0] = snapshot["u_prev"]
-        w[..., 1] = snapshot["u"]
+        fields = self._fields(vec, readonly=False)
+        fields[0] = snapshot["u_prev"]
+        fields[1] = snapshot["u"]
         return vec
 
     def control_layout(self):

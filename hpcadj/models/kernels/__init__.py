@@ -36,10 +36,15 @@ class Halo:
     ``faces`` call on the same slot, so callers use one slot per live field.
     """
 
-    def __init__(self, grid, slots: int = 1):
+    def __init__(self, grid, slots: int = 1, source=None, index_map=None):
+        """``source`` (a Grid, default ``grid``) gives the layout of the Vecs scattered from, and
+        ``index_map`` turns ``grid``'s PETSc indices into that layout's (a field stored inside a
+        larger state Vec, as wave's split pair stores its current field)."""
         PETSc = petsc()
         self.grid = grid
         lg = grid.padded_indices()
+        if index_map is not None:
+            lg = np.where(lg < 0, lg, index_map(lg))
         dim = grid.dim
         inner = [slice(1, -1)] * dim
         self._layout = []  # per face: (offset, shape) into the buffer, or a zero array
@@ -62,7 +67,7 @@ class Halo:
         index = np.concatenate(indices).astype(PETSc.IntType) if indices else np.zeros(0, PETSc.IntType)
         self.size = offset
         self._seqs = [PETSc.Vec().createSeq(offset, comm=PETSc.COMM_SELF) for _ in range(slots)]
-        src = grid.create_vec()
+        src = (source or grid).create_vec()
         is_from = PETSc.IS().createGeneral(index, comm=PETSc.COMM_SELF)
         self._scatter = PETSc.Scatter().create(src, is_from, self._seqs[0], None)
         src.destroy()

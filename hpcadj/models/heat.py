@@ -142,7 +142,9 @@ class HeatModel(AdaptiveSteps, Stepper):
         count without it); 1 more per observed state from a file (its targets are held)."""
         matrix = 12.0 if self.grid.dim == 3 else 9.0
         observed = sum(1.0 for t in self._targets.values() if t is not None)
-        return matrix + 4.0 + 1.0 + 2.0 + 3.0 + 2.0 + 7.0 + observed
+        # adaptive: up to OPERATOR_CACHE more step sizes' matrices and CG work, and the kappa copy
+        extra = self.OPERATOR_CACHE * (matrix + 4.0) + 1.0 if self.steps is not None else 0.0
+        return matrix + 4.0 + 1.0 + 2.0 + 3.0 + 2.0 + 7.0 + observed + extra
 
     # -- operators ---------------------------------------------------------------------------
     def _faces(self, kappa_padded):

@@ -168,6 +168,9 @@ RUN: dict[str, list[tuple]] = {
     # "killed, stopped, or the node died": killed here by fault injection, then resumed
     WAVE: [("HPCADJ_INJECT_KILL=0:30 " + small(WAVE), 137, None)],
     WAVE + " --resume": [(small(WAVE) + " --resume", 0, _has("hpcadj run: wave 16x16"))],
+    "hpcadj run --model burgers --grid 64x64 --adaptive --t-final 1.0 --ram 8 --schedule online": [
+        ("hpcadj run --model burgers --grid 16x16 --adaptive --t-final 0.2 --ram 8 --schedule online", 0,
+         _has("hpcadj run: burgers 16x16", "schedule online"))],
     "python -c 'import hpcadj.stack as s; s.check()'": [
         ("python -c 'import hpcadj.stack as s; s.check()'", 0, _has("(HDF5", "mpi)"))],
     "hpcadj run --help": [("hpcadj run --help", 0, _has("usage: hpcadj run", "--run-dir"))],
@@ -209,6 +212,7 @@ NOT_RUN: list[tuple[str, str]] = [
     (r"make soak|\.venv/bin/python experiments/soak/durable_forward\.py",
      "the soak takes minutes; tests/test_soak_small.py runs its --quick version"),
     (r"(\.venv/bin/)?python experiments/\w+/(run|plan_choice)\.py", STUDY),
+    (r"\.venv/bin/python experiments/online/(walltime|variants)\.py( \S+)*", STUDY),
     (r"make experiments|make experiment-levels EXPERIMENTS_OUT= EXPERIMENT_FLAGS=|make experiment-[a-z-]+", STUDY),
     (r"mpirun -n 1", FRAGMENT),
     (r"(mpirun -n 2 )?hpcadj run --json( --costs)?", "names what a study's script launches: " + FRAGMENT),

@@ -48,6 +48,9 @@ def main(args) -> int:
     comm = world(args)
     baseline = memory_baseline(args, comm)  # as hpcadj run measures it
     model = build_model(args, comm)
+    if model.n_steps is None:
+        raise CliError("calibrate times fixed steps: drop --adaptive/--t-final and give --steps (a step costs "
+                       "the same at any dt for the explicit models; --costs from it serves --adaptive runs)")
     options = Checkpointing(local_dir=args.local_dir, pfs_file=args.pfs_file, async_io=args.async_io,
                             compress=args.compress)
     try:

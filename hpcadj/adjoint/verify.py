@@ -13,8 +13,15 @@ from .driver import Driver, GradientResult
 
 
 def compute_gradient(stepper, controls, schedule=None, levels=None, telemetry=None) -> GradientResult:
-    """J and dJ/d(controls); by default every state is kept in RAM (store-all)."""
+    """J and dJ/d(controls); by default every state is kept in RAM (store-all).
+
+    An adaptive model whose step count is not decided yet (``n_steps`` None) needs an online plan:
+    :class:`~hpcadj.adjoint.session.GradientSession` chooses one.
+    """
     if schedule is None:
+        if stepper.n_steps is None:
+            raise ValueError("the model's step count is decided as it runs (adaptive steps): store-all "
+                             "needs n; use GradientSession, which runs an online plan")
         slots = store_all_slots(stepper.n_steps)
         levels = [RamLevel(slots, stepper.snapshot_layout())]
         schedule = StoreAll(stepper.n_steps, [slots])

@@ -103,3 +103,16 @@ def test_progress_line_with_unknown_n_shows_steps_and_simulated_time():
     progress.close()
     out = stream.getvalue()
     assert "forward 3 (t = 0.5)" in out and "number of steps unknown" in out and not math.isnan(progress.forwarded)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7])
+def test_online_store_all_evaluates_n_steps_and_refuses_overflow(n):
+    from hpcadj.checkpoint.schedules import simulate
+
+    plan = make_online_plan([10], n_steps=n, store_all=True)
+    summary = simulate(plan.actions(), n, [10])
+    assert summary.forward_steps == n and summary.writes == [max(0, n - 1)]
+    small = make_online_plan([2], done=lambda i: False, store_all=True)
+    with pytest.raises(ScheduleError, match="does not fit"):
+        for _ in zip(range(100), small.actions()):
+            pass

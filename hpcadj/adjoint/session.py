@@ -355,18 +355,22 @@ class GradientSession:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         profile = profile_for(plans, load_costs(ck.costs))
-        schedule = make_online_plan([p.slots for p in plans], profile.vector(ck.minimize), done=model.done)
+        store_all = all(b is None for b in ck.budgets.values())
+        schedule = make_online_plan([p.slots for p in plans], profile.vector(ck.minimize), done=model.done,
+                                    store_all=store_all)
         return PlannedRun(plans, schedule, profile, None, float("nan"), 0.0)
 
     def _predicted(self, planned: PlannedRun) -> float:
         """The plan's predicted makespan; an online plan's is known once n is: its plan for that n, simulated."""
         if planned.summary is not None or self.model.n_steps is None:
             return planned.predicted_s
-        from ..checkpoint.schedules.online_plans import make_online_plan
+        from ..checkpoint.schedules.online_plans import OnlineStoreAll, make_online_plan
 
         n, caps = self.model.n_steps, [p.slots for p in planned.plans]
         costs = planned.profile.vector(self.checkpointing.minimize)
-        return simulate(make_online_plan(caps, costs, n_steps=n).actions(), n, caps, costs).cost(
+        store_all = isinstance(planned.schedule.planner, OnlineStoreAll)
+        return simulate(make_online_plan(caps, costs, n_steps=n, store_all=store_all).actions(), n, caps,
+                        costs).cost(
             planned.profile.vector("time"))
 
     def _compressed_slots(self, plans):

@@ -181,3 +181,15 @@ def test_write_failure_in_the_first_sweep_replans_online_bitwise(frozen, comm, s
     assert result.J == J_ref
     for control, ref in grad_ref.items():
         assert np.array_equal(result.gradient[control].getArray(), ref), control
+
+
+def test_session_without_budgets_runs_online_store_all(frozen, comm):
+    name, frozen_model, _controls, J_ref, grad_ref = frozen
+    model = adaptive_model(name, comm)
+    session = GradientSession(model)
+    outcome = session.solve()
+    assert session.planned.schedule.name == "online-store-all"
+    assert outcome.result.forward_steps == model.n_steps == frozen_model.n_steps
+    assert outcome.result.J == J_ref
+    for control, ref in grad_ref.items():
+        assert np.array_equal(outcome.result.gradient[control].getArray(), ref), control

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from .actions import Action, EndReverse, Free, Restore, Store
+from .actions import Action, Adjoint, Advance, EndForward, EndReverse, Free, Restore, Store
 from .base import ScheduleError
 from .resume import residual_plan, shift
 
@@ -120,13 +120,53 @@ class OnlineResidual:
             yield from residual_plan(i, caps, below, lam_step=base, costs=self.costs)
 
 
+class OnlineStoreAll:
+    """Online store-all on one level: u_{i-1} stored before step i, so n forward evaluations and no
+    planning cost per step (the greedy binomial planner's step cost grows with its slots)."""
+
+    name = "online-store-all"
+
+    def __init__(self, capacities: Sequence[int]):
+        self.capacities = tuple(int(c) for c in capacities)
+        self.level = next((k for k, c in enumerate(self.capacities) if c > 0), None)
+        if self.level is None:
+            raise ScheduleError("store-all needs at least one slot")
+        self.position = 0
+        self.finished = False
+
+    def step(self) -> list[Action]:
+        i = self.position
+        if i >= self.capacities[self.level] + 1:
+            raise ScheduleError(f"store-all holds {self.capacities[self.level]} snapshots: step {i} does not fit")
+        self.position = i + 1
+        return ([Store(i - 1, self.level)] if i >= 1 else []) + [Advance(i, i + 1)]
+
+    def finish(self) -> Iterator[Action]:
+        if self.finished or self.position < 1:
+            raise ScheduleError("finish() twice or before any step")
+        self.finished = True
+        n, lv = self.position, self.level
+        yield EndForward()
+        for i in reversed(range(n)):
+            if i != n - 1:  # u_{n-1} is still a working state after the forward sweep
+                yield Restore(i, lv)
+            yield Adjoint(i + 1, i)
+            if i < n - 1:
+                yield Free(i, lv)
+        yield EndReverse()
+
+
 def make_online_plan(capacities: Sequence[int], costs=None, done: Callable[[int], bool] | None = None,
-                     n_steps: int | None = None) -> OnlinePlan:
-    """The online plan over ``capacities``: binomial on one level, multi-level over several."""
+                     n_steps: int | None = None, store_all: bool = False) -> OnlinePlan:
+    """The online plan over ``capacities``: binomial on one level, multi-level over several;
+    ``store_all``: every state on the first level (:class:`OnlineStoreAll`)."""
     from .online_binomial import OnlineBinomial
     from .online_multilevel import OnlineMultilevel
 
-    if sum(1 for c in capacities if c > 0) <= 1:
+    if store_all:
+        def factory(caps):
+            return OnlineStoreAll(caps)
+    elif sum(1 for c in capacities if c > 0) <= 1:
         def factory(caps):
             return OnlineBinomial(caps)
     else:

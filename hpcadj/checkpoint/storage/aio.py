@@ -12,11 +12,11 @@
 
 Design (the same for node-local files and parallel HDF5):
 
-- Every storage operation (write, read, prefetch, free, close) of a level becomes a task on that
-  level's single FIFO I/O thread, enqueued by the caller in plan order. Plans are identical on all
-  ranks and every queueing decision below depends only on caller-side state, so each rank's
-  thread issues the same operations in the same order: collective HDF5/MPI-IO calls match across
-  ranks. Only that thread touches the level's file(s); in synchronous mode the same tasks run inline.
+- Every storage operation (write, read, prefetch, free, close) of a level becomes a task, enqueued
+  by the caller in plan order: on the level's single FIFO I/O thread where the transport allows
+  it, else inline. Plans are identical on all ranks and every queueing decision below depends only
+  on caller-side state, so each rank issues the same operations in the same order: collective
+  HDF5/MPI-IO calls match across ranks. In synchronous mode every task runs inline.
 - ``write`` copies the snapshot (the caller reuses its buffers) and returns; at most
   ``queue_depth`` copies are in flight, a further ``write`` blocks until one has drained. Drained
   copies are reused as staging buffers (no fresh allocation and page faults per write). A caller
@@ -45,7 +45,9 @@ Design (the same for node-local files and parallel HDF5):
   queues the same tasks; on the parallel-HDF5 level write failures are agreed inside the task, so
   every rank poisons at the same task and skips the same ones. A failed read is that read's error
   only; a snapshot found corrupt (agreed on every rank) leaves ``valid_steps()``.
-  ``close`` drains the queue, closes, joins the thread.
+  ``close`` drains the queue, closes, joins the thread. A level still open when the interpreter
+  exits is quiesced then (queued tasks run, thread joined, donations dropped; no MPI call), so an
+  I/O thread frozen mid-write never keeps a Vec alive on some ranks only.
 - Read failures are agreed over the level's duplicated communicator, so every rank raises the same
   :class:`CorruptSnapshot` (or :class:`LevelError`) naming the failing ranks.
 """

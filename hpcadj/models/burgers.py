@@ -1,6 +1,8 @@
 """2-D viscous Burgers w_t + (w . grad) w = nu lap w for the velocity w = (u, v), periodic unit square.
 
-Nodes x_j = j h, h = 1/N per axis, on a DMDA with dof 2 (u, v interleaved). Advection in the
+Nodes x_j = j h, h = 1/N per axis, on a DMDA with dof 2. A state is a global Vec of that DMDA's
+size whose owned part holds u's block then v's (the *split* layout: unit-stride rows for the
+kernels); the control u0 keeps the DMDA's interleaved (u, v) layout. Advection in the
 skew-symmetric form b(w, w)_c = 1/2 [w . grad w_c + div(w w_c)] with second-order *central*
 differences, diffusion with the 5-point Laplacian. Why central: N(w) = -b(w, w) + nu lap w is a
 polynomial in w, so the discrete map is smooth and its adjoint exact (an upwind switch on sign(u) is
@@ -63,6 +65,7 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         self.n_steps = None if adaptive else int(n_steps)
         self.cfl = float(cfl)
         self.grid = Grid(comm, tuple(grid), periodic=True, dof=2)
+        self.field = Grid(comm, tuple(grid), periodic=True, like=self.grid)  # one component's layout
         self.h = self.grid.spacing()
         self.cell_volume = float(np.prod(self.h))
         self.default_nu_value = float(nu)
@@ -71,7 +74,16 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         # scratch of one step (stage states, adjoint stage vectors) and halo buffers: overwritten by
         # every call, never carried from one to the next, so steps stay pure
         self._stage_vecs = [kernels.new_vec(self.grid) for _ in range(4)]
-        self._halo = kernels.Halo(self.grid, slots=4)
+        probe = self.field.create_vec()
+        ranges = np.asarray(probe.getOwnershipRanges(), dtype=np.int64)
+        probe.destroy()
+        # in a split state, field point g's u sits at g + the start of its owner's field range, v at
+        # g + its end: one halo (one scatter) per component, straight from the state Vec
+        self._halos = (
+            kernels.Halo(self.field, slots=4, source=self.grid,
+                         index_map=lambda g: g + ranges[np.searchsorted(ranges, g, side="right") - 1]),
+            kernels.Halo(self.field, slots=4, source=self.grid,
+                         index_map=lambda g: g + ranges[np.searchsorted(ranges, g, side="right")]))
         self._pool = kernels.VecPool(self.grid)
         self._controls = None
         self.nu = float(nu)
@@ -86,9 +98,13 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
     def stable_dt(self, cfl: float, u=None, nu: float | None = None) -> float:
         """cfl times the RK3 limits for central advection (sqrt 3) and diffusion (2.5) of state ``u``
         and viscosity ``nu`` (default: the default controls); collective, the same on every rank."""
-        w = self.grid.owned(self.default_controls()["u0"] if u is None else u)
+        if u is None:
+            w = self.grid.owned(self.default_controls()["u0"])  # the control's interleaved layout
+            fu, fv = w[..., 0], w[..., 1]
+        else:
+            fu, fv = self._block(u)
         hy, hx = self.h
-        rate = np.max(np.abs(w[..., 0]) / hx + np.abs(w[..., 1]) / hy) if w.size else 0.0
+        rate = np.max(np.abs(fu) / hx + np.abs(fv) / hy) if fu.size else 0.0
         rate = self.comm.allreduce(float(rate), op=mpi().MAX)
         nu = self.default_nu_value if nu is None else nu
         diffusion = 4.0 * nu * (1.0 / hx ** 2 + 1.0 / hy ** 2)
@@ -124,25 +140,43 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         return 9.0
 
     def initial_state(self):
-        return self._controls["u0"].copy()
+        return self._split(self._controls["u0"])
 
     # -- the stages (fused kernels in kernels/burgers.py) ------------------------------------
     def _block(self, vec, readonly=True):
-        return vec.getArray(readonly=readonly).reshape(self.grid.shape + (2,))
+        """A state's owned (u, v) as one (2, ny, nx) view (split layout)."""
+        return vec.getArray(readonly=readonly).reshape((2,) + self.field.shape)
+
+    def _faces(self, vec, slot):
+        """The halo faces of a state's u and v (buffer ``slot`` of each component's halo)."""
+        return self._halos[0].faces(vec, slot), self._halos[1].faces(vec, slot)
+
+    def _split(self, pair):
+        """The state (split layout) of an interleaved pair in the control layout (u0, du0)."""
+        vec = self._pool.new_vec()
+        fields = self._block(vec, readonly=False)
+        w = self.grid.owned_view(pair)
+        fields[0] = w[..., 0]
+        fields[1] = w[..., 1]
+        return vec
+
+    def _interleaved(self, vec):
+        """A state's owned block in the control layout (ny, nx, 2), a copy."""
+        return np.stack(tuple(self._block(vec)), axis=-1)
 
     def _stages(self, u, dt, out=None):
         """Stage states w1, w2 of one RK3 step of size ``dt`` into scratch Vecs (and u_{i+1} into ``out``).
 
-        Returns the (block, faces) pairs of w, w1, w2; their halos occupy slots 0-2."""
+        Returns the (fields, faces) pairs of w, w1, w2, each a (u, v) pair; their halos occupy slots 0-2."""
         nu, ih = self.nu, self._ih
         w1v, w2v = self._stage_vecs[0], self._stage_vecs[1]
-        W0, F0 = self._block(u), self._halo.faces(u, 0)
-        kern.stage(W0, F0, W0, 0.0, 1.0, True, nu, dt, ih, self._block(w1v, readonly=False))
-        W1, F1 = self._block(w1v), self._halo.faces(w1v, 1)
-        kern.stage(W1, F1, W0, 0.75, 0.25, False, nu, dt, ih, self._block(w2v, readonly=False))
-        W2, F2 = self._block(w2v), self._halo.faces(w2v, 2)
+        W0, F0 = self._block(u), self._faces(u, 0)
+        kern.stage(*W0, *F0, *W0, 0.0, 1.0, True, nu, dt, ih, *self._block(w1v, readonly=False))
+        W1, F1 = self._block(w1v), self._faces(w1v, 1)
+        kern.stage(*W1, *F1, *W0, 0.75, 0.25, False, nu, dt, ih, *self._block(w2v, readonly=False))
+        W2, F2 = self._block(w2v), self._faces(w2v, 2)
         if out is not None:
-            kern.stage(W2, F2, W0, 1.0 / 3.0, 2.0 / 3.0, False, nu, dt, ih, self._block(out, readonly=False))
+            kern.stage(*W2, *F2, *W0, 1.0 / 3.0, 2.0 / 3.0, False, nu, dt, ih, *self._block(out, readonly=False))
         return (W0, F0), (W1, F1), (W2, F2)
 
     # -- forward -----------------------------------------------------------------------------
@@ -155,13 +189,15 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
     def objective(self, i, u):
         if i != self.n_steps:
             return 0.0
-        w = self.grid.owned(u)
+        w = self._interleaved(u)  # np.sum in the interleaved order, as ever (J bitwise unchanged)
         return self.comm.allreduce(0.5 * self.cell_volume * float(np.sum(w * w)))
 
     def objective_gradient(self, i, u):
         if i != self.n_steps:
             return None
-        return self.grid.vec_from(self.cell_volume * self.grid.owned(u))
+        vec = self._pool.new_vec()
+        np.multiply(self.cell_volume, u.getArray(readonly=True), out=vec.getArray())
+        return vec
 
     # -- adjoint -----------------------------------------------------------------------------
     def adjoint_step(self, i, u, u_next, lam_next, grad):
@@ -170,21 +206,24 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         bv, cv = self._stage_vecs[2], self._stage_vecs[3]
         out = self._pool.new_vec()
         lam = self._block(out, readonly=False)
-        g2 = kern.adjoint_stage(W2, F2, self._block(lam_next), self._halo.faces(lam_next, 3), 3, nu, dt, ih,
-                                self._block(bv, readonly=False), lam)
-        g1 = kern.adjoint_stage(W1, F1, self._block(bv), self._halo.faces(bv, 3), 2, nu, dt, ih,
-                                self._block(cv, readonly=False), lam)
-        g0 = kern.adjoint_stage(W0, F0, self._block(cv), self._halo.faces(cv, 3), 1, nu, dt, ih,
-                                self._block(cv, readonly=False), lam)
+        g2 = kern.adjoint_stage(*W2, *F2, *self._block(lam_next), *self._faces(lam_next, 3), 3, nu, dt, ih,
+                                *self._block(bv, readonly=False), *lam)
+        g1 = kern.adjoint_stage(*W1, *F1, *self._block(bv), *self._faces(bv, 3), 2, nu, dt, ih,
+                                *self._block(cv, readonly=False), *lam)
+        g0 = kern.adjoint_stage(*W0, *F0, *self._block(cv), *self._faces(cv, 3), 1, nu, dt, ih,
+                                *self._block(cv, readonly=False), *lam)
         scalar_add(self.comm, grad["nu"], dt * ((2.0 / 3.0) * g2 + 0.25 * g1 + g0))
         return out
 
     def initial_adjoint(self, lam0, grad):
-        grad["u0"].axpy(1.0, lam0)
+        w = self.grid.owned(grad["u0"])  # the control's interleaved layout
+        fields = self._block(lam0)
+        w[..., 0] += fields[0]
+        w[..., 1] += fields[1]
 
     # -- tangent linear ----------------------------------------------------------------------
     def initial_tangent(self, dcontrols):
-        return dcontrols["u0"].copy()
+        return self._split(dcontrols["u0"])
 
     def tangent_step(self, i, u, u_next, du, dcontrols):
         dt, nu, ih = self._step_dt(i, u), self.nu, self._ih
@@ -193,21 +232,25 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         d1v, d2v = self._stage_vecs[2], self._stage_vecs[3]
         out = self._pool.new_vec()
         D0 = self._block(du)
-        kern.tangent_stage(W0, F0, D0, self._halo.faces(du, 3), D0, 0.0, 1.0, True, nu, dnu, dt, ih,
-                           self._block(d1v, readonly=False))
-        kern.tangent_stage(W1, F1, self._block(d1v), self._halo.faces(d1v, 3), D0, 0.75, 0.25, False, nu, dnu,
-                           dt, ih, self._block(d2v, readonly=False))
-        kern.tangent_stage(W2, F2, self._block(d2v), self._halo.faces(d2v, 3), D0, 1.0 / 3.0, 2.0 / 3.0, False,
-                           nu, dnu, dt, ih, self._block(out, readonly=False))
+        kern.tangent_stage(*W0, *F0, *D0, *self._faces(du, 3), *D0, 0.0, 1.0, True, nu, dnu, dt, ih,
+                           *self._block(d1v, readonly=False))
+        kern.tangent_stage(*W1, *F1, *self._block(d1v), *self._faces(d1v, 3), *D0, 0.75, 0.25, False, nu,
+                           dnu, dt, ih, *self._block(d2v, readonly=False))
+        kern.tangent_stage(*W2, *F2, *self._block(d2v), *self._faces(d2v, 3), *D0, 1.0 / 3.0, 2.0 / 3.0,
+                           False, nu, dnu, dt, ih, *self._block(out, readonly=False))
         return out
 
     # -- snapshots ---------------------------------------------------------------------------
+    def snapshot(self, u):
+        fields = self._block(u)
+        return {name: fields[k] for k, name in enumerate(self.SNAPSHOT_FIELDS)}
+
     def restore(self, snapshot):
         """A state from a snapshot, in a pooled buffer (no fresh Vec's page faults per restore)."""
         vec = self._pool.new_vec()
-        w = self.grid.owned(vec)
+        fields = self._block(vec, readonly=False)
         for k, name in enumerate(self.SNAPSHOT_FIELDS):
-            w[..., k] = snapshot[name]
+            fields[k] = snapshot[name]
         return vec
 
     def control_layout(self):

@@ -1,11 +1,16 @@
 """Fused SSP-RK3 stage kernels of the burgers model: forward, tangent and adjoint stages (numba).
 
-Blocks are (ny, nx, 2) with (u, v) interleaved; ``F*`` are the four periodic halo faces
-(ylo, yhi, xlo, xhi) of a field. ``ih`` = (1/hy^2, 1/hx^2, 1/(2 hy), 1/(2 hx)). One kernel call is one
-RK stage over the owned block: it reads the stage input and its halo, the right-hand side is
-evaluated point by point (skew-symmetric central advection, 5-point Laplacian) and combined with
-the stage coefficients in the same loop, so nothing full-size is made but the stage output itself.
-Every point reads only its star neighbours, so states are bitwise the same on any decomposition.
+A state is the pair (u, v) stored as two contiguous (ny, nx) fields (the model's *split* layout), so
+every inner loop reads and writes unit-stride rows and LLVM vectorises it; the pair interleaved point
+by point kept the loops scalar (stride-2 loads). ``error_model="numpy"`` drops numba's zero check on
+each division (the divisors are constants), which also kept loops scalar; the arithmetic is IEEE in
+the written order either way (no fastmath), the same operations as the interleaved kernels had.
+``F*`` are the four periodic halo faces (ylo, yhi, xlo, xhi) of one field. ``ih`` = (1/hy^2, 1/hx^2,
+1/(2 hy), 1/(2 hx)). One kernel call is one RK stage over the owned block: it reads the stage input
+and its halo, the right-hand side is evaluated point by point (skew-symmetric central advection,
+5-point Laplacian) and combined with the stage coefficients in the same loop, so nothing full-size is
+made but the stage output itself. Every point reads only its star neighbours, so states are bitwise
+the same on any decomposition.
 """
 
 from __future__ import annotations
@@ -24,134 +29,185 @@ def _yrows(W, ylo, yhi, j):
 
 @njit(cache=True, inline="always")
 def _fill(buf, W, xlo, xhi, j):
-    """buf[1:-1] = W[j] (both components), buf[0] / buf[-1] the x-neighbours from the faces."""
+    """buf[1:-1] = W[j], buf[0] / buf[-1] the x-neighbours from the faces."""
     mx = W.shape[1]
     row = W[j]
-    buf[0, 0] = xlo[j, 0]
-    buf[0, 1] = xlo[j, 1]
-    buf[mx + 1, 0] = xhi[j, 0]
-    buf[mx + 1, 1] = xhi[j, 1]
+    buf[0] = xlo[j]
+    buf[mx + 1] = xhi[j]
     for i in range(mx):
-        buf[i + 1, 0] = row[i, 0]
-        buf[i + 1, 1] = row[i, 1]
+        buf[i + 1] = row[i]
 
 
 @njit(cache=True, inline="always")
-def _lap(xb, ym, yp, i, c, ihy2, ihx2):
-    centre = xb[i + 1, c]
+def _lap(xb, ym, yp, i, ihy2, ihx2):
+    centre = xb[i + 1]
     lap = 0.0
-    lap += (ym[i, c] - centre) * ihy2
-    lap += (yp[i, c] - centre) * ihy2
-    lap += (xb[i, c] - centre) * ihx2
-    lap += (xb[i + 2, c] - centre) * ihx2
+    lap += (ym[i] - centre) * ihy2
+    lap += (yp[i] - centre) * ihy2
+    lap += (xb[i] - centre) * ihx2
+    lap += (xb[i + 2] - centre) * ihx2
     return lap
 
 
 @njit(cache=True, inline="always")
-def _adv(axb, aym, ayp, bxb, bym, byp, i, c, ihy, ihx):
-    """Component c of b(a, w) = 1/2 [a . grad w_c + div(a w_c)], central differences."""
-    bx = (bxb[i + 2, c] - bxb[i, c]) * ihx
-    by = (byp[i, c] - bym[i, c]) * ihy
-    fx = (axb[i + 2, 0] * bxb[i + 2, c] - axb[i, 0] * bxb[i, c]) * ihx
-    fy = (ayp[i, 1] * byp[i, c] - aym[i, 1] * bym[i, c]) * ihy
-    return 0.5 * (axb[i + 1, 0] * bx + axb[i + 1, 1] * by + fx + fy)
+def _adv(aub, avb, avm, avp, bb, bm, bp, i, ihy, ihx):
+    """One component of b(a, w) = 1/2 [a . grad w_c + div(a w_c)], central differences: ``aub`` /
+    ``avb`` the x-row buffers of a's components, ``avm`` / ``avp`` a's v rows below / above, ``bb``
+    (``bm``, ``bp``) w_c's x-row buffer (rows below / above)."""
+    bx = (bb[i + 2] - bb[i]) * ihx
+    by = (bp[i] - bm[i]) * ihy
+    fx = (aub[i + 2] * bb[i + 2] - aub[i] * bb[i]) * ihx
+    fy = (avp[i] * bp[i] - avm[i] * bm[i]) * ihy
+    return 0.5 * (aub[i + 1] * bx + avb[i + 1] * by + fx + fy)
 
 
-@njit(cache=True)
-def stage(X, FX, W0, alpha, beta, first, nu, dt, ih, out):
+@njit(cache=True, error_model="numpy")
+def stage(XU, XV, FU, FV, W0U, W0V, alpha, beta, first, nu, dt, ih, outU, outV):
     """out = x + dt N(x) (``first``) or alpha w0 + beta (x + dt N(x)), N(w) = -b(w, w) + nu lap w."""
-    ylo, yhi, xlo, xhi = FX
+    uylo, uyhi, uxlo, uxhi = FU
+    vylo, vyhi, vxlo, vxhi = FV
     ihy2, ihx2, ihy, ihx = ih
-    my, mx = X.shape[0], X.shape[1]
-    xb = np.empty((mx + 2, 2))
+    my, mx = XU.shape
+    ub = np.empty(mx + 2)
+    vb = np.empty(mx + 2)
+    nu_row = np.empty(mx)
+    nv_row = np.empty(mx)
     for j in range(my):
-        ym, yp = _yrows(X, ylo, yhi, j)
-        _fill(xb, X, xlo, xhi, j)
-        w0 = W0[j]
-        orow = out[j]
+        um, up = _yrows(XU, uylo, uyhi, j)
+        vm, vp = _yrows(XV, vylo, vyhi, j)
+        _fill(ub, XU, uxlo, uxhi, j)
+        _fill(vb, XV, vxlo, vxhi, j)
         for i in range(mx):
-            for c in range(2):
-                n = -_adv(xb, ym, yp, xb, ym, yp, i, c, ihy, ihx) + nu * _lap(xb, ym, yp, i, c, ihy2, ihx2)
-                x = xb[i + 1, c] + dt * n
-                if first:
-                    orow[i, c] = x
-                else:
-                    orow[i, c] = alpha * w0[i, c] + beta * x
+            nu_row[i] = ub[i + 1] + dt * (-_adv(ub, vb, vm, vp, ub, um, up, i, ihy, ihx)
+                                          + nu * _lap(ub, um, up, i, ihy2, ihx2))
+            nv_row[i] = vb[i + 1] + dt * (-_adv(ub, vb, vm, vp, vb, vm, vp, i, ihy, ihx)
+                                          + nu * _lap(vb, vm, vp, i, ihy2, ihx2))
+        _combine(nu_row, nv_row, W0U[j], W0V[j], alpha, beta, first, outU[j], outV[j])
 
 
-@njit(cache=True)
-def tangent_stage(P, FP, D, FD, D0, alpha, beta, first, nu, dnu, dt, ih, out):
+@njit(cache=True, inline="always")
+def _combine(xu, xv, w0u, w0v, alpha, beta, first, ou, ov):
+    """One row of a stage's output: x (``first``) or alpha w0 + beta x."""
+    if first:
+        for i in range(xu.shape[0]):
+            ou[i] = xu[i]
+            ov[i] = xv[i]
+    else:
+        for i in range(xu.shape[0]):
+            ou[i] = alpha * w0u[i] + beta * xu[i]
+            ov[i] = alpha * w0v[i] + beta * xv[i]
+
+
+@njit(cache=True, error_model="numpy")
+def tangent_stage(PU, PV, FPU, FPV, DU, DV, FDU, FDV, D0U, D0V, alpha, beta, first, nu, dnu, dt, ih,
+                  outU, outV):
     """out = [alpha d0 + beta] (d + dt T), T = -b(d, w) - b(w, d) + nu lap d + dnu lap w."""
-    pylo, pyhi, pxlo, pxhi = FP
-    dylo, dyhi, dxlo, dxhi = FD
+    puylo, puyhi, puxlo, puxhi = FPU
+    pvylo, pvyhi, pvxlo, pvxhi = FPV
+    duylo, duyhi, duxlo, duxhi = FDU
+    dvylo, dvyhi, dvxlo, dvxhi = FDV
     ihy2, ihx2, ihy, ihx = ih
-    my, mx = P.shape[0], P.shape[1]
-    pb = np.empty((mx + 2, 2))
-    db = np.empty((mx + 2, 2))
+    my, mx = PU.shape
+    pub = np.empty(mx + 2)
+    pvb = np.empty(mx + 2)
+    dub = np.empty(mx + 2)
+    dvb = np.empty(mx + 2)
+    tu = np.empty(mx)
+    tv = np.empty(mx)
     for j in range(my):
-        pym, pyp = _yrows(P, pylo, pyhi, j)
-        dym, dyp = _yrows(D, dylo, dyhi, j)
-        _fill(pb, P, pxlo, pxhi, j)
-        _fill(db, D, dxlo, dxhi, j)
-        d0 = D0[j]
-        orow = out[j]
+        pum, pup = _yrows(PU, puylo, puyhi, j)
+        pvm, pvp = _yrows(PV, pvylo, pvyhi, j)
+        dum, dup = _yrows(DU, duylo, duyhi, j)
+        dvm, dvp = _yrows(DV, dvylo, dvyhi, j)
+        _fill(pub, PU, puxlo, puxhi, j)
+        _fill(pvb, PV, pvxlo, pvxhi, j)
+        _fill(dub, DU, duxlo, duxhi, j)
+        _fill(dvb, DV, dvxlo, dvxhi, j)
         for i in range(mx):
-            for c in range(2):
-                t = (-_adv(db, dym, dyp, pb, pym, pyp, i, c, ihy, ihx)
-                     - _adv(pb, pym, pyp, db, dym, dyp, i, c, ihy, ihx)
-                     + nu * _lap(db, dym, dyp, i, c, ihy2, ihx2))
-                if dnu != 0.0:
-                    t += dnu * _lap(pb, pym, pyp, i, c, ihy2, ihx2)
-                x = db[i + 1, c] + dt * t
-                if first:
-                    orow[i, c] = x
-                else:
-                    orow[i, c] = alpha * d0[i, c] + beta * x
+            tu[i] = (-_adv(dub, dvb, dvm, dvp, pub, pum, pup, i, ihy, ihx)
+                     - _adv(pub, pvb, pvm, pvp, dub, dum, dup, i, ihy, ihx)
+                     + nu * _lap(dub, dum, dup, i, ihy2, ihx2))
+            tv[i] = (-_adv(dub, dvb, dvm, dvp, pvb, pvm, pvp, i, ihy, ihx)
+                     - _adv(pub, pvb, pvm, pvp, dvb, dvm, dvp, i, ihy, ihx)
+                     + nu * _lap(dvb, dvm, dvp, i, ihy2, ihx2))
+        if dnu != 0.0:
+            for i in range(mx):
+                tu[i] += dnu * _lap(pub, pum, pup, i, ihy2, ihx2)
+                tv[i] += dnu * _lap(pvb, pvm, pvp, i, ihy2, ihx2)
+        for i in range(mx):
+            tu[i] = dub[i + 1] + dt * tu[i]
+            tv[i] = dvb[i + 1] + dt * tv[i]
+        _combine(tu, tv, D0U[j], D0V[j], alpha, beta, first, outU[j], outV[j])
 
 
-@njit(cache=True)
-def adjoint_stage(P, FP, M, FM, mode, nu, dt, ih, out1, out2):
+@njit(cache=True, error_model="numpy")
+def adjoint_stage(PU, PV, FPU, FPV, MU, MV, FMU, FMV, mode, nu, dt, ih, out1U, out1V, out2U, out2V):
     """One RK stage backwards: t = (N'(w))^T mu; returns the local sum <lap w, mu> (for dJ/dnu).
 
     (N'(w))^T mu = b(w, mu) + nu lap mu - 1/2 sum_d (mu_d grad w_d - w_d grad mu_d) (b(w, .) is
     antisymmetric on the periodic grid). mode 3: out1 = 2/3 (mu + dt t), out2 = mu/3 + 3/4 out1;
-    mode 2: out1 = 1/4 (mu + dt t); mode 1: out2 += mu + dt t.
+    mode 2: out1 = 1/4 (mu + dt t); mode 1: out2 += mu + dt t. The sum runs point by point, u's
+    term then v's, in the interleaved kernels' order (so dJ/dnu is bitwise theirs).
     """
-    pylo, pyhi, pxlo, pxhi = FP
-    mylo, myhi, mxlo, mxhi = FM
+    puylo, puyhi, puxlo, puxhi = FPU
+    pvylo, pvyhi, pvxlo, pvxhi = FPV
+    muylo, muyhi, muxlo, muxhi = FMU
+    mvylo, mvyhi, mvxlo, mvxhi = FMV
     ihy2, ihx2, ihy, ihx = ih
-    my, mx = P.shape[0], P.shape[1]
-    pb = np.empty((mx + 2, 2))
-    mb = np.empty((mx + 2, 2))
+    my, mx = PU.shape
+    pub = np.empty(mx + 2)
+    pvb = np.empty(mx + 2)
+    mub = np.empty(mx + 2)
+    mvb = np.empty(mx + 2)
+    su = np.empty(mx)  # mu + dt t, per component
+    sv = np.empty(mx)
+    gu = np.empty(mx)  # lap w_c mu_c, per component
+    gv = np.empty(mx)
     dnu = 0.0
     for j in range(my):
-        pym, pyp = _yrows(P, pylo, pyhi, j)
-        mym, myp = _yrows(M, mylo, myhi, j)
-        _fill(pb, P, pxlo, pxhi, j)
-        _fill(mb, M, mxlo, mxhi, j)
+        pum, pup = _yrows(PU, puylo, puyhi, j)
+        pvm, pvp = _yrows(PV, pvylo, pvyhi, j)
+        mum, mup = _yrows(MU, muylo, muyhi, j)
+        mvm, mvp = _yrows(MV, mvylo, mvyhi, j)
+        _fill(pub, PU, puxlo, puxhi, j)
+        _fill(pvb, PV, pvxlo, pvxhi, j)
+        _fill(mub, MU, muxlo, muxhi, j)
+        _fill(mvb, MV, mvxlo, mvxhi, j)
         for i in range(mx):
             sx = 0.0
             sy = 0.0
-            for d in range(2):
-                wd = pb[i + 1, d]
-                md = mb[i + 1, d]
-                wx = (pb[i + 2, d] - pb[i, d]) * ihx
-                wy = (pyp[i, d] - pym[i, d]) * ihy
-                mxd = (mb[i + 2, d] - mb[i, d]) * ihx
-                myd = (myp[i, d] - mym[i, d]) * ihy
-                sx += md * wx - wd * mxd
-                sy += md * wy - wd * myd
-            for c in range(2):
-                t = _adv(pb, pym, pyp, mb, mym, myp, i, c, ihy, ihx) + nu * _lap(mb, mym, myp, i, c, ihy2, ihx2)
-                t -= 0.5 * (sx if c == 0 else sy)
-                m = mb[i + 1, c]
-                dnu += _lap(pb, pym, pyp, i, c, ihy2, ihx2) * m
-                if mode == 3:
-                    b = (2.0 / 3.0) * (m + dt * t)
-                    out1[j, i, c] = b
-                    out2[j, i, c] = m / 3.0 + 0.75 * b
-                elif mode == 2:
-                    out1[j, i, c] = 0.25 * (m + dt * t)
-                else:
-                    out2[j, i, c] += m + dt * t
+            sx += mub[i + 1] * ((pub[i + 2] - pub[i]) * ihx) - pub[i + 1] * ((mub[i + 2] - mub[i]) * ihx)
+            sy += mub[i + 1] * ((pup[i] - pum[i]) * ihy) - pub[i + 1] * ((mup[i] - mum[i]) * ihy)
+            sx += mvb[i + 1] * ((pvb[i + 2] - pvb[i]) * ihx) - pvb[i + 1] * ((mvb[i + 2] - mvb[i]) * ihx)
+            sy += mvb[i + 1] * ((pvp[i] - pvm[i]) * ihy) - pvb[i + 1] * ((mvp[i] - mvm[i]) * ihy)
+            t = _adv(pub, pvb, pvm, pvp, mub, mum, mup, i, ihy, ihx) + nu * _lap(mub, mum, mup, i, ihy2, ihx2)
+            t -= 0.5 * sx
+            su[i] = mub[i + 1] + dt * t
+            gu[i] = _lap(pub, pum, pup, i, ihy2, ihx2) * mub[i + 1]
+            t = _adv(pub, pvb, pvm, pvp, mvb, mvm, mvp, i, ihy, ihx) + nu * _lap(mvb, mvm, mvp, i, ihy2, ihx2)
+            t -= 0.5 * sy
+            sv[i] = mvb[i + 1] + dt * t
+            gv[i] = _lap(pvb, pvm, pvp, i, ihy2, ihx2) * mvb[i + 1]
+        for i in range(mx):
+            dnu += gu[i]
+            dnu += gv[i]
+        if mode == 3:
+            o1u, o1v, o2u, o2v = out1U[j], out1V[j], out2U[j], out2V[j]
+            for i in range(mx):
+                b = (2.0 / 3.0) * su[i]
+                o1u[i] = b
+                o2u[i] = mub[i + 1] / 3.0 + 0.75 * b
+                b = (2.0 / 3.0) * sv[i]
+                o1v[i] = b
+                o2v[i] = mvb[i + 1] / 3.0 + 0.75 * b
+        elif mode == 2:
+            o1u, o1v = out1U[j], out1V[j]
+            for i in range(mx):
+                o1u[i] = 0.25 * su[i]
+                o1v[i] = 0.25 * sv[i]
+        else:
+            o2u, o2v = out2U[j], out2V[j]
+            for i in range(mx):
+                o2u[i] += su[i]
+                o2v[i] += sv[i]
     return dnu

@@ -57,6 +57,8 @@ def test_actions_stream():
     (["--steps", "0", "--ram", "4"], "--steps must be >= 1"),
     (["--steps", "10", "--ram", "0", "--disk", "0"], "no slot on any level"),
     (["--steps", "10", "--ram", "1KiB", "--snapshot-bytes", "4096"], "cannot hold u_0"),
+    (["--steps", "10", "--ram", "1KiB", "--snapshot-bytes", "4KiB"], "cannot hold u_0"),
+    (["--steps", "10", "--ram", "1GiB", "--snapshot-bytes", "8XB"], "unknown unit"),
     (["--steps", "10", "--ram", "4", "--schedule", "nope"], "invalid choice"),
     (["--steps", "10", "--ram", "2GiB"], "--snapshot-bytes"),
     (["--steps", "10", "--ram", "lots"], "--ram"),

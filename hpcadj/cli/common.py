@@ -25,6 +25,20 @@ def int_in(low: int, high: int | None = None):
     return convert
 
 
+def byte_count(text: str) -> int:
+    """An argparse ``type=``: a positive number of bytes, bare (``8388608``) or with a unit (``8MiB``)."""
+    from ..checkpoint.budget import parse_budget
+
+    try:
+        budget = parse_budget(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    value = budget.slots if budget.nbytes is None else budget.nbytes
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    return value
+
+
 def positive_float(text: str) -> float:
     """An argparse ``type=``: a finite number > 0 (rejects nan, inf, 0, negatives and garbage)."""
     try:

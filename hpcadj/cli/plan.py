@@ -14,7 +14,7 @@ import sys
 import time
 
 from . import CliError
-from .common import int_in
+from .common import byte_count
 
 LEVEL_OPTIONS = (("ram", "RAM"), ("disk", "node-local disk"), ("pfs", "parallel file system (HDF5)"))
 
@@ -29,7 +29,7 @@ def add_parser(subparsers) -> None:
     for name, what in LEVEL_OPTIONS:
         p.add_argument(f"--{name}", metavar="B", default=None,
                        help=f"{what} budget: slots (8) or bytes (2GiB, 512MB, 1.5e9B)")
-    p.add_argument("--snapshot-bytes", type=int_in(1), default=None, metavar="BYTES",
+    p.add_argument("--snapshot-bytes", type=byte_count, default=None, metavar="BYTES",
                    help="bytes of one snapshot, to turn byte budgets into slots")
     p.add_argument("--memory", default=None, metavar="BYTES",
                    help="whole-process budget per rank: RAM slots are what it leaves beside the model's "
@@ -44,7 +44,7 @@ def add_parser(subparsers) -> None:
                    help="plan compressed snapshots (none, lossless[:cname], lossy:TOL) on every level, as "
                         "hpcadj run --compress: a slot is --compressed-bytes times the codec's margin, so "
                         "byte budgets (and --memory) buy that many more slots")
-    p.add_argument("--compressed-bytes", type=int_in(1), default=None, metavar="BYTES",
+    p.add_argument("--compressed-bytes", type=byte_count, default=None, metavar="BYTES",
                    help="bytes one compressed snapshot takes on one rank (e.g. `hpcadj calibrate --compress "
                         "SPEC --json`'s compression.probed_bytes); needed with --compress")
     p.add_argument("--schedule", default="auto", choices=SCHEDULES,

@@ -4,6 +4,7 @@ same processes, and the previous numpy implementation (copied below) timed in th
 
     python experiments/kernels/run.py                 # wave 96^3, 128^3 and burgers 1024^2 on 1 and 2 ranks
     python experiments/kernels/run.py --quick         # small sizes, for make experiments
+    python experiments/kernels/run.py --only burgers  # one model's cases; the CSV keeps the others' rows
 
 Writes results.csv beside this file (or --out). Each case runs under its own mpirun.
 """
@@ -123,7 +124,9 @@ class OldBurgers:
         self._work = m.grid.create_vec()
 
     def interleaved(self, state):
-        return state
+        """The new model's (split) state as the old code's interleaved (u, v)."""
+        snap = self.m.snapshot(state)
+        return self.m.grid.vec_from(np.stack([snap["u"], snap["v"]], axis=-1))
 
     def _pad(self, block):
         self.m.grid.owned(self._work)[...] = block
@@ -281,7 +284,7 @@ def worker(model_name, grid, reps, old_reps):
     rows["step"] = _time(comm, lambda r: keep(m.step(1, u)), reps)
     rows["adjoint"] = _time(comm, lambda r: keep(m.adjoint_step(1, u, u1, lam, grad)), reps)
     rows["tangent"] = _time(comm, lambda r: keep(m.tangent_step(1, u, u1, lam, dcontrols)), reps)
-    # the old code's states: wave's pair interleaved point by point (the new model stores it split)
+    # the old code's states: the pairs interleaved point by point (the new models store them split)
     u_old, u1_old, lam_old = (old.interleaved(v) for v in (u, u1, lam))
     rows["old_step"] = _time(comm, lambda r: keep(old.step(1, u_old)), old_reps)
     rows["old_adjoint"] = _time(comm, lambda r: keep(old.adjoint_step(1, u_old, u1_old, lam_old, grad)), old_reps)
@@ -318,6 +321,7 @@ def main():
     ap.add_argument("--out", default=str(HERE / "results.csv"))
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--worker", nargs=2, metavar=("MODEL", "GRID"))
+    ap.add_argument("--only", choices=("wave", "burgers"), help="run this model's cases only")
     args = ap.parse_args()
     if args.worker:
         worker(*args.worker, reps=args.reps, old_reps=max(3, args.reps // 3))
@@ -327,6 +331,8 @@ def main():
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     rows = []
     for model, grid, ranks in CASES["quick" if args.quick else "full"]:
+        if args.only and model != args.only:
+            continue
         cmd = ["mpirun", "--oversubscribe", "-n", str(ranks), sys.executable, str(Path(__file__).resolve()),
                "--worker", model, grid, "--reps", str(args.reps)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
@@ -340,6 +346,10 @@ def main():
                   f"(min {r['ms_min']:.2f})  {r['GBps_median']:6.2f} GB/s  triad {r['triad_GBps']:.1f}  "
                   f"ratio {r['ratio_to_triad']:.2f}  old {r['old_ms_median']} ms  x{r['speedup_vs_old']}",
                   flush=True)
+    if args.only and Path(args.out).exists():  # the other models' rows stay as they were measured
+        with open(args.out, newline="") as f:
+            others = [r for r in csv.DictReader(f) if r["model"] != args.only]
+        rows = others + rows
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -61,41 +61,64 @@ def _adv(aub, avb, avm, avp, bb, bm, bp, i, ihy, ihx):
     return 0.5 * (aub[i + 1] * bx + avb[i + 1] * by + fx + fy)
 
 
+@njit(cache=True, inline="always")
+def _rhs(ub, vb, um, up, vm, vp, i, nu, ihy2, ihx2, ihy, ihx):
+    """N(x) = -b(x, x) + nu lap x at point i of a row: (u, v) components."""
+    nu_ = -_adv(ub, vb, vm, vp, ub, um, up, i, ihy, ihx) + nu * _lap(ub, um, up, i, ihy2, ihx2)
+    nv_ = -_adv(ub, vb, vm, vp, vb, vm, vp, i, ihy, ihx) + nu * _lap(vb, vm, vp, i, ihy2, ihx2)
+    return nu_, nv_
+
+
 @njit(cache=True, error_model="numpy")
 def stage(XU, XV, FU, FV, W0U, W0V, alpha, beta, first, nu, dt, ih, outU, outV):
-    """out = x + dt N(x) (``first``) or alpha w0 + beta (x + dt N(x)), N(w) = -b(w, w) + nu lap w."""
+    """out = x + dt N(x) (``first``) or alpha w0 + beta (x + dt N(x)), N(w) = -b(w, w) + nu lap w.
+
+    One loop per case, so each writes its outputs straight from registers (a row buffer and a
+    second pass over it cost a quarter of the stage)."""
     uylo, uyhi, uxlo, uxhi = FU
     vylo, vyhi, vxlo, vxhi = FV
     ihy2, ihx2, ihy, ihx = ih
     my, mx = XU.shape
     ub = np.empty(mx + 2)
     vb = np.empty(mx + 2)
-    nu_row = np.empty(mx)
-    nv_row = np.empty(mx)
     for j in range(my):
         um, up = _yrows(XU, uylo, uyhi, j)
         vm, vp = _yrows(XV, vylo, vyhi, j)
         _fill(ub, XU, uxlo, uxhi, j)
         _fill(vb, XV, vxlo, vxhi, j)
-        for i in range(mx):
-            nu_row[i] = ub[i + 1] + dt * (-_adv(ub, vb, vm, vp, ub, um, up, i, ihy, ihx)
-                                          + nu * _lap(ub, um, up, i, ihy2, ihx2))
-            nv_row[i] = vb[i + 1] + dt * (-_adv(ub, vb, vm, vp, vb, vm, vp, i, ihy, ihx)
-                                          + nu * _lap(vb, vm, vp, i, ihy2, ihx2))
-        _combine(nu_row, nv_row, W0U[j], W0V[j], alpha, beta, first, outU[j], outV[j])
+        ou, ov = outU[j], outV[j]
+        if first:
+            for i in range(mx):
+                nu_, nv_ = _rhs(ub, vb, um, up, vm, vp, i, nu, ihy2, ihx2, ihy, ihx)
+                ou[i] = ub[i + 1] + dt * nu_
+                ov[i] = vb[i + 1] + dt * nv_
+        else:
+            w0u, w0v = W0U[j], W0V[j]
+            for i in range(mx):
+                nu_, nv_ = _rhs(ub, vb, um, up, vm, vp, i, nu, ihy2, ihx2, ihy, ihx)
+                ou[i] = alpha * w0u[i] + beta * (ub[i + 1] + dt * nu_)
+                ov[i] = alpha * w0v[i] + beta * (vb[i + 1] + dt * nv_)
 
 
 @njit(cache=True, inline="always")
-def _combine(xu, xv, w0u, w0v, alpha, beta, first, ou, ov):
-    """One row of a stage's output: x (``first``) or alpha w0 + beta x."""
-    if first:
-        for i in range(xu.shape[0]):
-            ou[i] = xu[i]
-            ov[i] = xv[i]
-    else:
-        for i in range(xu.shape[0]):
-            ou[i] = alpha * w0u[i] + beta * xu[i]
-            ov[i] = alpha * w0v[i] + beta * xv[i]
+def _trhs(pub, pvb, pum, pup, pvm, pvp, dub, dvb, dum, dup, dvm, dvp, i, nu, ihy2, ihx2, ihy, ihx):
+    """T = -b(d, w) - b(w, d) + nu lap d at point i: (u, v) components."""
+    tu = (-_adv(dub, dvb, dvm, dvp, pub, pum, pup, i, ihy, ihx)
+          - _adv(pub, pvb, pvm, pvp, dub, dum, dup, i, ihy, ihx)
+          + nu * _lap(dub, dum, dup, i, ihy2, ihx2))
+    tv = (-_adv(dub, dvb, dvm, dvp, pvb, pvm, pvp, i, ihy, ihx)
+          - _adv(pub, pvb, pvm, pvp, dvb, dvm, dvp, i, ihy, ihx)
+          + nu * _lap(dvb, dvm, dvp, i, ihy2, ihx2))
+    return tu, tv
+
+
+@njit(cache=True, inline="always")
+def _trhs_dnu(pub, pvb, pum, pup, pvm, pvp, dub, dvb, dum, dup, dvm, dvp, i, nu, dnu, ihy2, ihx2, ihy, ihx):
+    """:func:`_trhs` plus dnu lap w (a separate function: a branch in the loop kept it scalar)."""
+    tu, tv = _trhs(pub, pvb, pum, pup, pvm, pvp, dub, dvb, dum, dup, dvm, dvp, i, nu, ihy2, ihx2, ihy, ihx)
+    tu += dnu * _lap(pub, pum, pup, i, ihy2, ihx2)
+    tv += dnu * _lap(pvb, pvm, pvp, i, ihy2, ihx2)
+    return tu, tv
 
 
 @njit(cache=True, error_model="numpy")
@@ -112,8 +135,6 @@ def tangent_stage(PU, PV, FPU, FPV, DU, DV, FDU, FDV, D0U, D0V, alpha, beta, fir
     pvb = np.empty(mx + 2)
     dub = np.empty(mx + 2)
     dvb = np.empty(mx + 2)
-    tu = np.empty(mx)
-    tv = np.empty(mx)
     for j in range(my):
         pum, pup = _yrows(PU, puylo, puyhi, j)
         pvm, pvp = _yrows(PV, pvylo, pvyhi, j)
@@ -123,21 +144,53 @@ def tangent_stage(PU, PV, FPU, FPV, DU, DV, FDU, FDV, D0U, D0V, alpha, beta, fir
         _fill(pvb, PV, pvxlo, pvxhi, j)
         _fill(dub, DU, duxlo, duxhi, j)
         _fill(dvb, DV, dvxlo, dvxhi, j)
-        for i in range(mx):
-            tu[i] = (-_adv(dub, dvb, dvm, dvp, pub, pum, pup, i, ihy, ihx)
-                     - _adv(pub, pvb, pvm, pvp, dub, dum, dup, i, ihy, ihx)
-                     + nu * _lap(dub, dum, dup, i, ihy2, ihx2))
-            tv[i] = (-_adv(dub, dvb, dvm, dvp, pvb, pvm, pvp, i, ihy, ihx)
-                     - _adv(pub, pvb, pvm, pvp, dvb, dvm, dvp, i, ihy, ihx)
-                     + nu * _lap(dvb, dvm, dvp, i, ihy2, ihx2))
-        if dnu != 0.0:
+        ou, ov = outU[j], outV[j]
+        d0u, d0v = D0U[j], D0V[j]
+        # one loop per case (first stage or not, dnu zero or not): a branch inside kept it scalar
+        if dnu != 0.0 and first:
             for i in range(mx):
-                tu[i] += dnu * _lap(pub, pum, pup, i, ihy2, ihx2)
-                tv[i] += dnu * _lap(pvb, pvm, pvp, i, ihy2, ihx2)
-        for i in range(mx):
-            tu[i] = dub[i + 1] + dt * tu[i]
-            tv[i] = dvb[i + 1] + dt * tv[i]
-        _combine(tu, tv, D0U[j], D0V[j], alpha, beta, first, outU[j], outV[j])
+                tu, tv = _trhs_dnu(pub, pvb, pum, pup, pvm, pvp, dub, dvb, dum, dup, dvm, dvp, i, nu, dnu,
+                                   ihy2, ihx2, ihy, ihx)
+                ou[i] = dub[i + 1] + dt * tu
+                ov[i] = dvb[i + 1] + dt * tv
+        elif dnu != 0.0:
+            for i in range(mx):
+                tu, tv = _trhs_dnu(pub, pvb, pum, pup, pvm, pvp, dub, dvb, dum, dup, dvm, dvp, i, nu, dnu,
+                                   ihy2, ihx2, ihy, ihx)
+                ou[i] = alpha * d0u[i] + beta * (dub[i + 1] + dt * tu)
+                ov[i] = alpha * d0v[i] + beta * (dvb[i + 1] + dt * tv)
+        elif first:
+            for i in range(mx):
+                tu, tv = _trhs(pub, pvb, pum, pup, pvm, pvp, dub, dvb, dum, dup, dvm, dvp, i, nu,
+                               ihy2, ihx2, ihy, ihx)
+                ou[i] = dub[i + 1] + dt * tu
+                ov[i] = dvb[i + 1] + dt * tv
+        else:
+            for i in range(mx):
+                tu, tv = _trhs(pub, pvb, pum, pup, pvm, pvp, dub, dvb, dum, dup, dvm, dvp, i, nu,
+                               ihy2, ihx2, ihy, ihx)
+                ou[i] = alpha * d0u[i] + beta * (dub[i + 1] + dt * tu)
+                ov[i] = alpha * d0v[i] + beta * (dvb[i + 1] + dt * tv)
+
+
+@njit(cache=True, inline="always")
+def _arhs(pub, pvb, pum, pup, pvm, pvp, mub, mvb, mum, mup, mvm, mvp, i, nu, dt, ihy2, ihx2, ihy, ihx):
+    """(mu + dt t) per component and the terms lap w_c mu_c of dJ/dnu, at point i."""
+    sx = 0.0
+    sy = 0.0
+    sx += mub[i + 1] * ((pub[i + 2] - pub[i]) * ihx) - pub[i + 1] * ((mub[i + 2] - mub[i]) * ihx)
+    sy += mub[i + 1] * ((pup[i] - pum[i]) * ihy) - pub[i + 1] * ((mup[i] - mum[i]) * ihy)
+    sx += mvb[i + 1] * ((pvb[i + 2] - pvb[i]) * ihx) - pvb[i + 1] * ((mvb[i + 2] - mvb[i]) * ihx)
+    sy += mvb[i + 1] * ((pvp[i] - pvm[i]) * ihy) - pvb[i + 1] * ((mvp[i] - mvm[i]) * ihy)
+    t = _adv(pub, pvb, pvm, pvp, mub, mum, mup, i, ihy, ihx) + nu * _lap(mub, mum, mup, i, ihy2, ihx2)
+    t -= 0.5 * sx
+    su = mub[i + 1] + dt * t
+    gu = _lap(pub, pum, pup, i, ihy2, ihx2) * mub[i + 1]
+    t = _adv(pub, pvb, pvm, pvp, mvb, mvm, mvp, i, ihy, ihx) + nu * _lap(mvb, mvm, mvp, i, ihy2, ihx2)
+    t -= 0.5 * sy
+    sv = mvb[i + 1] + dt * t
+    gv = _lap(pvb, pvm, pvp, i, ihy2, ihx2) * mvb[i + 1]
+    return su, sv, gu, gv
 
 
 @njit(cache=True, error_model="numpy")
@@ -147,7 +200,8 @@ def adjoint_stage(PU, PV, FPU, FPV, MU, MV, FMU, FMV, mode, nu, dt, ih, out1U, o
     (N'(w))^T mu = b(w, mu) + nu lap mu - 1/2 sum_d (mu_d grad w_d - w_d grad mu_d) (b(w, .) is
     antisymmetric on the periodic grid). mode 3: out1 = 2/3 (mu + dt t), out2 = mu/3 + 3/4 out1;
     mode 2: out1 = 1/4 (mu + dt t); mode 1: out2 += mu + dt t. The sum runs point by point, u's
-    term then v's, in the interleaved kernels' order (so dJ/dnu is bitwise theirs).
+    term then v's, in the interleaved kernels' order (so dJ/dnu is bitwise theirs): a scalar loop
+    over a row's terms after the vectorised one.
     """
     puylo, puyhi, puxlo, puxhi = FPU
     pvylo, pvyhi, pvxlo, pvxhi = FPV
@@ -159,8 +213,6 @@ def adjoint_stage(PU, PV, FPU, FPV, MU, MV, FMU, FMV, mode, nu, dt, ih, out1U, o
     pvb = np.empty(mx + 2)
     mub = np.empty(mx + 2)
     mvb = np.empty(mx + 2)
-    su = np.empty(mx)  # mu + dt t, per component
-    sv = np.empty(mx)
     gu = np.empty(mx)  # lap w_c mu_c, per component
     gv = np.empty(mx)
     dnu = 0.0
@@ -173,41 +225,32 @@ def adjoint_stage(PU, PV, FPU, FPV, MU, MV, FMU, FMV, mode, nu, dt, ih, out1U, o
         _fill(pvb, PV, pvxlo, pvxhi, j)
         _fill(mub, MU, muxlo, muxhi, j)
         _fill(mvb, MV, mvxlo, mvxhi, j)
-        for i in range(mx):
-            sx = 0.0
-            sy = 0.0
-            sx += mub[i + 1] * ((pub[i + 2] - pub[i]) * ihx) - pub[i + 1] * ((mub[i + 2] - mub[i]) * ihx)
-            sy += mub[i + 1] * ((pup[i] - pum[i]) * ihy) - pub[i + 1] * ((mup[i] - mum[i]) * ihy)
-            sx += mvb[i + 1] * ((pvb[i + 2] - pvb[i]) * ihx) - pvb[i + 1] * ((mvb[i + 2] - mvb[i]) * ihx)
-            sy += mvb[i + 1] * ((pvp[i] - pvm[i]) * ihy) - pvb[i + 1] * ((mvp[i] - mvm[i]) * ihy)
-            t = _adv(pub, pvb, pvm, pvp, mub, mum, mup, i, ihy, ihx) + nu * _lap(mub, mum, mup, i, ihy2, ihx2)
-            t -= 0.5 * sx
-            su[i] = mub[i + 1] + dt * t
-            gu[i] = _lap(pub, pum, pup, i, ihy2, ihx2) * mub[i + 1]
-            t = _adv(pub, pvb, pvm, pvp, mvb, mvm, mvp, i, ihy, ihx) + nu * _lap(mvb, mvm, mvp, i, ihy2, ihx2)
-            t -= 0.5 * sy
-            sv[i] = mvb[i + 1] + dt * t
-            gv[i] = _lap(pvb, pvm, pvp, i, ihy2, ihx2) * mvb[i + 1]
-        for i in range(mx):
-            dnu += gu[i]
-            dnu += gv[i]
         if mode == 3:
             o1u, o1v, o2u, o2v = out1U[j], out1V[j], out2U[j], out2V[j]
             for i in range(mx):
-                b = (2.0 / 3.0) * su[i]
+                su, sv, gu[i], gv[i] = _arhs(pub, pvb, pum, pup, pvm, pvp, mub, mvb, mum, mup, mvm, mvp,
+                                             i, nu, dt, ihy2, ihx2, ihy, ihx)
+                b = (2.0 / 3.0) * su
                 o1u[i] = b
                 o2u[i] = mub[i + 1] / 3.0 + 0.75 * b
-                b = (2.0 / 3.0) * sv[i]
+                b = (2.0 / 3.0) * sv
                 o1v[i] = b
                 o2v[i] = mvb[i + 1] / 3.0 + 0.75 * b
         elif mode == 2:
             o1u, o1v = out1U[j], out1V[j]
             for i in range(mx):
-                o1u[i] = 0.25 * su[i]
-                o1v[i] = 0.25 * sv[i]
+                su, sv, gu[i], gv[i] = _arhs(pub, pvb, pum, pup, pvm, pvp, mub, mvb, mum, mup, mvm, mvp,
+                                             i, nu, dt, ihy2, ihx2, ihy, ihx)
+                o1u[i] = 0.25 * su
+                o1v[i] = 0.25 * sv
         else:
             o2u, o2v = out2U[j], out2V[j]
             for i in range(mx):
-                o2u[i] += su[i]
-                o2v[i] += sv[i]
+                su, sv, gu[i], gv[i] = _arhs(pub, pvb, pum, pup, pvm, pvp, mub, mvb, mum, mup, mvm, mvp,
+                                             i, nu, dt, ihy2, ihx2, ihy, ihx)
+                o2u[i] += su
+                o2v[i] += sv
+        for i in range(mx):
+            dnu += gu[i]
+            dnu += gv[i]
     return dnu

@@ -303,6 +303,24 @@ def test_ram_copies_views_and_reuses_freed_slots():
     assert same(level.read(4), {k: np.ascontiguousarray(v) for k, v in column.items()})
 
 
+def test_ram_holds_donated_snapshots_by_reference():
+    """A donated snapshot is held as it is (no copy; read-only to readers, the donor's arrays keep
+    their flags); freeing it hands nothing to the copy spares, so a later copy never lands in it."""
+    level = RamLevel(2, LAYOUT, verify=True)
+    donor = {k: v.copy() for k, v in snap(1).items()}
+    level.write(1, donor, donate=True)
+    held = level.read(1)
+    assert all(np.shares_memory(held[k], donor[k]) for k in donor)
+    assert not held["u"].flags.writeable and donor["u"].flags.writeable
+    assert level.stats.zero_copy == 1
+    level.write(2, snap(2))
+    assert not np.shares_memory(level.read(2)["u"], snap(2)["u"])
+    level.free(1)
+    level.write(3, snap(3))
+    assert not any(np.shares_memory(level.read(3)[k], donor[k]) for k in donor)
+    assert same(level.read(3), snap(3)) and same(donor, snap(1))
+
+
 def test_ram_verify_detects_corruption():
     level = RamLevel(2, LAYOUT, verify=True)
     level.write(0, snap(0))

@@ -1,4 +1,4 @@
-"""RAM level: numpy copies in process memory."""
+"""RAM level: snapshots in process memory, held by reference when donated, else copied."""
 
 from __future__ import annotations
 
@@ -10,12 +10,15 @@ from .checksum import block_checksum
 
 
 class RamLevel(Level):
-    """Snapshots held as private read-only numpy copies; reads hand out those read-only arrays.
+    """Snapshots in process memory; reads hand out read-only arrays.
 
-    A freed slot's arrays are kept and reused by the next write, so a plan that stores and frees
-    repeatedly copies into memory already paged in; slots in use plus kept ones never exceed the
-    peak number of slots used. With ``verify=True`` each block's CRC-32 is recorded on write and
-    checked on read (off by default: process memory is trusted and the check costs a pass).
+    A *donated* snapshot (the driver donates every store: states are never changed in place) is held
+    as it is, by reference: no copy, and the state's memory stays alive until the slot is freed. At
+    wave 128^3 on 2 ranks a copy of a 32 MiB pair cost ~4 ms against a ~4 ms step. Other snapshots
+    are copied into private read-only arrays; a freed slot's copies are kept and reused by the next
+    copy, so a plan that stores and frees repeatedly copies into memory already paged in. With
+    ``verify=True`` each block's CRC-32 is recorded on write and checked on read (off by default:
+    process memory is trusted and the check costs a pass).
     """
 
     kind = "ram"
@@ -26,6 +29,7 @@ class RamLevel(Level):
         self._data: dict[int, Snapshot] = {}
         self._crc: dict[int, dict[str, int]] = {}
         self._spare: list[Snapshot] = []
+        self._donated: set[int] = set()
 
     @property
     def failures_need_agreement(self) -> bool:
@@ -33,9 +37,14 @@ class RamLevel(Level):
         fails alike on every rank (a plan error) or not at all."""
         return self.verify
 
-    def _write(self, step, snapshot, donate=False):  # RAM always keeps its own copy
+    def _write(self, step, snapshot, donate=False):
         t0 = time.perf_counter()
-        copies = self._copy(snapshot)
+        if donate:
+            copies = {k: _readonly_view(a) for k, a in snapshot.items()}
+            self._donated.add(step)
+            self.stats.zero_copy += 1
+        else:
+            copies = self._copy(snapshot)
         self._data[step] = copies
         if self.verify:
             self._crc[step] = {k: block_checksum(a) for k, a in copies.items()}
@@ -61,11 +70,23 @@ class RamLevel(Level):
         return snapshot
 
     def _free(self, step):
-        self._spare.append(self._data.pop(step))
+        held = self._data.pop(step)
+        if step in self._donated:
+            self._donated.discard(step)  # the state's memory is its owner's again
+        else:
+            self._spare.append(held)
         self._crc.pop(step, None)
 
     def close(self):
         self._data.clear()
+        self._donated.clear()
         self._crc.clear()
         self._spare.clear()
         self._held.clear()
+
+
+def _readonly_view(array):
+    """A read-only view of ``array`` (the donor's own array keeps its flags)."""
+    view = array.view()
+    view.flags.writeable = False
+    return view

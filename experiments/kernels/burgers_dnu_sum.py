@@ -11,6 +11,7 @@ what it was; that dependent chain of additions cannot be vectorised without reor
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -36,12 +37,20 @@ def main():
     from hpcadj.models.dmda import parse_grid
     from hpcadj.stack import mpi
 
+    try:
+        sizes = parse_grid(args.grid)
+        if len(sizes) != 2 or min(sizes) < 3 or args.reps < 1:
+            raise ValueError(f"need a 2-D grid of at least 3x3 and --reps >= 1, got {args.grid}, {args.reps}")
+    except ValueError as exc:
+        print(f"burgers_dnu_sum: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     source = KERNEL.read_text()
     if SUM not in source:
-        raise SystemExit("burgers_dnu_sum: the kernel's sum loop is not where this script expects it")
+        print("burgers_dnu_sum: the kernel's sum loop is not where this script expects it", file=sys.stderr)
+        raise SystemExit(2)
     kernels = {"in-order sum": _compiled(source, "with_sum"),
                "no sum": _compiled(source.replace(SUM, "        dnu += gu[0]\n"), "no_sum")}
-    m = BurgersModel(mpi().COMM_SELF, parse_grid(args.grid), n_steps=2)
+    m = BurgersModel(mpi().COMM_SELF, sizes, n_steps=2)
     m.set_controls(m.default_controls())
     u = m.initial_state()
     mu = m.step(0, u)

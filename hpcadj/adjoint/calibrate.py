@@ -88,9 +88,10 @@ def calibrate(model, controls, comm, plans: list[LevelPlan], config: CheckpointC
 def _level_cost(plan, layout, comm, config, snapshot, repeats, forward_s, energy, nbytes, cores, model):
     """Write/read seconds per snapshot on one level kind, and the share of a write async I/O hides.
 
-    A read is timed as the driver's restore runs it: the level's read and the model's ``restore``
-    of it into a state (a RAM read alone returns views and costs nothing; the copy into a state
-    is the cost)."""
+    Writes donate the snapshot as the driver's stores do (a RAM level then holds it by reference,
+    an asynchronous one writes it without a staging copy). A read is timed as the driver's restore
+    runs it: the level's read and the model's ``restore`` of it into a state (a RAM read alone
+    returns views and costs nothing; the copy into a state is the cost)."""
     from ..stack import petsc
 
     def restore(level, step):
@@ -104,13 +105,13 @@ def _level_cost(plan, layout, comm, config, snapshot, repeats, forward_s, energy
                            run_id=None)
         try:
             for step in range(repeats):  # warm-up: the slots', files' and page cache's first touch
-                level.write(step, snapshot)
+                level.write(step, snapshot, donate=True)
             level.flush()
             for step in range(repeats):
                 level.read(step)
                 level.free(step)
             steps = iter(range(repeats))
-            visible = _timed(comm, lambda: level.write(next(steps), snapshot), repeats)
+            visible = _timed(comm, lambda: level.write(next(steps), snapshot, donate=True), repeats)
             level.flush()
             total_write = level.stats.write_s / max(level.stats.writes, 1)
             reads = iter(range(repeats))

@@ -60,7 +60,10 @@ def mapped_empty(shape, dtype) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if nbytes < MAPPED_MIN_BYTES:
         return np.empty(shape, dtype)
-    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype).reshape(shape)
+    # MAP_POPULATE faults the pages in at once (6 ms per fresh 16 MiB on this VM, 10 ms touched one
+    # by one): the array is about to be written whole anyway
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
+    return np.frombuffer(mmap.mmap(-1, nbytes, flags=flags), dtype=dtype).reshape(shape)
 
 
 def copy_snapshot(snapshot: Snapshot, spare: Snapshot | None = None) -> Snapshot:

@@ -392,6 +392,9 @@ class WaveModel(AdaptiveSteps, Stepper):
 
     def restore(self, snapshot):
         """A state from a snapshot, in a pooled buffer (a fresh Vec's page faults cost as much as a step)."""
+        shared = self._pool.vec_sharing([snapshot["u_prev"], snapshot["u"]])
+        if shared is not None:  # views of a pooled state held by reference: the same immutable pair
+            return shared
         vec = self._pool.new_vec()
         fields = self._fields(vec, readonly=False)
         fields[0] = snapshot["u_prev"]

@@ -103,8 +103,16 @@ def test_split_state_layout_round_trips_through_snapshots_and_controls(comm):
     pair = model.grid.owned_view(u0)
     snap = model.snapshot(state)
     assert np.array_equal(snap["u_prev"], pair[..., 0]) and np.array_equal(snap["u"], pair[..., 1])
-    again = model.snapshot(model.restore({k: v.copy() for k, v in snap.items()}))
+    copied = model.restore({k: v.copy() for k, v in snap.items()})
+    again = model.snapshot(copied)
     assert all(np.array_equal(again[k], snap[k]) for k in snap)
+    assert not np.shares_memory(copied.getArray(readonly=True), state.getArray(readonly=True))
+    # views of a pooled state (what a RAM level holds by reference) restore without a copy
+    shared = model.restore(snap)
+    assert np.shares_memory(shared.getArray(readonly=True), state.getArray(readonly=True))
+    swapped = model.restore({"u_prev": snap["u"], "u": snap["u_prev"]})
+    assert not np.shares_memory(swapped.getArray(readonly=True), state.getArray(readonly=True))
+    assert np.array_equal(model.snapshot(swapped)["u"], snap["u_prev"])
 
 
 def test_compute_gradient_refuses_an_undecided_step_count(comm):

@@ -144,6 +144,24 @@ class VecPool:
             self._buffers.append(buf)
         return _vec_over(self.grid, buf)
 
+    def vec_sharing(self, fields):
+        """A Vec over the pooled buffer that ``fields`` (1-D views, in order) tile exactly, or None.
+
+        A RAM level holds donated snapshots by reference, so a snapshot to restore is often a set
+        of views of a state this pool made; as states are never changed in place, the restored
+        state may share that buffer instead of copying it (a 32 MiB copy per restore at 128^3)."""
+        for buf in self._buffers:
+            at = buf.__array_interface__["data"][0]
+            for field in fields:
+                if (field.__array_interface__["data"][0] != at or not field.flags.c_contiguous
+                        or field.dtype != buf.dtype):
+                    break
+                at += field.nbytes
+            else:
+                if at == buf.__array_interface__["data"][0] + buf.nbytes:
+                    return _vec_over(self.grid, buf)
+        return None
+
 
 def _vec_over(grid, buf: np.ndarray):
     PETSc = petsc()

@@ -246,7 +246,11 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         return {name: fields[k] for k, name in enumerate(self.SNAPSHOT_FIELDS)}
 
     def restore(self, snapshot):
-        """A state from a snapshot, in a pooled buffer (no fresh Vec's page faults per restore)."""
+        """A state from a snapshot, in a pooled buffer (no fresh Vec's page faults per restore), or
+        the pooled state itself when the snapshot is its views (a RAM level's by-reference hold)."""
+        shared = self._pool.vec_sharing([snapshot[name] for name in self.SNAPSHOT_FIELDS])
+        if shared is not None:
+            return shared
         vec = self._pool.new_vec()
         fields = self._block(vec, readonly=False)
         for k, name in enumerate(self.SNAPSHOT_FIELDS):

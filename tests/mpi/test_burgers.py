@@ -61,6 +61,8 @@ def test_split_state_layout_round_trips_through_snapshots_and_controls(comm):
         assert np.array_equal(snap["u"], pair[..., 0]) and np.array_equal(snap["v"], pair[..., 1])
         again = model.snapshot(model.restore({k: v.copy() for k, v in snap.items()}))
         assert all(np.array_equal(again[k], snap[k]) for k in snap)
+        # views of the pooled state itself (a RAM level's by-reference hold) restore without a copy
+        assert np.shares_memory(model.restore(snap).getArray(readonly=True), state.getArray(readonly=True))
     grad = {k: v.duplicate() for k, v in controls.items()}
     grad["u0"].set(0.0)
     model.initial_adjoint(model.initial_state(), grad)

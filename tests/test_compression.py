@@ -261,11 +261,13 @@ def test_plan_compress_bad_input_is_one_line_exit_2(args, message):
 
 
 def test_memory_budget_sizes_ram_slots_at_their_compressed_size():
-    base = ["run", "--model", "wave", "--grid", "48x48x48", "--steps", "30", "--json", "--quiet"]
-    comp = ["--compress", "lossy:1e-4", "--compress-probe", "30"]
+    base = ["run", "--model", "wave", "--grid", "48x48x48", "--steps", "60", "--json", "--quiet"]
+    comp = ["--compress", "lossy:1e-4", "--compress-probe", "60"]
     p = mpirun(2, [HPCADJ, *base, *comp, "--memory", "40MiB"], timeout=120)
     least = float(re.search(r"the least budget that would do is ([\d.]+) MiB", p.stderr).group(1))
-    budget = f"{least + 3:.1f}MiB"  # about 3.5 raw snapshots (0.86 MiB per rank) beside the rest
+    # about 9 raw snapshots (0.86 MiB per rank) beside the rest: the measured baseline moves by up to
+    # ~6 MiB between runs, so a margin of a few snapshots was refused now and then
+    budget = f"{least + 8:.1f}MiB"
     raw = json.loads(mpirun(2, [HPCADJ, *base, "--memory", budget], timeout=120).stdout.splitlines()[-1])
     info = json.loads(mpirun(2, [HPCADJ, *base, *comp, "--memory", budget], timeout=120).stdout.splitlines()[-1])
     m, ram = info["memory"], info["compression"]["ram"]

@@ -74,17 +74,10 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         # scratch of one step (stage states, adjoint stage vectors) and halo buffers: overwritten by
         # every call, never carried from one to the next, so steps stay pure
         self._stage_vecs = [kernels.new_vec(self.grid) for _ in range(4)]
-        probe = self.field.create_vec()
-        ranges = np.asarray(probe.getOwnershipRanges(), dtype=np.int64)
-        probe.destroy()
-        # in a split state, field point g's u sits at g + the start of its owner's field range, v at
-        # g + its end: one halo (one scatter) per component, straight from the state Vec
-        self._halos = (
-            kernels.Halo(self.field, slots=4, source=self.grid,
-                         index_map=lambda g: g + ranges[np.searchsorted(ranges, g, side="right") - 1]),
-            kernels.Halo(self.field, slots=4, source=self.grid,
-                         index_map=lambda g: g + ranges[np.searchsorted(ranges, g, side="right")]))
-        self._pool = kernels.VecPool(self.grid)
+        self._split_pair = kernels.SplitPair(self.field, self.grid)
+        # one halo (one scatter) per component, straight from the state Vec
+        self._halos = (self._split_pair.halo(0, slots=4), self._split_pair.halo(1, slots=4))
+        self._pool = self._split_pair.pool
         self._controls = None
         self.nu = float(nu)
         self.dt = float(dt) if dt is not None else self.stable_dt(cfl)  # adaptive: dt_0's bound only
@@ -140,25 +133,16 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         return 9.0
 
     def initial_state(self):
-        return self._split(self._controls["u0"])
+        return self._split_pair.split(self._controls["u0"])
 
     # -- the stages (fused kernels in kernels/burgers.py) ------------------------------------
     def _block(self, vec, readonly=True):
         """A state's owned (u, v) as one (2, ny, nx) view (split layout)."""
-        return vec.getArray(readonly=readonly).reshape((2,) + self.field.shape)
+        return self._split_pair.fields(vec, readonly)
 
     def _faces(self, vec, slot):
         """The halo faces of a state's u and v (buffer ``slot`` of each component's halo)."""
         return self._halos[0].faces(vec, slot), self._halos[1].faces(vec, slot)
-
-    def _split(self, pair):
-        """The state (split layout) of an interleaved pair in the control layout (u0, du0)."""
-        vec = self._pool.new_vec()
-        fields = self._block(vec, readonly=False)
-        w = self.grid.owned_view(pair)
-        fields[0] = w[..., 0]
-        fields[1] = w[..., 1]
-        return vec
 
     def _interleaved(self, vec):
         """A state's owned block in the control layout (ny, nx, 2), a copy."""
@@ -216,14 +200,11 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         return out
 
     def initial_adjoint(self, lam0, grad):
-        w = self.grid.owned(grad["u0"])  # the control's interleaved layout
-        fields = self._block(lam0)
-        w[..., 0] += fields[0]
-        w[..., 1] += fields[1]
+        self._split_pair.add_into(grad["u0"], lam0)
 
     # -- tangent linear ----------------------------------------------------------------------
     def initial_tangent(self, dcontrols):
-        return self._split(dcontrols["u0"])
+        return self._split_pair.split(dcontrols["u0"])
 
     def tangent_step(self, i, u, u_next, du, dcontrols):
         dt, nu, ih = self._step_dt(i, u), self.nu, self._ih
@@ -246,16 +227,8 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         return {name: fields[k] for k, name in enumerate(self.SNAPSHOT_FIELDS)}
 
     def restore(self, snapshot):
-        """A state from a snapshot, in a pooled buffer (no fresh Vec's page faults per restore), or
-        the pooled state itself when the snapshot is its views (a RAM level's by-reference hold)."""
-        shared = self._pool.vec_sharing([snapshot[name] for name in self.SNAPSHOT_FIELDS])
-        if shared is not None:
-            return shared
-        vec = self._pool.new_vec()
-        fields = self._block(vec, readonly=False)
-        for k, name in enumerate(self.SNAPSHOT_FIELDS):
-            fields[k] = snapshot[name]
-        return vec
+        """A state from a snapshot, in a pooled buffer or shared (see :meth:`SplitPair.restore`)."""
+        return self._split_pair.restore(*(snapshot[name] for name in self.SNAPSHOT_FIELDS))
 
     def control_layout(self):
         return {"u0": self.grid.layout(), "nu": scalar_layout(self.comm)}

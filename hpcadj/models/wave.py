@@ -118,13 +118,9 @@ class WaveModel(AdaptiveSteps, Stepper):
         self._sigma3 = sigma.reshape(self._shape3) if adaptive else None
         self._per_dt: dict = {}  # adaptive: dt -> (s, a, c^2 a, its faces)
         self._ih2 = tuple([1.0] * (3 - self.dim) + [1.0 / h ** 2 for h in self.h])
-        probe = self.field.create_vec()
-        ranges = np.asarray(probe.getOwnershipRanges(), dtype=np.int64)
-        probe.destroy()
-        # in a split state, field point g's u^i sits at g + the end of its owner's field range
-        self._halo = kernels.Halo(self.field, slots=2, source=self.grid,
-                                  index_map=lambda g: g + ranges[np.searchsorted(ranges, g, side="right")])
-        self._pool = kernels.VecPool(self.grid)
+        self._split_pair = kernels.SplitPair(self.field, self.grid)
+        self._halo = self._split_pair.halo(1, slots=2)  # the kernels read only u^i's neighbours
+        self._pool = self._split_pair.pool
         self._field_halo = kernels.Halo(self.field)
         self.source = tuple(self._axis_index(axis, frac) for axis, frac in enumerate(self._source_position()))
         self._source_local = self._locate(self.source)
@@ -281,7 +277,7 @@ class WaveModel(AdaptiveSteps, Stepper):
         return 11.0
 
     def initial_state(self):
-        return self._split(self._controls["u0"])
+        return self._split_pair.split(self._controls["u0"])
 
     # -- forward -----------------------------------------------------------------------------
     def _source_value(self, i: int) -> float:
@@ -289,20 +285,11 @@ class WaveModel(AdaptiveSteps, Stepper):
 
     def _fields(self, vec, readonly=True):
         """A state's owned (u^{i-1}, u^i) as one (2, *field shape) view (split layout)."""
-        return vec.getArray(readonly=readonly).reshape((2,) + self.field.shape)
+        return self._split_pair.fields(vec, readonly)
 
     def _block(self, vec, readonly=True):
         """A state's two fields as the kernels see them: (2, nz, ny, nx), nz = 1 in 2-D."""
         return vec.getArray(readonly=readonly).reshape((2,) + self._shape3)
-
-    def _split(self, pair):
-        """The state (split layout) of an interleaved pair in the control layout (u0, du0)."""
-        vec = self._pool.new_vec()
-        fields = self._fields(vec, readonly=False)
-        w = self.grid.owned_view(pair)
-        fields[0] = w[..., 0]
-        fields[1] = w[..., 1]
-        return vec
 
     def _faces3(self, faces):
         """Halo faces in the kernels' 3-D form (zero z faces in 2-D)."""
@@ -361,14 +348,11 @@ class WaveModel(AdaptiveSteps, Stepper):
         return out
 
     def initial_adjoint(self, lam0, grad):
-        w = self.grid.owned(grad["u0"])  # the control's interleaved layout
-        fields = self._fields(lam0)
-        w[..., 0] += fields[0]
-        w[..., 1] += fields[1]
+        self._split_pair.add_into(grad["u0"], lam0)
 
     # -- tangent linear ----------------------------------------------------------------------
     def initial_tangent(self, dcontrols):
-        return self._split(dcontrols["u0"])
+        return self._split_pair.split(dcontrols["u0"])
 
     def tangent_step(self, i, u, u_next, du, dcontrols):
         dt, r, dt2 = self._step_params(i)
@@ -391,15 +375,8 @@ class WaveModel(AdaptiveSteps, Stepper):
         return {"u_prev": fields[0], "u": fields[1]}
 
     def restore(self, snapshot):
-        """A state from a snapshot, in a pooled buffer (a fresh Vec's page faults cost as much as a step)."""
-        shared = self._pool.vec_sharing([snapshot["u_prev"], snapshot["u"]])
-        if shared is not None:  # views of a pooled state held by reference: the same immutable pair
-            return shared
-        vec = self._pool.new_vec()
-        fields = self._fields(vec, readonly=False)
-        fields[0] = snapshot["u_prev"]
-        fields[1] = snapshot["u"]
-        return vec
+        """A state from a snapshot, in a pooled buffer or shared (see :meth:`SplitPair.restore`)."""
+        return self._split_pair.restore(snapshot["u_prev"], snapshot["u"])
 
     def control_layout(self):
         return {"c": self.field.layout(), "u0": self.grid.layout()}

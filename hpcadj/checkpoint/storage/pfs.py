@@ -65,6 +65,23 @@ def contiguous_in_file(global_shape, start, shape) -> bool:
         shape[j] == global_shape[j] for j in range(k + 1, len(shape)))
 
 
+def read_checked(name, step, rank, layout, fields, expected, read, path) -> Snapshot:
+    """This rank's blocks of ``step`` read by ``read(field, block)`` into fresh arrays, each checked
+    against its CRC in ``expected`` (fields' order); a mismatch is a :class:`CorruptSnapshot`."""
+    snapshot: Snapshot = {}
+    bad = []
+    for crc, field in zip(expected, fields):
+        lay = layout[field]
+        block = np.empty(tuple(lay.shape), dtype=np.dtype(lay.dtype))
+        read(field, block)
+        if block_checksum(block) != crc:
+            bad.append(field)
+        snapshot[field] = block
+    if bad:
+        raise CorruptSnapshot(name, step, [rank], f"checksum mismatch in {', '.join(bad)} of {path}")
+    return snapshot
+
+
 def _transfer(dset, block: np.ndarray, slices, *, write: bool, collective: bool) -> None:
     """Write ``block`` to (or read it from) ``dset[slices]``, collectively or independently.
 
@@ -305,19 +322,11 @@ class H5File(Transport):
     def load(self, step: int, token=None) -> Snapshot:
         g = self.groups[self.slot_of[step]]
         expected = self.crc[step]
-        snapshot: Snapshot = {}
-        bad = []
-        for i, field in enumerate(self.fields):
+        def read(field, block):
             lay = self.layout[field]
-            arr = np.empty(tuple(lay.shape), dtype=np.dtype(lay.dtype))
-            _transfer(g[field], arr, lay.slices, write=False, collective=self._collective[field])
-            if block_checksum(arr) != expected[i]:
-                bad.append(field)
-            snapshot[field] = arr
-        if bad:
-            raise CorruptSnapshot(self.name, step, [self.rank],
-                                  f"checksum mismatch in {', '.join(bad)} of {self.path}")
-        return snapshot
+            _transfer(g[field], block, lay.slices, write=False, collective=self._collective[field])
+
+        return read_checked(self.name, step, self.rank, self.layout, self.fields, expected, read, self.path)
 
     def drop(self, step: int) -> None:
         slot = self.slot_of.pop(step, None)

@@ -37,9 +37,9 @@ import numpy as np
 from ...collective import agree_or_raise
 from ...snapshot import Snapshot, snapshot_nbytes
 from .aio import ALL, QueuedLevel, Transport
-from .base import CorruptSnapshot, LevelError, WriteFailed
+from .base import LevelError, WriteFailed
 from .checksum import block_checksum
-from .pfs import H5File, open_h5
+from .pfs import H5File, open_h5, read_checked
 from .rawio import RawFile, file_runs
 
 
@@ -230,18 +230,8 @@ class CommittedRaw(Transport):
             status, expected = write.result()
             if status != "ok":
                 raise LevelError(f"step {step} was not written: {expected}")
-        snapshot, bad = {}, []
-        for i, field in enumerate(self.fields):
-            lay = self.layout[field]
-            block = np.empty(tuple(lay.shape), dtype=np.dtype(lay.dtype))
-            self.raw.read_block(block, runs[field])
-            if block_checksum(block) != expected[i]:
-                bad.append(field)
-            snapshot[field] = block
-        if bad:
-            raise CorruptSnapshot(self.name, step, [self.rank],
-                                  f"checksum mismatch in {', '.join(bad)} of {self.h5.path}")
-        return snapshot
+        return read_checked(self.name, step, self.rank, self.layout, self.fields, expected,
+                            lambda field, block: self.raw.read_block(block, runs[field]), self.h5.path)
 
 
 class AsyncPfsLevel(QueuedLevel):

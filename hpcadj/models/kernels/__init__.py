@@ -93,6 +93,62 @@ class Halo:
         return self._views[slot]
 
 
+class SplitPair:
+    """The *split* layout of a two-field state: a global Vec of the dof-2 ``pair`` grid's size whose
+    owned part holds field 0's block, then field 1's, each contiguous in natural order (unit-stride
+    rows, so the kernels vectorise), while controls keep the DMDA's interleaved layout.
+
+    It owns the model's buffer pool and converts between the layouts at the model's edges."""
+
+    def __init__(self, field, pair):
+        self.field = field
+        self.pool = VecPool(pair)
+        self._pair = pair
+        probe = field.create_vec()
+        self._ranges = np.asarray(probe.getOwnershipRanges(), dtype=np.int64)
+        probe.destroy()
+
+    def halo(self, component: int, slots: int = 1) -> Halo:
+        """The halo of one field read straight from split states: field point g's component 0 sits
+        at g + the start of its owner's field range, component 1 at g + its end."""
+        ranges, shift = self._ranges, component - 1
+        return Halo(self.field, slots=slots, source=self._pair,
+                    index_map=lambda g: g + ranges[np.searchsorted(ranges, g, side="right") + shift])
+
+    def fields(self, vec, readonly: bool = True) -> np.ndarray:
+        """A state's two owned fields as one (2, *field shape) view."""
+        return vec.getArray(readonly=readonly).reshape((2,) + self.field.shape)
+
+    def split(self, pair_vec):
+        """The state of an interleaved pair in the control layout (u0, du0), in a pooled buffer."""
+        vec = self.pool.new_vec()
+        fields = self.fields(vec, readonly=False)
+        w = self._pair.owned_view(pair_vec)
+        fields[0] = w[..., 0]
+        fields[1] = w[..., 1]
+        return vec
+
+    def add_into(self, pair_vec, state) -> None:
+        """pair_vec (control layout) += state, field by field (dJ/du0 += lambda_0)."""
+        w = self._pair.owned(pair_vec)
+        fields = self.fields(state)
+        w[..., 0] += fields[0]
+        w[..., 1] += fields[1]
+
+    def restore(self, first, second):
+        """A state from two field blocks: the pooled state itself when they are its views (a RAM
+        level holds donated snapshots by reference; states are never changed in place), else a
+        copy in a pooled buffer."""
+        shared = self.pool.vec_sharing([first, second])
+        if shared is not None:
+            return shared
+        vec = self.pool.new_vec()
+        fields = self.fields(vec, readonly=False)
+        fields[0] = first
+        fields[1] = second
+        return vec
+
+
 def readonly(array: np.ndarray) -> np.ndarray:
     """``array`` marked read-only (numba types read-only and writable arrays apart; kernels take
     every input read-only, so faces, states and coefficient arrays must agree)."""

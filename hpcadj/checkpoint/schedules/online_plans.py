@@ -158,9 +158,12 @@ class OnlineStoreAll:
 
 def make_online_plan(capacities: Sequence[int], costs=None, done: Callable[[int], bool] | None = None,
                      n_steps: int | None = None, store_all: bool = False) -> OnlinePlan:
-    """The online plan over ``capacities``: binomial on one level, multi-level over several;
-    ``store_all``: every state on the first level (:class:`OnlineStoreAll`)."""
+    """The online plan over ``capacities``: binomial on one level; over several, the priced greedy
+    (:class:`~.online_greedy.OnlineGreedyMultilevel`) with ``costs``, else the cascade
+    (:class:`~.online_multilevel.OnlineMultilevel`); ``store_all``: every state on the first level
+    (:class:`OnlineStoreAll`)."""
     from .online_binomial import OnlineBinomial
+    from .online_greedy import OnlineGreedyMultilevel
     from .online_multilevel import OnlineMultilevel
 
     if store_all:
@@ -169,7 +172,10 @@ def make_online_plan(capacities: Sequence[int], costs=None, done: Callable[[int]
     elif sum(1 for c in capacities if c > 0) <= 1:
         def factory(caps):
             return OnlineBinomial(caps)
+    elif costs is not None:
+        def factory(caps):
+            return OnlineGreedyMultilevel(caps, costs)
     else:
         def factory(caps):
-            return OnlineMultilevel(caps, costs)
+            return OnlineMultilevel(caps)
     return OnlinePlan(factory(list(capacities)), n_steps, done=done, factory=factory)

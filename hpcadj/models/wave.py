@@ -85,9 +85,10 @@ class WaveModel(AdaptiveSteps, Stepper):
         self.h = self.field.spacing()
         self.anomaly = float(anomaly)
         c_bg = self.background()
-        self.c_true = self.true_model()
+        c_true = self.true_model()
         c_max = comm.allreduce(float(max(np.max(c_bg, initial=0.0),
-                                         np.max(self.field.owned(self.c_true), initial=0.0))), op=mpi().MAX)
+                                         np.max(self.field.owned(c_true), initial=0.0))), op=mpi().MAX)
+        del c_bg
         if not 0 < cfl <= 1:
             raise ValueError(f"cfl must lie in (0, 1], got {cfl}")
         limit = 1.0 / (c_max * math.sqrt(sum(1.0 / h ** 2 for h in self.h)))
@@ -107,21 +108,19 @@ class WaveModel(AdaptiveSteps, Stepper):
         self.frequency = float(frequency) if frequency is not None else 1.0 / (12.0 * max(self.h))
         if not 0 < self.frequency < math.inf:
             raise ValueError(f"frequency must be a positive finite number, got {frequency}")
-        sigma = self._sponge()
-        self.a = 1.0 / (1.0 + 0.5 * self.dt * sigma)
-        self.b = 1.0 - 0.5 * self.dt * sigma
-        # the kernels' view of the geometry: 3-D blocks (nz = 1 in 2-D), s = sigma dt / 2
+        # the kernels' view of the geometry: 3-D blocks (nz = 1 in 2-D); the sponge sigma is the one
+        # coefficient array beside c (s = sigma dt / 2, a, b, c^2 a are made per point, kernels/wave.py)
         self._has_z = self.dim == 3
         self._shape3 = (1,) * (3 - self.dim) + self.field.shape
-        self._s = kernels.readonly((0.5 * self.dt * sigma).reshape(self._shape3))
-        self._a = kernels.readonly(1.0 / (1.0 + self._s))  # the adjoint's a, no division per point
-        self._sigma3 = sigma.reshape(self._shape3) if adaptive else None
-        self._per_dt: dict = {}  # adaptive: dt -> (s, a, c^2 a, its faces)
         self._ih2 = tuple([1.0] * (3 - self.dim) + [1.0 / h ** 2 for h in self.h])
         self._split_pair = kernels.SplitPair(self.field, self.grid)
         self._halo = self._split_pair.halo(1, slots=2)  # the kernels read only u^i's neighbours
         self._pool = self._split_pair.pool
         self._field_halo = kernels.Halo(self.field)
+        sigma_vec = self.field.vec_from(self._sponge())
+        self._sigma = kernels.kept_copy(self.field.owned(sigma_vec).reshape(self._shape3))
+        self._sigma_faces = self._faces3(tuple(f.copy() for f in self._field_halo.faces(sigma_vec)))
+        sigma_vec.destroy()
         self.source = tuple(self._axis_index(axis, frac) for axis, frac in enumerate(self._source_position()))
         self._source_local = self._locate(self.source)
         self._source3 = ((-1, -1, -1) if self._source_local is None
@@ -129,14 +128,22 @@ class WaveModel(AdaptiveSteps, Stepper):
         self.receivers = self._receiver_nodes()
         located = [(k, self._locate(node)) for k, node in enumerate(self.receivers)]
         self._receivers_local = [(k, loc) for k, loc in located if loc is not None]
-        self._controls = None
+        self._data = None  # (c, its halo faces, {dt: faces of c^2 a}, the split u0, CFL step)
         self.observed_path = observed
         if adaptive:
             self.observed = None  # d = 0
         elif observed is not None:
             self.observed = self._read_observed(observed)
         else:
-            self.observed = self.traces({"c": self.c_true, "u0": self._zero_pair()})
+            zero = self._zero_pair()
+            self.observed = self.traces({"c": c_true, "u0": zero})
+            zero.destroy()
+        c_true.destroy()
+
+    @property
+    def c_true(self):
+        """The true velocity model (a new Vec: the model keeps none)."""
+        return self.true_model()
 
     # -- geometry ----------------------------------------------------------------------------
     def _coords(self):
@@ -205,7 +212,7 @@ class WaveModel(AdaptiveSteps, Stepper):
 
     def traces(self, controls) -> np.ndarray:
         """Receiver traces (n+1, receivers) of a forward run with ``controls``, on every rank."""
-        saved = self._controls
+        saved = self._data
         self.set_controls(controls)
         u = self.initial_state()
         out = np.zeros((self.n_steps + 1, len(self.receivers)))
@@ -215,9 +222,7 @@ class WaveModel(AdaptiveSteps, Stepper):
             current = self._fields(u)[1]
             for k, loc in self._receivers_local:
                 out[i, k] = current[loc]
-        self._controls = saved
-        if saved is not None:
-            self.set_controls(saved)
+        self._data = saved
         return self.comm.allreduce(out)
 
     # -- controls ----------------------------------------------------------------------------
@@ -225,20 +230,18 @@ class WaveModel(AdaptiveSteps, Stepper):
         return {"c": self.field.vec_from(self.background()), "u0": self._zero_pair()}
 
     def set_controls(self, controls):
-        self._controls = {name: vec.copy() for name, vec in controls.items()}
-        self.c = self.field.owned(self._controls["c"]).copy()
-        self.c2 = self.c ** 2
-        self._c = kernels.readonly(self.c.reshape(self._shape3).copy())
-        self._c2 = kernels.readonly(self.c2.reshape(self._shape3).copy())
-        ca = self.c2 * self.a  # c^2 a: what the adjoint's Laplacian acts on (times lam), with its halo
-        self._ca = kernels.readonly(ca.reshape(self._shape3))
-        ca_vec = self.field.vec_from(ca)
-        self._ca_faces = self._faces3(tuple(f.copy() for f in self._field_halo.faces(ca_vec)))
-        ca_vec.destroy()
-        self._per_dt = {}
+        """Keep c (one field, and its halo faces) and u0 as the split initial state; nothing else."""
+        c = kernels.kept_copy(self.field.owned(controls["c"]).reshape(self._shape3))
+        c_faces = self._faces3(tuple(f.copy() for f in self._field_halo.faces(controls["c"])))
+        cfl_step = None
         if self.steps is not None:  # the CFL step of this velocity model (collective)
-            c_max = self.comm.allreduce(float(np.max(self.c, initial=0.0)), op=mpi().MAX)
-            self._cfl_step = self.cfl * self._limit_factor / c_max
+            c_max = self.comm.allreduce(float(np.max(c, initial=0.0)), op=mpi().MAX)
+            cfl_step = self.cfl * self._limit_factor / c_max
+        self._data = (c, c_faces, {}, self._split_pair.split(controls["u0"]), cfl_step)
+
+    @property
+    def _c(self):
+        return self._data[0]
 
     def _step_params(self, i: int):
         """(dt_i, r = dt_i / dt_{i-1}, (dt_i + dt_{i-1}) dt_i / 2); the first sweep of an adaptive run
@@ -246,28 +249,25 @@ class WaveModel(AdaptiveSteps, Stepper):
         if self.steps is None:
             return self.dt, 1.0, self.dt ** 2
         if not self.steps.known(i):
-            dt, last = self.steps.clip(i, self._cfl_step)
+            dt, last = self.steps.clip(i, self._data[4])
             self._accepted(i, dt, last)
         dt = self.steps.dt(i)
         prev = self.steps.dt(i - 1) if i > 0 else dt
         return dt, dt / prev, 0.5 * (dt + prev) * dt
 
-    def _coefficients(self, dt: float):
-        """The per-dt arrays: s = sigma dt / 2, a = 1 / (1 + s), c^2 a and its halo faces."""
-        if dt == self.dt:
-            return self._s, self._a, self._ca, self._ca_faces
-        entry = self._per_dt.get(dt)
-        if entry is None:
-            s = kernels.readonly(0.5 * dt * self._sigma3)
-            a = kernels.readonly(1.0 / (1.0 + s))
-            ca = self.c2 * a.reshape(self.c2.shape)
-            ca_vec = self.field.vec_from(ca)
-            faces = self._faces3(tuple(f.copy() for f in self._field_halo.faces(ca_vec)))
-            ca_vec.destroy()
-            if len(self._per_dt) >= 4:
-                self._per_dt.pop(next(iter(self._per_dt)))
-            entry = self._per_dt[dt] = (s, a, kernels.readonly(ca.reshape(self._shape3)), faces)
-        return entry
+    def _q_faces(self, dt: float):
+        """The halo faces of c^2 a for step size dt, a = 1 / (1 + sigma dt / 2) (the adjoint's q);
+        small arrays, cached per dt (an adaptive run has two: the CFL step and the last)."""
+        cache = self._data[2]
+        faces = cache.get(dt)
+        if faces is None:
+            hdt = 0.5 * dt
+            faces = tuple(kernels.readonly((cf * cf) * (1.0 / (1.0 + hdt * sf)))
+                          for cf, sf in zip(self._data[1], self._sigma_faces))
+            if len(cache) >= 4:
+                cache.pop(next(iter(cache)))
+            cache[dt] = faces
+        return faces
 
     def working_set_states(self) -> float:
         """11: the model's share measured by experiments/memory_budget (wave 128^3, 2 ranks, 3 RAM
@@ -277,7 +277,8 @@ class WaveModel(AdaptiveSteps, Stepper):
         return 11.0
 
     def initial_state(self):
-        return self._split_pair.split(self._controls["u0"])
+        """u_0: the split u0 made by set_controls, shared (states are never changed in place)."""
+        return self._split_pair.share(self._data[3])
 
     # -- forward -----------------------------------------------------------------------------
     def _source_value(self, i: int) -> float:
@@ -303,11 +304,10 @@ class WaveModel(AdaptiveSteps, Stepper):
 
     def step(self, i, u):
         dt, r, dt2 = self._step_params(i)
-        s = self._coefficients(dt)[0]
         out = self._pool.new_vec()
         prev, cur = self._block(u)
         out_prev, out_cur = self._block(out, readonly=False)
-        kern.step(prev, cur, self._state_faces(u), s, self._c2, self._ih2, self._has_z,
+        kern.step(prev, cur, self._state_faces(u), self._sigma, 0.5 * dt, self._c, self._ih2, self._has_z,
                   dt2, r, self._source3, self._source_value(i), out_prev, out_cur)
         return out
 
@@ -337,14 +337,13 @@ class WaveModel(AdaptiveSteps, Stepper):
     # -- adjoint -----------------------------------------------------------------------------
     def adjoint_step(self, i, u, u_next, lam_next, grad):
         dt, r, dt2 = self._step_params(i)
-        s, a, ca, ca_faces = self._coefficients(dt)
         out = self._pool.new_vec()
         g = self.field.owned(grad["c"]).reshape(self._shape3)
         lam_prev, lam_cur = self._block(lam_next)
         out_prev, out_cur = self._block(out, readonly=False)
         kern.adjoint_step(lam_prev, lam_cur, self._state_faces(lam_next, 1), self._block(u)[1],
-                          self._state_faces(u, 0), s, a, self._c, ca, ca_faces, self._ih2,
-                          self._has_z, dt2, r, g, out_prev, out_cur)
+                          self._state_faces(u, 0), self._sigma, 0.5 * dt, self._c, self._q_faces(dt),
+                          self._ih2, self._has_z, dt2, r, g, out_prev, out_cur)
         return out
 
     def initial_adjoint(self, lam0, grad):
@@ -361,7 +360,7 @@ class WaveModel(AdaptiveSteps, Stepper):
         du_prev, du_cur = self._block(du)
         out_prev, out_cur = self._block(out, readonly=False)
         kern.tangent_step(du_prev, du_cur, self._state_faces(du, 1), self._block(u)[1], self._state_faces(u, 0),
-                          self._coefficients(dt)[0], self._c, self._c2, dc, self._ih2, self._has_z, dt2, r,
+                          self._sigma, 0.5 * dt, self._c, dc, self._ih2, self._has_z, dt2, r,
                           out_prev, out_cur)
         return out
 

@@ -7,6 +7,7 @@ from hpcadj.models import kernels
 from hpcadj.models.burgers import BurgersModel
 from hpcadj.models.dmda import Grid
 from hpcadj.models.wave import WaveModel
+from hpcadj.stack import mpi
 
 
 def _models(comm):
@@ -19,7 +20,7 @@ def test_recomputed_steps_are_bitwise_equal_and_inputs_unchanged(comm, which):
     model = _models(comm)[which]
     controls = model.default_controls()
     model.set_controls(controls)
-    u = model.initial_state()
+    u = model.initial_state().copy()  # u_0 is the model's own: perturb a copy
     rng = np.random.default_rng(7 + comm.rank)
     u.getArray()[...] += 1e-2 * rng.standard_normal(u.getLocalSize())
     before = u.getArray(readonly=True).copy()
@@ -67,3 +68,23 @@ def test_new_vec_has_the_grid_layout(comm):
     ref = grid.create_vec()
     assert vec.getSizes() == ref.getSizes() and vec.getOwnershipRange() == ref.getOwnershipRange()
     assert vec.getBlockSize() == 2
+
+
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["wave2d", "wave3d", "burgers"])
+def test_controls_are_kept_not_referenced(comm, which):
+    """set_controls keeps what a step needs of the controls: changing the caller's Vecs afterwards
+    changes neither u_0 nor the steps (the models keep no copy of the control Vecs themselves)."""
+    model = _models(comm)[which]
+    controls = model.default_controls()
+    model.set_controls(controls)
+    u0 = model.initial_state()
+    before = u0.getArray(readonly=True).copy()
+    step = model.step(1, model.step(0, u0)).getArray(readonly=True).copy()
+    for vec in controls.values():
+        vec.scale(1.5)
+    again = model.initial_state()
+    assert np.array_equal(again.getArray(readonly=True), before)
+    assert np.array_equal(model.step(1, model.step(0, again)).getArray(readonly=True), step)
+    model.set_controls(controls)  # and the changed controls do change the steps
+    changed = model.step(1, model.step(0, model.initial_state())).getArray(readonly=True)
+    assert comm.allreduce(not np.array_equal(changed, step), op=mpi().LOR)

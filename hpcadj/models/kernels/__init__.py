@@ -135,6 +135,10 @@ class SplitPair:
         w[..., 0] += fields[0]
         w[..., 1] += fields[1]
 
+    def share(self, state):
+        """A new Vec over ``state``'s pooled buffer (a state kept by the model, handed out as u_0)."""
+        return self.pool.vec_sharing([state.getArray(readonly=True)])
+
     def restore(self, first, second):
         """A state from two field blocks: the pooled state itself when they are its views (a RAM
         level holds donated snapshots by reference; states are never changed in place), else a
@@ -147,6 +151,14 @@ class SplitPair:
         fields[0] = first
         fields[1] = second
         return vec
+
+
+def kept_copy(array: np.ndarray) -> np.ndarray:
+    """A read-only C-order copy of ``array`` in a mapping of its own, for model data kept for the
+    run (c, the sponge): freed whole when dropped, not left as a hole in the heap."""
+    out = mapped_empty(array.shape, array.dtype)
+    np.copyto(out, array)
+    return readonly(out)
 
 
 def readonly(array: np.ndarray) -> np.ndarray:

@@ -5,14 +5,18 @@ The state is the pair (u^{i-1}, u^i) stored as two contiguous fields (the model'
 so every inner loop reads and writes unit-stride rows and LLVM vectorises it: the pair interleaved
 point by point kept the loops scalar (stride-2 loads) at about a third of the memory bus's speed.
 ``error_model="numpy"`` drops numba's zero check on each division (1 + s >= 1 here), which also kept
-the loops scalar; the arithmetic is IEEE in the written order either way. ``A`` is a = 1/(1+s),
-computed once by the model (the same double the step computes), so the adjoint makes no division.
-``F*`` are the six halo faces (zlo, zhi, ylo, yhi, xlo, xhi) of the current field, ``s`` = sigma dt / 2
-(so a = 1/(1+s), b = 1-s), ``ih2`` the inverse squared spacings (z, y, x). With varying steps, ``r`` =
-dt_i / dt_{i-1} and ``dt2`` = (dt_i + dt_{i-1}) dt_i / 2 (the leapfrog on a non-uniform time grid);
-r = 1 and dt2 = dt^2 is the uniform scheme, with the same arithmetic (1 + r = 2 and r - s = 1 - s
-exactly). Each point reads its star neighbours only, the same way on any decomposition, so the
-states are bitwise rank-invariant.
+the loops scalar; the arithmetic is IEEE in the written order either way.
+
+Every kernel reads two coefficient arrays, the sponge ``sigma`` and the velocity ``c``, and makes
+s = hdt sigma (``hdt`` = dt / 2), a = 1/(1+s), b = r - s, c^2 = c c and c^2 a per point: the very
+doubles the model's numpy expressions ``0.5 * dt * sigma``, ``1 / (1 + s)``, ``c ** 2`` and
+``c2 * a`` made when it stored them as arrays, so results are bitwise those of the stored arrays,
+with fewer bytes a point and one sponge array for every dt (issues 15 and 16).
+``F*`` are the six halo faces (zlo, zhi, ylo, yhi, xlo, xhi) of a field, ``ih2`` the inverse squared
+spacings (z, y, x). With varying steps, ``r`` = dt_i / dt_{i-1} and ``dt2`` = (dt_i + dt_{i-1}) dt_i / 2
+(the leapfrog on a non-uniform time grid); r = 1 and dt2 = dt^2 is the uniform scheme, with the same
+arithmetic (1 + r = 2 and r - s = 1 - s exactly). Each point reads its star neighbours only, the same
+way on any decomposition, so the states are bitwise rank-invariant.
 """
 
 from __future__ import annotations
@@ -50,12 +54,13 @@ def _lap(c, zm, zp, ym, yp, xm, xp, ihz2, ihy2, ihx2, has_z):
 
 
 @njit(cache=True, error_model="numpy")
-def step(P, C, FC, s, c2, ih2, has_z, dt2, r, src, fval, out_p, out_c):
+def step(P, C, FC, sigma, hdt, c, ih2, has_z, dt2, r, src, fval, out_p, out_c):
     """(out_p, out_c) = (u^i, a [(1 + r) u^i - b u^{i-1} + dt2 (c^2 L u^i + f)]), b = r - s, with
-    (P, C) = (u^{i-1}, u^i) and FC the faces of C; f = fval at owned index src."""
+    (P, C) = (u^{i-1}, u^i) and FC the faces of C; f = fval at owned index src. c^2 is c * c per
+    point (the double numpy's ``c ** 2`` gives), so no c^2 array is stored or read."""
     zlo, zhi, ylo, yhi, xlo, xhi = FC
     ihz2, ihy2, ihx2 = ih2
-    mz, my, mx = s.shape
+    mz, my, mx = sigma.shape
     buf = np.empty(mx + 2)
     two = 1.0 + r
     sk, sj, si = src
@@ -70,72 +75,118 @@ def step(P, C, FC, s, c2, ih2, has_z, dt2, r, src, fval, out_p, out_c):
             for i in range(mx):
                 buf[i + 1] = row[i]
                 opr[i] = row[i]
-            srow = s[k, j]
-            crow = c2[k, j]
+            srow = sigma[k, j]
+            crow = c[k, j]
             orow = out_c[k, j]
             for i in range(mx):
-                c = buf[i + 1]
-                lap = _lap(c, zm[i], zp[i], ym[i], yp[i], buf[i], buf[i + 2], ihz2, ihy2, ihx2, has_z)
-                a = 1.0 / (1.0 + srow[i])
-                b = r - srow[i]
-                orow[i] = a * ((two * c - b * prow[i]) + dt2 * (crow[i] * lap))
+                u = buf[i + 1]
+                lap = _lap(u, zm[i], zp[i], ym[i], yp[i], buf[i], buf[i + 2], ihz2, ihy2, ihx2, has_z)
+                s = hdt * srow[i]
+                a = 1.0 / (1.0 + s)
+                b = r - s
+                ci = crow[i]
+                orow[i] = a * ((two * u - b * prow[i]) + dt2 * ((ci * ci) * lap))
             if k == sk and j == sj:
                 i = si
-                c = buf[i + 1]
-                lap = _lap(c, zm[i], zp[i], ym[i], yp[i], buf[i], buf[i + 2], ihz2, ihy2, ihx2, has_z)
-                a = 1.0 / (1.0 + srow[i])
-                b = r - srow[i]
-                orow[i] = a * ((two * c - b * prow[i]) + dt2 * (crow[i] * lap + fval))
+                u = buf[i + 1]
+                lap = _lap(u, zm[i], zp[i], ym[i], yp[i], buf[i], buf[i + 2], ihz2, ihy2, ihx2, has_z)
+                s = hdt * srow[i]
+                a = 1.0 / (1.0 + s)
+                b = r - s
+                ci = crow[i]
+                orow[i] = a * ((two * u - b * prow[i]) + dt2 * ((ci * ci) * lap + fval))
+
+
+@njit(cache=True, inline="always")
+def _fill_q(Q, LC, FL, c, sigma, hdt, FQ, k):
+    """Plane ``Q`` (my + 2, mx + 2) = q = (c^2 a) lam_cur' over plane k of the block with its y and x
+    halo, a = 1/(1+s) (the doubles ``(c * c) * (1 / (1 + s))`` numpy's ``c**2 * a`` gives); k = -1
+    or mz: the z faces' q (``FQ`` are the faces of c^2 a, FL lam_cur''s)."""
+    lzlo, lzhi, lylo, lyhi, lxlo, lxhi = FL
+    qzlo, qzhi, qylo, qyhi, qxlo, qxhi = FQ
+    mz, my, mx = sigma.shape
+    if k < 0 or k >= mz:
+        fq = qzlo if k < 0 else qzhi
+        fl = lzlo if k < 0 else lzhi
+        for j in range(my):
+            qrow = Q[j + 1]
+            frq = fq[j]
+            frl = fl[j]
+            for i in range(mx):
+                qrow[i + 1] = frq[i] * frl[i]
+        return
+    for j in range(my):
+        qrow = Q[j + 1]
+        qrow[0] = qxlo[k, j] * lxlo[k, j]
+        qrow[mx + 1] = qxhi[k, j] * lxhi[k, j]
+        crow = c[k, j]
+        srow = sigma[k, j]
+        lrow = LC[k, j]
+        for i in range(mx):
+            ci = crow[i]
+            qrow[i + 1] = ((ci * ci) * (1.0 / (1.0 + hdt * srow[i]))) * lrow[i]
+    lo = Q[0]
+    hi = Q[my + 1]
+    qlo, llo, qhi, lhi = qylo[k], lylo[k], qyhi[k], lyhi[k]
+    for i in range(mx):
+        lo[i + 1] = qlo[i] * llo[i]
+        hi[i + 1] = qhi[i] * lhi[i]
 
 
 @njit(cache=True, error_model="numpy")
-def adjoint_step(LP, LC, FL, U, FU, s, A, c, ca, FC, ih2, has_z, dt2, r, grad, out_p, out_c):
+def adjoint_step(LP, LC, FL, U, FU, sigma, hdt, c, FQ, ih2, has_z, dt2, r, grad, out_p, out_c):
     """Transpose of :func:`step` applied to lam = (lam_prev', lam_cur') = (LP, LC), and dJ/dc added
-    into ``grad``; U is u^i (faces FU), FL the faces of LC.
+    into ``grad``; U is u^i (faces FU), FL the faces of LC, FQ those of c^2 a.
 
     With mu = a lam_cur': out = (-b mu, lam_prev' + (1 + r) mu + dt2 L(c^2 a lam_cur')),
-    grad += 2 dt2 c mu L u^i. ``ca`` = c^2 a (owned block, faces FC).
+    grad += 2 dt2 c mu L u^i. q = c^2 a lam_cur' is made once per point, a plane ahead, in a ring
+    of three halo-padded planes (cache-resident), from c and s: no c^2 a or a array is read.
     """
-    lzlo, lzhi, lylo, lyhi, lxlo, lxhi = FL
     uzlo, uzhi, uylo, uyhi, uxlo, uxhi = FU
-    czlo, czhi, cylo, cyhi, cxlo, cxhi = FC
     ihz2, ihy2, ihx2 = ih2
-    mz, my, mx = s.shape
-    qbuf = np.empty(mx + 2)
+    mz, my, mx = sigma.shape
+    ring = np.empty((3, my + 2, mx + 2))  # plane k's q in ring[(k + 1) % 3]
     ubuf = np.empty(mx + 2)
     two_dt2 = 2.0 * dt2
     two = 1.0 + r
+    if has_z:
+        _fill_q(ring[0], LC, FL, c, sigma, hdt, FQ, -1)
+    _fill_q(ring[1], LC, FL, c, sigma, hdt, FQ, 0)
     for k in range(mz):
+        if has_z:
+            _fill_q(ring[(k + 2) % 3], LC, FL, c, sigma, hdt, FQ, k + 1)
+        Qc = ring[(k + 1) % 3]
+        Qm = ring[k % 3]
+        Qp = ring[(k + 2) % 3]
         for j in range(my):
-            lzm, lzp, lym, lyp = _rows(LC, lzlo, lzhi, lylo, lyhi, k, j, has_z)
-            czm, czp, cym, cyp = _rows(ca, czlo, czhi, cylo, cyhi, k, j, has_z)
             uzm, uzp, uym, uyp = _rows(U, uzlo, uzhi, uylo, uyhi, k, j, has_z)
+            qrow = Qc[j + 1]
+            qym = Qc[j]
+            qyp = Qc[j + 2]
+            qzm = Qm[j + 1]
+            qzp = Qp[j + 1]
             lrow = LC[k, j]
             lprow = LP[k, j]
-            crow = ca[k, j]
             urow = U[k, j]
-            qbuf[0] = cxlo[k, j] * lxlo[k, j]
-            qbuf[mx + 1] = cxhi[k, j] * lxhi[k, j]
             ubuf[0] = uxlo[k, j]
             ubuf[mx + 1] = uxhi[k, j]
             for i in range(mx):
-                qbuf[i + 1] = crow[i] * lrow[i]
                 ubuf[i + 1] = urow[i]
-            srow = s[k, j]
-            arow = A[k, j]
+            srow = sigma[k, j]
             vrow = c[k, j]
             grow = grad[k, j]
             oprow = out_p[k, j]
             orow = out_c[k, j]
             for i in range(mx):
-                q = qbuf[i + 1]
-                lapq = _lap(q, czm[i] * lzm[i], czp[i] * lzp[i], cym[i] * lym[i],
-                            cyp[i] * lyp[i], qbuf[i], qbuf[i + 2], ihz2, ihy2, ihx2, has_z)
+                q = qrow[i + 1]
+                lapq = _lap(q, qzm[i + 1], qzp[i + 1], qym[i + 1], qyp[i + 1], qrow[i], qrow[i + 2],
+                            ihz2, ihy2, ihx2, has_z)
                 uc = ubuf[i + 1]
                 lapu = _lap(uc, uzm[i], uzp[i], uym[i], uyp[i], ubuf[i], ubuf[i + 2],
                             ihz2, ihy2, ihx2, has_z)
-                a = arow[i]
-                b = r - srow[i]
+                s = hdt * srow[i]
+                a = 1.0 / (1.0 + s)
+                b = r - s
                 mu = a * lrow[i]
                 oprow[i] = -b * mu
                 orow[i] = (lprow[i] + two * mu) + dt2 * lapq
@@ -143,13 +194,13 @@ def adjoint_step(LP, LC, FL, U, FU, s, A, c, ca, FC, ih2, has_z, dt2, r, grad, o
 
 
 @njit(cache=True, error_model="numpy")
-def tangent_step(DP, DC, FD, U, FU, s, c, c2, dc, ih2, has_z, dt2, r, out_p, out_c):
+def tangent_step(DP, DC, FD, U, FU, sigma, hdt, c, dc, ih2, has_z, dt2, r, out_p, out_c):
     """(out_p, out_c) = (du^i, a [(1 + r) du^i - b du^{i-1} + dt2 (c^2 L du^i + 2 c dc L u^i)]),
-    with (DP, DC) = (du^{i-1}, du^i) (faces FD of DC) and U = u^i (faces FU)."""
+    with (DP, DC) = (du^{i-1}, du^i) (faces FD of DC) and U = u^i (faces FU); c^2 = c * c per point."""
     dzlo, dzhi, dylo, dyhi, dxlo, dxhi = FD
     uzlo, uzhi, uylo, uyhi, uxlo, uxhi = FU
     ihz2, ihy2, ihx2 = ih2
-    mz, my, mx = s.shape
+    mz, my, mx = sigma.shape
     dbuf = np.empty(mx + 2)
     ubuf = np.empty(mx + 2)
     two = 1.0 + r
@@ -169,9 +220,8 @@ def tangent_step(DP, DC, FD, U, FU, s, c, c2, dc, ih2, has_z, dt2, r, out_p, out
                 dbuf[i + 1] = drow[i]
                 ubuf[i + 1] = urow[i]
                 oprow[i] = drow[i]
-            srow = s[k, j]
+            srow = sigma[k, j]
             vrow = c[k, j]
-            c2row = c2[k, j]
             dcrow = dc[k, j]
             orow = out_c[k, j]
             for i in range(mx):
@@ -181,7 +231,9 @@ def tangent_step(DP, DC, FD, U, FU, s, c, c2, dc, ih2, has_z, dt2, r, out_p, out
                 uc = ubuf[i + 1]
                 lapu = _lap(uc, uzm[i], uzp[i], uym[i], uyp[i], ubuf[i], ubuf[i + 2],
                             ihz2, ihy2, ihx2, has_z)
-                a = 1.0 / (1.0 + srow[i])
-                b = r - srow[i]
+                s = hdt * srow[i]
+                a = 1.0 / (1.0 + s)
+                b = r - s
+                ci = vrow[i]
                 orow[i] = a * ((two * d - b * dprow[i])
-                               + dt2 * (c2row[i] * lapd + 2.0 * vrow[i] * dcrow[i] * lapu))
+                               + dt2 * ((ci * ci) * lapd + 2.0 * ci * dcrow[i] * lapu))

@@ -38,6 +38,8 @@ def build(cls, comm, grid, steps, extra=()):
     parser.add_argument("--grid")
     parser.add_argument("--steps", type=int)
     parser.add_argument("--dt", type=float)
+    parser.add_argument("--adaptive", action="store_true", default=False)  # the shared run options
+    parser.add_argument("--t-final", type=float, default=None)             # a model adapter reads
     cls.add_arguments(parser)
     args = parser.parse_args(["--grid", grid, "--steps", str(steps), *extra])
     return cls.build(comm, args)

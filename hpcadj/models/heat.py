@@ -9,20 +9,27 @@ L is symmetric, so the adjoint step solves with the same matrix and applies the 
 relative residual of 1e-13, far below the 1e-10 the dot-product and rank-invariance checks demand;
 the initial guess is always zero, so a step is a pure function of its input.
 
+A is never assembled: it is a PETSc shell matrix whose product is one compiled stencil loop
+(:mod:`hpcadj.models.kernels.heat`) over the halo-exchanged input and a ghosted copy of kappa. Its
+entries and their summation order are those of the AIJ matrix it replaced, so A x, every state
+and the gradient are bitwise what they were with the assembled matrix (tests/mpi/test_heat.py
+compares the two products). :meth:`HeatModel.assemble_matrix` still assembles A, for the PETSc TS
+oracle (:mod:`hpcadj.models.heat_ts`) and that test.
+
 Objective: J = 1/2 h^d sum over observed steps i of ||u_i - d_i||^2; by default only the final state
 is observed, against d = 0.
 
 Working set (per rank, in states of 8 bytes per grid point; see :meth:`HeatModel.working_set_states`):
-A (AIJ, 5/7 nonzeros a row: about 9/12 states with PETSc's row arrays), CG's 3 work vectors and the
-Jacobi diagonal (4), the copy of u0 (1), two scratch Vecs (2), the DMDA's ghosted local Vec (1) and
-the adjoint step's transients (padded w and mu, slabs: 2). Assembly inserts A's rows
-in slabs of axis-0 planes into a DMDA-preallocated matrix, so its transient stays below one state
-beside the padded kappa and index arrays (2).
+the ghosted kappa (1; the AIJ matrix it replaces was 9 states in 2-D, 12 in 3-D), CG's 3 work
+vectors and the Jacobi diagonal (4), the copy of u0 (1), two scratch Vecs (2), the DMDA's ghosted
+local Vec (1) and the adjoint step's transients (padded w and mu, slabs: 2).
 """
 
 from __future__ import annotations
 
+import atexit
 import math
+import weakref
 
 import numpy as np
 
@@ -31,6 +38,53 @@ from .adaptive import AdaptiveSteps, StepSequence
 from .base import SolverError, Stepper
 from .dmda import Grid
 from .observations import Observations
+
+
+_LIVE: "weakref.WeakSet[HeatModel]" = weakref.WeakSet()
+_HOOKED = False
+
+
+def _release_all() -> None:
+    """At exit, before PETSc finalizes: free every live model's shell operators.
+
+    A shell matrix still alive when the interpreter tears its modules down (a model held in a
+    script's globals) crashed the process after PetscFinalize under mpirun (petsc4py 3.18).
+    """
+    for model in list(_LIVE):
+        model._release()
+
+
+class _Stencil:
+    """Context of the shell matrix A = I + weight L(kappa): its product and diagonal, matrix-free.
+
+    ``kappa`` is the ghosted local block of kappa (flat, read-only); the input's halo goes through
+    the DMDA's local Vec, so a product holds nothing beyond the output. 2-D grids run the 3-D loop
+    with a leading axis of one point and no faces.
+    """
+
+    def __init__(self, grid, kappa, h, weight: float):
+        lead = 3 - grid.dim
+        gshape = (1,) * lead + tuple(grid.gshape)
+        self.grid, self.kappa, self.weight = grid, kappa, float(weight)
+        self.args = (np.array((1,) * lead + tuple(grid.shape), dtype=np.int64),
+                     np.array((gshape[1] * gshape[2], gshape[2], 1), dtype=np.int64),
+                     np.array((0,) * lead + tuple(s - g for s, g in zip(grid.start, grid.gstart)), dtype=np.int64),
+                     np.array((True,) * lead + tuple(s == 0 for s in grid.start)),
+                     np.array((True,) * lead + tuple(s + m == n for s, m, n in
+                                                     zip(grid.start, grid.shape, grid.global_shape))),
+                     lead, np.array((1.0,) * lead + tuple(a ** 2 for a in h)))
+
+    def mult(self, mat, x, y):
+        from .kernels.heat import apply
+
+        local = self.grid._local
+        self.grid.da.globalToLocal(x, local)
+        apply(local.getArray(readonly=True), self.kappa, *self.args, self.weight, y.getArray(), False)
+
+    def getDiagonal(self, mat, d):
+        from .kernels.heat import apply
+
+        apply(self.kappa, self.kappa, *self.args, self.weight, d.getArray(), True)
 
 
 class HeatModel(AdaptiveSteps, Stepper):
@@ -80,7 +134,7 @@ class HeatModel(AdaptiveSteps, Stepper):
                                  else self.observations.target_block(i, self.grid))
                              for i in self.observations.steps}
         self._operators: dict = {}  # adaptive: (dt, theta) -> (A, KSP), oldest first
-        self._kappa = None
+        self._kappa = None  # the ghosted local block of kappa, flat and read-only (what A reads)
         self._ksp = self._make_ksp()
         self._u0 = None
         self._work: dict = {}
@@ -117,8 +171,8 @@ class HeatModel(AdaptiveSteps, Stepper):
         return {"u0": u0, "kappa": kappa}
 
     def set_controls(self, controls):
-        # kappa enters only A, so only u0 is kept (a copy: the caller may change its Vecs later)
-        if self.A is not None:  # free the old operator, u0 and CG's work vectors before assembling anew
+        # copies: the caller may change its Vecs later (kappa as the ghosted block A reads)
+        if self.A is not None:  # free the old operator, u0 and CG's work vectors first
             self.A = self._u0 = self._kappa = None
             self._ksp.reset()
             for _A, ksp in self._operators.values():
@@ -126,25 +180,44 @@ class HeatModel(AdaptiveSteps, Stepper):
             self._operators = {}
             petsc().garbage_cleanup(self.comm)  # collective, like set_controls itself
         self._u0 = controls["u0"].copy()
-        if self.steps is not None:  # other step sizes' operators are assembled when first needed
-            self._kappa = controls["kappa"].copy()
-        self.A = self._assemble(controls["kappa"])
+        self.grid.da.globalToLocal(controls["kappa"], self.grid._local)
+        self._kappa = self.grid._local.getArray(readonly=True).copy()
+        self._kappa.flags.writeable = False
+        self.A = self._shell(self.dt, self.theta)
+        global _HOOKED
+        if not _HOOKED:  # registered after PETSc's own exit hook, so it runs before it
+            atexit.register(_release_all)
+            _HOOKED = True
+        _LIVE.add(self)
         self._ksp.setOperators(self.A)
         self._ksp.setUp()
 
     def initial_state(self):
         return self._u0.copy()
 
+    def _release(self) -> None:
+        """Destroy the solvers' hold on the shell operators and the operators themselves."""
+        self._ksp.reset()
+        for A, ksp in self._operators.values():
+            ksp.destroy()
+            A.destroy()
+        self._operators = {}
+        if self.A is not None:
+            self.A.destroy()
+            self.A = None
+
     def working_set_states(self) -> float:
-        """A (9 states in 2-D, 12 in 3-D), CG + Jacobi (4), u0 (1), scratch (2), the DMDA's ghosted
-        local Vec and scatter indices (3), adjoint or assembly transients (padded copies: 2),
-        allocator slack (7: calibrated, experiments/memory_budget measured 4-5 states above the
-        count without it); 1 more per observed state from a file (its targets are held)."""
-        matrix = 12.0 if self.grid.dim == 3 else 9.0
+        """The ghosted kappa A reads (1), CG + Jacobi (4), u0 (1), scratch (2), the DMDA's ghosted
+        local Vec and scatter indices (3), adjoint transients (padded copies: 2), allocator slack
+        (SLACK: calibrated on experiments/memory_budget); 1 more per observed state from a file
+        (its targets are held)."""
         observed = sum(1.0 for t in self._targets.values() if t is not None)
-        # adaptive: up to OPERATOR_CACHE more step sizes' matrices and CG work, and the kappa copy
-        extra = self.OPERATOR_CACHE * (matrix + 4.0) + 1.0 if self.steps is not None else 0.0
-        return matrix + 4.0 + 1.0 + 2.0 + 3.0 + 2.0 + 7.0 + observed + extra
+        # adaptive: up to OPERATOR_CACHE more step sizes' CG work and Jacobi diagonals
+        extra = self.OPERATOR_CACHE * 4.0 if self.steps is not None else 0.0
+        return 1.0 + 4.0 + 1.0 + 2.0 + 3.0 + 2.0 + self.SLACK + observed + extra
+
+    #: states the measured peak lies above the count of what is held (allocator, PETSc's small objects)
+    SLACK = 7.0
 
     # -- operators ---------------------------------------------------------------------------
     def _faces(self, kappa_padded):
@@ -157,12 +230,22 @@ class HeatModel(AdaptiveSteps, Stepper):
     #: owned points per assembly slab (whole axis-0 planes; at least one plane)
     ASSEMBLY_SLAB_POINTS = 1 << 16
 
-    def _assemble(self, kappa, dt: float | None = None, theta: float | None = None):
-        """A = I - theta dt L(kappa) as a parallel AIJ matrix, preallocated by the DMDA.
+    def _shell(self, dt: float, theta: float):
+        """A = I - theta dt L(kappa) of the current kappa as a shell matrix (nothing assembled)."""
+        PETSc = petsc()
+        n = int(np.prod(self.grid.shape))
+        N = int(np.prod(self.grid.global_shape))
+        mat = PETSc.Mat().createPython(((n, N), (n, N)), comm=self.comm,
+                                       context=_Stencil(self.grid, self._kappa, self.h, -theta * dt))
+        mat.setUp()
+        return mat
+
+    def assemble_matrix(self, kappa, dt: float | None = None, theta: float | None = None):
+        """A = I - theta dt L(kappa) as a parallel AIJ matrix, preallocated by the DMDA: what the
+        shell operator applies, for the PETSc TS oracle and the tests (steps never assemble it).
 
         Rows go in slabs of axis-0 planes (``setValuesRCV``; a -1 column, outside the domain, is
-        skipped), so the transient beside A is the padded kappa and index arrays and one slab's
-        rows. Every entry is computed as before (1 + w diag, w face), so A is the same bitwise.
+        skipped), so the transient beside A is the padded kappa and index arrays and one slab's rows.
         """
         PETSc = petsc()
         grid = self.grid
@@ -212,8 +295,9 @@ class HeatModel(AdaptiveSteps, Stepper):
     def _operator(self, dt: float, theta: float | None = None):
         """(A, KSP) of a step of size ``dt`` (the constructed one for the first dt and theta).
 
-        Adaptive runs assemble the others on first use and keep the latest ``OPERATOR_CACHE`` of them;
-        an evicted one is assembled again identically (bitwise the same matrix), costing time only.
+        Adaptive runs make the others on first use and keep the latest ``OPERATOR_CACHE`` of them
+        (a shell matrix and CG with its Jacobi diagonal each); an evicted one is made again
+        identically (bitwise the same operator), costing time only.
         """
         theta = self.theta if theta is None else theta
         if dt == self.dt and theta == self.theta:
@@ -221,7 +305,7 @@ class HeatModel(AdaptiveSteps, Stepper):
         key = (dt, theta)
         entry = self._operators.pop(key, None)
         if entry is None:
-            A = self._assemble(self._kappa, dt, theta)
+            A = self._shell(dt, theta)
             ksp = self._make_ksp()
             ksp.setOperators(A)
             ksp.setUp()
@@ -330,9 +414,13 @@ class HeatModel(AdaptiveSteps, Stepper):
     def adjoint_step(self, i, u, u_next, lam_next, grad):
         dt = self._step_dt(i)
         A, ksp = self._operator(dt)
-        mu = self._solve(lam_next, self._scratch("mu", lam_next), ksp=ksp)
+        # solved from a copy: the KSP keeps a reference to its right-hand side until its next
+        # solve, and lambda_{i+1} is freed right after this step (the driver's count relies on it)
+        rhs = self._scratch("rhs", lam_next)
+        lam_next.copy(rhs)
+        mu = self._solve(rhs, self._scratch("mu", lam_next), ksp=ksp)
         lam = self._apply_b(mu, mu.duplicate(), A)
-        # the step's rhs scratch is free here: w goes there (no third scratch Vec)
+        # the rhs scratch is free again: w goes there (no third scratch Vec)
         w_pad = self.grid.padded(self._w(u, u_next, scratch="rhs"))
         mu_pad = self.grid.padded(mu)
         wp, mp = w_pad[self.grid.inner], mu_pad[self.grid.inner]

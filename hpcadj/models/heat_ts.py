@@ -23,7 +23,7 @@ def heat_ts_gradient(model, controls, trajectory: str = "memory", rtol: float = 
     PETSc = petsc()
     model.set_controls(controls)
     # L = (B - I) / ((1 - theta) dt) is awkward for theta = 1; rebuild L from A: L = (I - A) / (theta dt)
-    L = model.A.copy()
+    L = model.assemble_matrix(controls["kappa"])
     L.shift(-1.0)
     L.scale(-1.0 / (model.theta * model.dt))
 

@@ -30,6 +30,24 @@ def test_json_summary_three_levels_from_bytes(tmp_path):
     assert info["predicted_s"] == pytest.approx(expected)
 
 
+def test_first_touch_of_each_filled_slot_is_in_the_predicted_makespan(tmp_path):
+    levels = [{"name": "ram", "write_s": 0.01, "read_s": 0.01}, {"name": "disk", "write_s": 0.2, "read_s": 0.2}]
+    infos = []
+    for fill in (0.0, 0.25):
+        path = tmp_path / f"costs{fill}.json"
+        levels[0]["fill_s"] = fill
+        path.write_text(json.dumps({"forward_s": 1.0, "adjoint_s": 2.0, "levels": levels}))
+        proc = hpcadj(["plan", "--steps", "200", "--ram", "6", "--disk", "10", "--costs", str(path), "--json"],
+                      timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        infos.append(json.loads(proc.stdout))
+    plain, filled = infos
+    assert filled["forward_steps"] == plain["forward_steps"]
+    peak_ram = filled["levels"][0]["peak"]
+    assert peak_ram == 6
+    assert filled["predicted_s"] - plain["predicted_s"] == pytest.approx(0.25 * peak_ram)
+
+
 def test_costs_file_changes_the_plan(tmp_path):
     profile = {"forward_s": 1.0, "adjoint_s": 1.0, "source": "measured",
                "levels": [{"name": "ram", "write_s": 0.0, "read_s": 0.0},

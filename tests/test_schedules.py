@@ -193,6 +193,17 @@ def test_bad_cost_profiles_are_value_errors(tmp_path, text):
         CostProfile.load(path)
 
 
+def test_fill_seconds_are_per_filled_slot_and_round_trip(tmp_path):
+    profile = CostProfile(levels=[LevelCost("ram", 0.1, 0.1, fill_s=0.004), LevelCost("disk", 1.0, 1.0)])
+    assert profile.fill_seconds([7, 3]) == pytest.approx(0.028)
+    path = tmp_path / "costs.json"
+    profile.save(path)
+    assert CostProfile.load(path).levels[0].fill_s == 0.004
+    assert CostProfile.from_dict({"levels": [{"name": "ram", "write_s": 0, "read_s": 0}]}).fill_seconds([5]) == 0
+    with pytest.raises(ValueError, match="fill_s"):
+        LevelCost("ram", 0.1, 0.1, fill_s=-1.0)
+
+
 def test_overlap_must_be_a_fraction():
     with pytest.raises(ValueError, match="overlap"):
         LevelCost("disk", 1.0, 1.0, overlap=1.5)

@@ -1,12 +1,19 @@
 """Measure what a plan costs on this machine: step and adjoint-step time, and each level's I/O.
 
 The result is a :class:`CostProfile` (seconds, and joules from the energy model, labelled with
-its source) that ``plan`` and ``run --schedule auto`` use. Every timing is the slowest rank's
-(ranks wait for each other at the next collective), the median over repeats, and a steady-state
-one: ``warmup`` untimed calls come first (JIT loading, first-touch page faults of new buffers, a
-model's buffer pool filling, a level's first file or slot), and each call is timed as the driver
-runs it (the last two states kept, ``garbage_cleanup`` after every call, the adjoint with its
-objective term). Timing the first calls overestimated a wave 128^3 step several times over.
+its source) that ``plan`` and ``run --schedule auto`` use. Every timing is the slowest rank's, the
+median over repeats, and a steady-state one: ``warmup`` untimed calls come first (JIT loading,
+first-touch page faults of new buffers, a model's buffer pool filling, a level's first file or
+slot), and each call is timed as the driver runs it (the last two states kept, ``garbage_cleanup``
+after every call, the adjoint with its objective term). Steps and adjoint steps are timed in runs
+of :data:`BLOCK` back-to-back calls with no barrier between them, as the driver runs them: ranks
+that are not equally fast, or jitter on one of them, then cost what they cost in a run (a barrier
+before every call hid a 30 % slower rank; predictions ran 16-26 % short). Timing the first calls
+overestimated a wave 128^3 step several times over.
+
+A RAM level also gets its first-touch cost (``LevelCost.fill_s``): the seconds to fault in one
+snapshot's worth of fresh memory, which a run pays once for every slot it fills (the state a level
+holds by reference is memory the model's later steps cannot reuse).
 """
 
 from __future__ import annotations
@@ -15,20 +22,42 @@ import statistics
 import time
 
 from ..checkpoint.schedules import CostProfile, LevelCost
+from ..snapshot import mapped_empty
 from ..checkpoint.storage.factory import make_level
 from .manager import CheckpointConfig, LevelPlan
 
 
-def _timed(comm, fn, repeats: int) -> float:
-    """Median over ``repeats`` of the slowest rank's seconds for ``fn()``."""
+#: back-to-back calls per timed sample of a step or an adjoint step
+BLOCK = 5
+
+
+def _timed(comm, fn, repeats: int, calls: int = 1) -> float:
+    """Median over ``repeats`` of the slowest rank's seconds per call of ``calls`` calls to ``fn()``."""
     from ..stack import mpi
 
     samples = []
     for _ in range(repeats):
         comm.Barrier()
         t0 = time.perf_counter()
-        fn()
-        samples.append(comm.allreduce(time.perf_counter() - t0, op=mpi().MAX))
+        for _ in range(calls):
+            fn()
+        samples.append(comm.allreduce(time.perf_counter() - t0, op=mpi().MAX) / calls)
+    return statistics.median(samples)
+
+
+def _fill_seconds(comm, nbytes: int, repeats: int) -> float:
+    """Slowest rank's median seconds to fault in ``nbytes`` of fresh memory (one new slot's worth)."""
+    from ..stack import mpi
+
+    samples = []
+    for _ in range(max(repeats, 3)):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        block = mapped_empty((max(nbytes // 8, 1),), "f8")
+        block.fill(0.0)
+        elapsed = time.perf_counter() - t0
+        del block
+        samples.append(comm.allreduce(elapsed, op=mpi().MAX))
     return statistics.median(samples)
 
 
@@ -53,7 +82,7 @@ def calibrate(model, controls, comm, plans: list[LevelPlan], config: CheckpointC
 
     for _ in range(warmup):
         forward()
-    forward_s = _timed(comm, forward, repeats)
+    forward_s = _timed(comm, forward, repeats, BLOCK)
     u_i, u_next = states[-2], states[-1]
     grad = {name: vec.duplicate() for name, vec in controls.items()}
     lams = [u_next.copy()]
@@ -68,7 +97,7 @@ def calibrate(model, controls, comm, plans: list[LevelPlan], config: CheckpointC
 
     for _ in range(warmup):
         adjoint()
-    adjoint_s = _timed(comm, adjoint, repeats)
+    adjoint_s = _timed(comm, adjoint, repeats, BLOCK)
     del lams
 
     layout = model.snapshot_layout()
@@ -130,6 +159,8 @@ def _level_cost(plan, layout, comm, config, snapshot, repeats, forward_s, energy
         hidden = max(0.0, 1.0 - visible / sync_write) if sync_write > 0 else 0.0
         overlap = min(hidden, forward_s / sync_write if sync_write > 0 else 1.0, 1.0)
     kind = plan.kind
+    local = sum(f.local_nbytes for f in layout.values())
+    fill_s = _fill_seconds(comm, local, repeats) if kind == "ram" else 0.0
     return LevelCost(plan.name, write_s=sync_write, read_s=read_s,
                      write_j=energy.write_joules(kind, nbytes, sync_write, cores),
-                     read_j=energy.read_joules(kind, nbytes, read_s, cores), overlap=overlap)
+                     read_j=energy.read_joules(kind, nbytes, read_s, cores), overlap=overlap, fill_s=fill_s)

@@ -258,6 +258,7 @@ def adjust_profile(profile, plans, probed: dict):
         frac = min(1.0, info["slot_bytes"] / max(1, info["raw_bytes"]))
         lv.write_s = lv.write_s * frac + info["encode_s"]
         lv.read_s = lv.read_s * frac + info["decode_s"]
+        lv.fill_s *= frac
     return profile
 
 

@@ -16,6 +16,11 @@ waits for them). ``overlap = 0`` (the default) is the synchronous H-Revolve mode
 optimistic when writes come faster than the compute they hide behind; a storage level that
 measures its real hidden fraction should record it here.
 
+First touch: a slot's memory is new to the process the first time the slot is filled (a RAM level
+holds states by reference; the model's next state then needs fresh pages). ``LevelCost.fill_s``,
+measured by calibration, is that one-off cost per slot; the predicted makespan adds ``peak_k *
+fill_k`` for every level (:meth:`CostProfile.fill_seconds`), the planners do not weigh it.
+
 Default costs (used when no profile is given; relative, not measured): forward step 1 s, adjoint
 step 2 s; RAM write/read 0.01 s, node-local disk 0.2 / 0.2 s, parallel file system 1.0 / 1.0 s.
 Energy defaults assume a 100 W node for compute and the same for I/O waits (joules = 100 * seconds),
@@ -76,10 +81,14 @@ class LevelCost:
     write_j: float | None = None
     read_j: float | None = None
     overlap: float = 0.0
+    #: seconds to fault in one slot's fresh memory, paid the first time each slot is filled
+    fill_s: float = 0.0
 
     def __post_init__(self):
         if not 0.0 <= self.overlap <= 1.0:
             raise ValueError(f"level {self.name}: overlap must be in [0, 1], got {self.overlap}")
+        if not (isinstance(self.fill_s, (int, float)) and 0.0 <= self.fill_s < float("inf")):
+            raise ValueError(f"level {self.name}: fill_s must be a non-negative number, got {self.fill_s!r}")
 
 
 @dataclass
@@ -117,6 +126,10 @@ class CostProfile:
                            tuple(joules(lv.write_j, lv.write_s) for lv in self.levels),
                            tuple(joules(lv.read_j, lv.read_s) for lv in self.levels))
         raise ValueError(f"minimize must be 'time' or 'energy', got {minimize!r}")
+
+    def fill_seconds(self, peak_slots) -> float:
+        """One-off first-touch seconds of a plan that fills ``peak_slots[k]`` slots of level k."""
+        return sum(p * lv.fill_s for p, lv in zip(peak_slots, self.levels))
 
     def to_dict(self) -> dict:
         return asdict(self)

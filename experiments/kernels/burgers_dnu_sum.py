@@ -56,7 +56,7 @@ def main():
     mu = m.step(0, u)
     W, F = m._block(u), m._faces(u, 0)
     M, FM = m._block(mu), m._faces(mu, 3)
-    O1, O2 = m._block(m._stage_vecs[2], readonly=False), m._block(m._stage_vecs[3], readonly=False)
+    O1, O2 = m._block(m._scratch(2), readonly=False), m._block(m._scratch(3), readonly=False)
 
     def timed(fn):
         fn()

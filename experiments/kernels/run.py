@@ -70,9 +70,17 @@ def _old_central_difference(grid, padded, axis, h):
     return (plus - minus) / (2.0 * h)
 
 
+def _old_pair_grid(m):
+    """The dof-2 DMDA the old code worked on (the models now keep none), on the model's partition."""
+    from hpcadj.models.dmda import Grid
+
+    return Grid(m.comm, m.field.sizes_xyz, periodic=m.field.periodic, dof=2, like=m.field)
+
+
 class OldWave:
     def __init__(self, m):
         self.m = m
+        self.grid = _old_pair_grid(m)
         sigma = m._sponge()  # the arrays the old model kept
         self.a = 1.0 / (1.0 + 0.5 * m.dt * sigma)
         self.b = 1.0 - 0.5 * m.dt * sigma
@@ -86,8 +94,8 @@ class OldWave:
 
     def _pair(self, prev, cur):
         m = self.m
-        vec = m.grid.create_vec()
-        w = m.grid.owned(vec)
+        vec = self.grid.create_vec()
+        w = self.grid.owned(vec)
         w[..., 0] = prev
         w[..., 1] = cur
         return vec
@@ -101,22 +109,22 @@ class OldWave:
 
     def _current_laplacian(self, state):
         m = self.m
-        return _old_laplacian(m.field, m.grid.padded(state)[..., 1], m.h)
+        return _old_laplacian(m.field, self.grid.padded(state)[..., 1], m.h)
 
     def step(self, i, u):
         m = self.m
-        w = m.grid.owned(u)
+        w = self.grid.owned(u)
         lap = self._current_laplacian(u)
         nxt = self.a * (2.0 * w[..., 1] - self.b * w[..., 0] + m.dt ** 2 * (self.c2 * lap + self._source_term(i)))
         return self._pair(w[..., 1], nxt)
 
     def adjoint_step(self, i, u, u_next, lam_next, grad):
         m = self.m
-        lam = m.grid.owned(lam_next)
+        lam = self.grid.owned(lam_next)
         mu = self.a * lam[..., 1]
-        scratch = m.grid.create_vec()
-        m.grid.owned(scratch)[..., 1] = self.c2 * mu
-        lap = _old_laplacian(m.field, m.grid.padded(scratch)[..., 1], m.h)
+        scratch = self.grid.create_vec()
+        self.grid.owned(scratch)[..., 1] = self.c2 * mu
+        lap = _old_laplacian(m.field, self.grid.padded(scratch)[..., 1], m.h)
         new_prev = -self.b * mu
         new_cur = lam[..., 0] + 2.0 * mu + m.dt ** 2 * lap
         m.field.owned(grad["c"])[...] += 2.0 * m.dt ** 2 * self.c * mu * self._current_laplacian(u)
@@ -126,48 +134,49 @@ class OldWave:
 class OldBurgers:
     def __init__(self, m):
         self.m = m
-        self._work = m.grid.create_vec()
+        self.grid = _old_pair_grid(m)
+        self._work = self.grid.create_vec()
 
     def interleaved(self, state):
         """The new model's (split) state as the old code's interleaved (u, v)."""
         snap = self.m.snapshot(state)
-        return self.m.grid.vec_from(np.stack([snap["u"], snap["v"]], axis=-1))
+        return self.grid.vec_from(np.stack([snap["u"], snap["v"]], axis=-1))
 
     def _pad(self, block):
-        self.m.grid.owned(self._work)[...] = block
-        return self.m.grid.padded(self._work)
+        self.grid.owned(self._work)[...] = block
+        return self.grid.padded(self._work)
 
     def _grads(self, padded):
         m = self.m
         hy, hx = m.h
-        return (_old_central_difference(m.grid, padded, 1, hx), _old_central_difference(m.grid, padded, 0, hy))
+        return (_old_central_difference(self.grid, padded, 1, hx), _old_central_difference(self.grid, padded, 0, hy))
 
     def _advection(self, A, B):
-        a = A[self.m.grid.inner]
+        a = A[self.grid.inner]
         bx, by = self._grads(B)
         fx, _ = self._grads(A[..., :1] * B)
         _, fy = self._grads(A[..., 1:] * B)
         return 0.5 * (a[..., :1] * bx + a[..., 1:] * by + fx + fy)
 
     def _rhs(self, P, nu):
-        return -self._advection(P, P) + nu * _old_laplacian(self.m.grid, P, self.m.h)
+        return -self._advection(P, P) + nu * _old_laplacian(self.grid, P, self.m.h)
 
     def _rhs_adjoint(self, P, M, nu):
         m = self.m
-        w, mu = P[m.grid.inner], M[m.grid.inner]
+        w, mu = P[self.grid.inner], M[self.grid.inner]
         wx, wy = self._grads(P)
         mx, my = self._grads(M)
-        out = self._advection(P, M) + nu * _old_laplacian(m.grid, M, m.h)
+        out = self._advection(P, M) + nu * _old_laplacian(self.grid, M, m.h)
         out[..., 0] -= 0.5 * np.sum(mu * wx - w * mx, axis=-1)
         out[..., 1] -= 0.5 * np.sum(mu * wy - w * my, axis=-1)
-        dnu = float(np.sum(_old_laplacian(m.grid, P, m.h) * mu))
+        dnu = float(np.sum(_old_laplacian(self.grid, P, m.h) * mu))
         return out, dnu
 
     def _stages(self, u):
         m = self.m
         dt, nu = m.dt, m.nu
-        P0 = m.grid.padded(u)
-        w0 = P0[m.grid.inner]
+        P0 = self.grid.padded(u)
+        w0 = P0[self.grid.inner]
         w1 = w0 + dt * self._rhs(P0, nu)
         P1 = self._pad(w1)
         w2 = 0.75 * w0 + 0.25 * (w1 + dt * self._rhs(P1, nu))
@@ -177,7 +186,7 @@ class OldBurgers:
 
     def step(self, i, u):
         *_s, w3 = self._stages(u)
-        return self.m.grid.vec_from(w3)
+        return self.grid.vec_from(w3)
 
     def adjoint_step(self, i, u, u_next, lam_next, grad):
         from hpcadj.models.common import scalar_add
@@ -185,9 +194,9 @@ class OldBurgers:
         m = self.m
         dt, nu = m.dt, m.nu
         P0, P1, P2, _w3 = self._stages(u)
-        a = m.grid.owned(lam_next).copy()
+        a = self.grid.owned(lam_next).copy()
         lam = a / 3.0
-        t, g2 = self._rhs_adjoint(P2, m.grid.padded(lam_next), nu)
+        t, g2 = self._rhs_adjoint(P2, self.grid.padded(lam_next), nu)
         b = (2.0 / 3.0) * (a + dt * t)
         lam += 0.75 * b
         t, g1 = self._rhs_adjoint(P1, self._pad(b), nu)
@@ -195,7 +204,7 @@ class OldBurgers:
         t, g0 = self._rhs_adjoint(P0, self._pad(c), nu)
         lam += c + dt * t
         scalar_add(m.comm, grad["nu"], dt * ((2.0 / 3.0) * g2 + 0.25 * g1 + g0))
-        return m.grid.vec_from(lam)
+        return self.grid.vec_from(lam)
 
 
 # ---------------------------------------------------------------------------------------------

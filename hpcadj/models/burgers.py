@@ -64,21 +64,22 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         self.steps = StepSequence(t_final) if adaptive else None
         self.n_steps = None if adaptive else int(n_steps)
         self.cfl = float(cfl)
-        self.grid = Grid(comm, tuple(grid), periodic=True, dof=2)
-        self.field = Grid(comm, tuple(grid), periodic=True, like=self.grid)  # one component's layout
+        self.field = Grid(comm, tuple(grid), periodic=True)  # one component's layout
+        self.grid = kernels.PairLayout(self.field)  # the (u, v) pair's: no DMDA of its own
         self.h = self.grid.spacing()
         self.cell_volume = float(np.prod(self.h))
         self.default_nu_value = float(nu)
         hy, hx = self.h
         self._ih = (1.0 / hy ** 2, 1.0 / hx ** 2, 1.0 / (2.0 * hy), 1.0 / (2.0 * hx))
         # scratch of one step (stage states, adjoint stage vectors) and halo buffers: overwritten by
-        # every call, never carried from one to the next, so steps stay pure
-        self._stage_vecs = [kernels.new_vec(self.grid) for _ in range(4)]
+        # every call, never carried from one to the next, so steps stay pure. Three serve a step and
+        # an adjoint step; the tangent's fourth is made at its first call (see _scratch)
+        self._stage_vecs = [kernels.new_vec(self.grid) for _ in range(3)]
         self._split_pair = kernels.SplitPair(self.field, self.grid)
         # one halo (one scatter) per component, straight from the state Vec
         self._halos = (self._split_pair.halo(0, slots=4), self._split_pair.halo(1, slots=4))
         self._pool = self._split_pair.pool
-        self._controls = None
+        self._u0 = None  # u0 as the split initial state (set_controls)
         self.nu = float(nu)
         self.dt = float(dt) if dt is not None else self.stable_dt(cfl)  # adaptive: dt_0's bound only
         if not self.dt > 0 or not math.isfinite(self.dt):
@@ -123,8 +124,9 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         return {"u0": u0, "nu": scalar_vec(self.comm, self.default_nu_value)}
 
     def set_controls(self, controls):
-        self._controls = {name: vec.copy() for name, vec in controls.items()}
-        self.nu = scalar_value(self.comm, self._controls["nu"])
+        """Keep nu (a float) and u0 as the split initial state: no copies of the control Vecs."""
+        self.nu = scalar_value(self.comm, controls["nu"])
+        self._u0 = self._split_pair.split(controls["u0"])
 
     def working_set_states(self) -> float:
         """9: the model's share measured by experiments/memory_budget (burgers 1024^2, 2 ranks, 3 RAM
@@ -133,7 +135,14 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         return 9.0
 
     def initial_state(self):
-        return self._split_pair.split(self._controls["u0"])
+        """u_0: the split u0 made by set_controls, shared (states are never changed in place)."""
+        return self._split_pair.share(self._u0)
+
+    def _scratch(self, k):
+        """Scratch Vec k of a step (k = 3, the tangent's fourth, made at first use)."""
+        while len(self._stage_vecs) <= k:
+            self._stage_vecs.append(kernels.new_vec(self.grid))
+        return self._stage_vecs[k]
 
     # -- the stages (fused kernels in kernels/burgers.py) ------------------------------------
     def _block(self, vec, readonly=True):
@@ -174,7 +183,8 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         if i != self.n_steps:
             return 0.0
         w = self._interleaved(u)  # np.sum in the interleaved order, as ever (J bitwise unchanged)
-        return self.comm.allreduce(0.5 * self.cell_volume * float(np.sum(w * w)))
+        np.multiply(w, w, out=w)
+        return self.comm.allreduce(0.5 * self.cell_volume * float(np.sum(w)))
 
     def objective_gradient(self, i, u):
         if i != self.n_steps:
@@ -187,7 +197,8 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
     def adjoint_step(self, i, u, u_next, lam_next, grad):
         dt, nu, ih = self._step_dt(i, u), self.nu, self._ih
         (W0, F0), (W1, F1), (W2, F2) = self._stages(u, dt)
-        bv, cv = self._stage_vecs[2], self._stage_vecs[3]
+        # the third stage backwards is the last to read w2: the second writes into w2's scratch
+        bv, cv = self._stage_vecs[2], self._stage_vecs[1]
         out = self._pool.new_vec()
         lam = self._block(out, readonly=False)
         g2 = kern.adjoint_stage(*W2, *F2, *self._block(lam_next), *self._faces(lam_next, 3), 3, nu, dt, ih,
@@ -210,7 +221,7 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         dt, nu, ih = self._step_dt(i, u), self.nu, self._ih
         dnu = scalar_value(self.comm, dcontrols["nu"])
         (W0, F0), (W1, F1), (W2, F2) = self._stages(u, dt)
-        d1v, d2v = self._stage_vecs[2], self._stage_vecs[3]
+        d1v, d2v = self._scratch(2), self._scratch(3)
         out = self._pool.new_vec()
         D0 = self._block(du)
         kern.tangent_stage(*W0, *F0, *D0, *self._faces(du, 3), *D0, 0.0, 1.0, True, nu, dnu, dt, ih,

@@ -80,7 +80,7 @@ class WaveModel(AdaptiveSteps, Stepper):
             raise ValueError(f"anomaly must lie in (-0.5, 1), got {anomaly}")
         self.comm = comm
         self.field = Grid(comm, tuple(grid))
-        self.grid = Grid(comm, tuple(grid), dof=2, like=self.field)
+        self.grid = kernels.PairLayout(self.field)  # the pair's layout: no DMDA of its own
         self.dim = self.field.dim
         self.h = self.field.spacing()
         self.anomaly = float(anomaly)

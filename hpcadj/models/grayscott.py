@@ -75,36 +75,35 @@ class _AssembledJacobian:
         PETSc = petsc()
         grid = model.grid
         lg = grid.padded_indices()
-        inner = lg[1:-1, 1:-1]
         my, mx = grid.shape
-        n = inner.size
+        n = my * mx * 2
         N = int(np.prod(grid.global_shape)) * grid.dof
         probe = grid.create_vec()
         rstart, rend = probe.getOwnershipRange()
         probe.destroy()
-        if not np.array_equal(inner.ravel(), np.arange(rstart, rend)):
+        if not np.array_equal(lg[1:-1, 1:-1].ravel(), np.arange(rstart, rend)):
             raise AssertionError("grayscott: DMDA owned indices are not the rank's contiguous range")
-        cols = np.empty((my, mx, 2, 6), dtype=np.int32 if N < 2 ** 31 else np.int64)
-        cols[..., 0] = inner
-        cols[..., 1] = inner[..., ::-1]
-        cols[..., 2] = lg[:-2, 1:-1]
-        cols[..., 3] = lg[2:, 1:-1]
-        cols[..., 4] = lg[1:-1, :-2]
-        cols[..., 5] = lg[1:-1, 2:]
-        del lg, inner
-        cols = cols.reshape(n, 6)
         dt = model.dt
         ihy2, ihx2 = (1.0 / h ** 2 for h in model.h)
         table = np.zeros((2, 8))  # value of entry kind e (0-5; 7 = unused slot) in a row of component c
         table[:, 2:4] = (-dt * model.diffusion * ihy2)[:, None]
         table[:, 4:6] = (-dt * model.diffusion * ihx2)[:, None]
-        local = (cols >= rstart) & (cols < rend)
-        diag_ptr, diag_cols, self.values, diag_pos = _csr(cols, local, rstart, table)
-        off_ptr, off_cols, off_values, _ = _csr(cols, ~local, 0, table)
-        del cols, local
-        self.diag_pos = np.ascontiguousarray(diag_pos[:, 0].reshape(my * mx, 2))
-        self.cross_pos = np.ascontiguousarray(diag_pos[:, 1].reshape(my * mx, 2))
-        del diag_pos
+        # two compiled passes (count, fill): nothing beyond the CSR arrays themselves
+        counts = np.empty(n, dtype=np.int64)
+        gs_kernels.count_local(lg, rstart, rend, counts)
+        diag_ptr, off_ptr = (np.zeros(n + 1, dtype=PETSc.IntType) for _ in range(2))
+        np.cumsum(counts, out=diag_ptr[1:])
+        np.cumsum(6 - counts, out=off_ptr[1:])
+        del counts
+        diag_cols = np.empty(int(diag_ptr[-1]), dtype=PETSc.IntType)
+        off_cols = np.empty(int(off_ptr[-1]), dtype=PETSc.IntType)
+        self.values = np.empty(int(diag_ptr[-1]), dtype=PETSc.ScalarType)
+        off_values = np.empty(int(off_ptr[-1]), dtype=PETSc.ScalarType)
+        self.diag_pos = np.zeros((my * mx, 2), dtype=np.int32)
+        self.cross_pos = np.zeros((my * mx, 2), dtype=np.int32)
+        gs_kernels.fill_csr(lg, rstart, rend, table, diag_ptr, diag_cols, self.values, off_ptr, off_cols,
+                            off_values, self.diag_pos, self.cross_pos)
+        del lg
         self.diag_lap = dt * model.diffusion * (2.0 * ihy2 + 2.0 * ihx2)
         csr = (diag_ptr, diag_cols, self.values)
         if grid.comm.size > 1:
@@ -131,28 +130,6 @@ def _refactor(ksp, rhs, scratch) -> None:
     pc.setReusePreconditioner(False)
     ksp.setUp()
     pc.apply(rhs, scratch)
-
-
-def _csr(cols: np.ndarray, selected: np.ndarray, shift: int, table: np.ndarray):
-    """CSR of the entries ``selected`` picks from the (n, 6) column table ``cols`` (columns less
-    ``shift``, sorted per row), its values ``table[row component, entry kind]``, and each entry's
-    position in the value array (n, 6; meaningless where not selected). Row-wise sorts of int64
-    keys col * 8 + kind, so the transients stay a few state-sizes."""
-    PETSc = petsc()
-    n = cols.shape[0]
-    unused = np.iinfo(np.int64).max
-    key = np.where(selected, (cols.astype(np.int64) - shift) * 8 + np.arange(6), unused)
-    key.sort(axis=1)
-    valid = key != unused
-    ptr = np.zeros(n + 1, dtype=PETSc.IntType)
-    np.cumsum(valid.sum(axis=1), out=ptr[1:])
-    kind = (key & 7).astype(np.int8)  # 7 in the unused slots
-    col = (key[valid] >> 3).astype(PETSc.IntType)
-    del key
-    values = table[(np.arange(n) % 2)[:, None], kind][valid].astype(PETSc.ScalarType)
-    pos = np.zeros((n, 8), dtype=np.int32)
-    np.put_along_axis(pos, kind.astype(np.intp), ptr[:-1, None] + np.arange(6, dtype=np.int32), axis=1)
-    return ptr, col, values, pos[:, :6]
 
 
 class GrayScottModel(ComponentSnapshots, Stepper):

@@ -7,6 +7,7 @@ written out once and depends on its neighbours' values only, so it is the same o
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 
@@ -57,3 +58,76 @@ def jacobian_values(W, dt, diag_lap, feed, kill, diag_pos, cross_pos, values):
             values[cross_pos[p, 0]] = -dt * (-uv2)
             values[diag_pos[p, 1]] = (1.0 + diag_lap[1]) - dt * (uv2 - (feed + kill))
             values[cross_pos[p, 1]] = -dt * vv
+
+
+@njit(cache=True)
+def _row_columns(lg, j, i, c, out):
+    """The six columns of Jacobian row (point (j, i), component c), by entry kind: the diagonal,
+    the other component at the point, then the y-, y+, x- and x+ neighbours (padded indices)."""
+    out[0] = lg[j + 1, i + 1, c]
+    out[1] = lg[j + 1, i + 1, 1 - c]
+    out[2] = lg[j, i + 1, c]
+    out[3] = lg[j + 2, i + 1, c]
+    out[4] = lg[j + 1, i, c]
+    out[5] = lg[j + 1, i + 2, c]
+
+
+@njit(cache=True)
+def count_local(lg, rstart, rend, counts):
+    """counts[row] = how many of the row's six columns lie in this rank's range [rstart, rend)."""
+    my, mx = lg.shape[0] - 2, lg.shape[1] - 2
+    cols = np.empty(6, dtype=np.int64)
+    for j in range(my):
+        for i in range(mx):
+            for c in range(2):
+                _row_columns(lg, j, i, c, cols)
+                k = 0
+                for e in range(6):
+                    if rstart <= cols[e] < rend:
+                        k += 1
+                counts[(j * mx + i) * 2 + c] = k
+
+
+@njit(cache=True)
+def fill_csr(lg, rstart, rend, table, diag_ptr, diag_cols, diag_vals, off_ptr, off_cols, off_vals,
+             diag_pos, cross_pos):
+    """The Jacobian's CSR split into this rank's diagonal block (columns less ``rstart``) and the
+    off-rank part (global columns): each row's entries sorted by column, then entry kind, valued
+    ``table[component, kind]``; ``diag_pos``/``cross_pos`` [point, c] the positions of the row's
+    diagonal and its other-component entry in ``diag_vals``. No array beyond the outputs."""
+    my, mx = lg.shape[0] - 2, lg.shape[1] - 2
+    cols = np.empty(6, dtype=np.int64)
+    keys = np.empty(6, dtype=np.int64)
+    for j in range(my):
+        for i in range(mx):
+            p = j * mx + i
+            for c in range(2):
+                row = p * 2 + c
+                _row_columns(lg, j, i, c, cols)
+                for part in range(2):
+                    n = 0
+                    for e in range(6):
+                        local = rstart <= cols[e] < rend
+                        if local == (part == 0):
+                            keys[n] = (cols[e] - (rstart if part == 0 else 0)) * 8 + e
+                            n += 1
+                    for a in range(1, n):  # insertion sort of at most six keys
+                        key = keys[a]
+                        b = a - 1
+                        while b >= 0 and keys[b] > key:
+                            keys[b + 1] = keys[b]
+                            b -= 1
+                        keys[b + 1] = key
+                    start = diag_ptr[row] if part == 0 else off_ptr[row]
+                    for a in range(n):
+                        e = keys[a] & 7
+                        if part == 0:
+                            diag_cols[start + a] = keys[a] >> 3
+                            diag_vals[start + a] = table[c, e]
+                            if e == 0:
+                                diag_pos[p, c] = start + a
+                            elif e == 1:
+                                cross_pos[p, c] = start + a
+                        else:
+                            off_cols[start + a] = keys[a] >> 3
+                            off_vals[start + a] = table[c, e]

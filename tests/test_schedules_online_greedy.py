@@ -81,3 +81,12 @@ def test_protocol_errors():
         plan.step()
     with pytest.raises(ScheduleError, match="twice"):
         plan.finish()
+
+
+def test_horizon_and_mean_variants_are_valid_and_a_bad_horizon_is_refused():
+    costs = default_costs(3)
+    for horizon, mean in [(1, False), (5, True)]:
+        result = simulate_online(OnlineGreedyMultilevel([1, 3, 6], costs, horizon, mean), 120, costs)
+        assert result.adjoint_steps == 120 and all(p <= c for p, c in zip(result.peak, [1, 3, 6]))
+    with pytest.raises(ScheduleError, match="horizon"):
+        OnlineGreedyMultilevel([1, 3, 6], costs, horizon=0)

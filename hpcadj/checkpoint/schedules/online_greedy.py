@@ -49,15 +49,22 @@ _FIRST_TABLE = 64
 
 
 class OnlineGreedyMultilevel:
-    """Priced greedy online plan over K levels (module docstring); ``costs`` are required."""
+    """Priced greedy online plan over K levels (module docstring); ``costs`` are required.
+
+    ``horizon`` H: candidates compare by their cost at n = i+1, then i+2 .. i+H (ties); ``mean``:
+    by the mean over i+1 .. i+H instead (a look-ahead; measured worse, experiments/online/variants.py).
+    """
 
     name = "online-multilevel"
 
-    def __init__(self, capacities: Sequence[int], costs: OpCosts):
+    def __init__(self, capacities: Sequence[int], costs: OpCosts, horizon: int = _HORIZON, mean: bool = False):
         self.capacities = tuple(int(c) for c in capacities)
         if not self.capacities or any(c < 0 for c in self.capacities) or sum(self.capacities) < 1:
             raise ScheduleError("online checkpointing needs at least one slot (for u_0)")
         self.costs = costs.for_levels(len(self.capacities))
+        if horizon < 1:
+            raise ScheduleError(f"horizon must be >= 1, got {horizon}")
+        self.horizon, self.mean = int(horizon), bool(mean)
         self.position = 0
         self.finished = False
         self.points: list[int] = []   # checkpoints, ascending
@@ -181,16 +188,21 @@ class OnlineGreedyMultilevel:
         i = self.position
         actions: list[Action] = []
         if i >= 1:
-            self._ensure_table(i + _HORIZON)
+            H = self.horizon
+            self._ensure_table(i + H)
             prefix = self._prefixes()
             best = None
             for order, (acts, pts, lvs, start) in enumerate(self._candidates(i - 1)):
                 price = self._price(acts)
                 first = price + self._cost(pts, lvs, i + 1, start, prefix[start])
-                if best is not None and first > best[0][0]:
-                    continue
-                key = (first, *(price + self._cost(pts, lvs, i + h, start, prefix[start])
-                                for h in range(2, _HORIZON + 1)), order)
+                if self.mean:
+                    later = [price + self._cost(pts, lvs, i + h, start, prefix[start]) for h in range(2, H + 1)]
+                    key = ((first + sum(later)) / H, order)
+                else:
+                    if best is not None and first > best[0][0]:
+                        continue
+                    key = (first, *(price + self._cost(pts, lvs, i + h, start, prefix[start])
+                                    for h in range(2, H + 1)), order)
                 if best is None or key < best[0]:
                     best = (key, acts, pts, lvs, price)
             _, actions, self.points, self.levels, price = best

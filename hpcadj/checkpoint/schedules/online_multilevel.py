@@ -1,5 +1,9 @@
 """Online checkpointing over several levels (RAM, node-local, HDF5): n unknown until the sweep ends.
 
+This cascade is the plan for unpriced runs (no costs); with costs the driver runs the priced greedy
+of online_greedy.py (make_online_plan), which is within 1.05x of the offline optimum where this one
+is not (experiments/online).
+
 Protocol: as :class:`~.online.OnlineSchedule` (``step()`` before each forward step, ``finish()``
 once u_n is held; every rank makes the same calls).
 

@@ -99,10 +99,9 @@ class _AssembledJacobian:
         off_cols = np.empty(int(off_ptr[-1]), dtype=PETSc.IntType)
         self.values = np.empty(int(diag_ptr[-1]), dtype=PETSc.ScalarType)
         off_values = np.empty(int(off_ptr[-1]), dtype=PETSc.ScalarType)
-        self.diag_pos = np.zeros((my * mx, 2), dtype=np.int32)
-        self.cross_pos = np.zeros((my * mx, 2), dtype=np.int32)
         gs_kernels.fill_csr(lg, rstart, rend, table, diag_ptr, diag_cols, self.values, off_ptr, off_cols,
-                            off_values, self.diag_pos, self.cross_pos)
+                            off_values)
+        self.diag_ptr, self.diag_cols = diag_ptr, diag_cols  # the Mat's own arrays (not copied)
         del lg
         self.diag_lap = dt * model.diffusion * (2.0 * ihy2 + 2.0 * ihx2)
         csr = (diag_ptr, diag_cols, self.values)
@@ -113,8 +112,8 @@ class _AssembledJacobian:
 
     def set_state(self, model, w: np.ndarray) -> None:
         """Write J(w)'s point blocks at the owned block ``w`` (collective: bumps the Mat state)."""
-        gs_kernels.jacobian_values(w, model.dt, self.diag_lap, model.F, model.k, self.diag_pos,
-                                   self.cross_pos, self.values)
+        gs_kernels.jacobian_values(w, model.dt, self.diag_lap, model.F, model.k, self.diag_ptr,
+                                   self.diag_cols, self.values)
         self.mat.assemble()
 
 

@@ -39,12 +39,25 @@ def residual(W, ylo, yhi, xlo, xhi, base, dt, diff, ih2, feed, kill, out):
 
 
 @njit(cache=True)
-def jacobian_values(W, dt, diag_lap, feed, kill, diag_pos, cross_pos, values):
+def _block_positions(ptr, cols, row):
+    """Where row ``row`` (local, = 2 p + c) of the diagonal block holds its diagonal and its
+    (p, c)-(p, 1-c) coupling: a scan of its (at most six) local columns."""
+    diag = cross = -1
+    for k in range(ptr[row], ptr[row + 1]):
+        if cols[k] == row:
+            diag = k
+        elif cols[k] == row ^ 1:
+            cross = k
+    return diag, cross
+
+
+@njit(cache=True)
+def jacobian_values(W, dt, diag_lap, feed, kill, ptr, cols, values):
     """The point-diagonal 2x2 block of J = I - dt (D lap + K(w)) written into the CSR ``values``.
 
-    Row (p, c) has its diagonal at values[diag_pos[p, c]] and its (p, c)-(p, 1-c) coupling at
-    values[cross_pos[p, c]]; ``diag_lap[c]`` = dt D_c (2/hx^2 + 2/hy^2). K = [[-v^2 - F, -2uv],
-    [v^2, 2uv - (F + k)]].
+    ``ptr``/``cols`` are the diagonal block's CSR (local columns); the entries' positions are
+    found per row (no position arrays kept). ``diag_lap[c]`` = dt D_c (2/hx^2 + 2/hy^2).
+    K = [[-v^2 - F, -2uv], [v^2, 2uv - (F + k)]].
     """
     my, mx = W.shape[0], W.shape[1]
     for j in range(my):
@@ -54,10 +67,12 @@ def jacobian_values(W, dt, diag_lap, feed, kill, diag_pos, cross_pos, values):
             v = W[j, i, 1]
             uv2 = 2.0 * (u * v)
             vv = v * v
-            values[diag_pos[p, 0]] = (1.0 + diag_lap[0]) - dt * (-vv - feed)
-            values[cross_pos[p, 0]] = -dt * (-uv2)
-            values[diag_pos[p, 1]] = (1.0 + diag_lap[1]) - dt * (uv2 - (feed + kill))
-            values[cross_pos[p, 1]] = -dt * vv
+            d0, x0 = _block_positions(ptr, cols, 2 * p)
+            d1, x1 = _block_positions(ptr, cols, 2 * p + 1)
+            values[d0] = (1.0 + diag_lap[0]) - dt * (-vv - feed)
+            values[x0] = -dt * (-uv2)
+            values[d1] = (1.0 + diag_lap[1]) - dt * (uv2 - (feed + kill))
+            values[x1] = -dt * vv
 
 
 @njit(cache=True)
@@ -89,12 +104,10 @@ def count_local(lg, rstart, rend, counts):
 
 
 @njit(cache=True)
-def fill_csr(lg, rstart, rend, table, diag_ptr, diag_cols, diag_vals, off_ptr, off_cols, off_vals,
-             diag_pos, cross_pos):
+def fill_csr(lg, rstart, rend, table, diag_ptr, diag_cols, diag_vals, off_ptr, off_cols, off_vals):
     """The Jacobian's CSR split into this rank's diagonal block (columns less ``rstart``) and the
     off-rank part (global columns): each row's entries sorted by column, then entry kind, valued
-    ``table[component, kind]``; ``diag_pos``/``cross_pos`` [point, c] the positions of the row's
-    diagonal and its other-component entry in ``diag_vals``. No array beyond the outputs."""
+    ``table[component, kind]``. No array beyond the outputs."""
     my, mx = lg.shape[0] - 2, lg.shape[1] - 2
     cols = np.empty(6, dtype=np.int64)
     keys = np.empty(6, dtype=np.int64)
@@ -124,10 +137,6 @@ def fill_csr(lg, rstart, rend, table, diag_ptr, diag_cols, diag_vals, off_ptr, o
                         if part == 0:
                             diag_cols[start + a] = keys[a] >> 3
                             diag_vals[start + a] = table[c, e]
-                            if e == 0:
-                                diag_pos[p, c] = start + a
-                            elif e == 1:
-                                cross_pos[p, c] = start + a
                         else:
                             off_cols[start + a] = keys[a] >> 3
                             off_vals[start + a] = table[c, e]

@@ -74,7 +74,9 @@ def _old_pair_grid(m):
     """The dof-2 DMDA the old code worked on (the models now keep none), on the model's partition."""
     from hpcadj.models.dmda import Grid
 
-    return Grid(m.comm, m.field.sizes_xyz, periodic=m.field.periodic, dof=2, like=m.field)
+    grid = Grid(m.comm, m.field.sizes_xyz, periodic=m.field.periodic, dof=2)
+    assert (grid.start, grid.shape) == (m.field.start, m.field.shape), "the old grid's partition differs"
+    return grid
 
 
 class OldWave:

@@ -33,7 +33,6 @@ from . import kernels
 from .adaptive import AdaptiveSteps, StepSequence
 from .base import Stepper
 from .common import ComponentSnapshots, scalar_add, scalar_array, scalar_layout, scalar_value, scalar_vec
-from .dmda import Grid
 from .kernels import burgers as kern
 
 
@@ -64,7 +63,8 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         self.steps = StepSequence(t_final) if adaptive else None
         self.n_steps = None if adaptive else int(n_steps)
         self.cfl = float(cfl)
-        self.field = Grid(comm, tuple(grid), periodic=True)  # one component's layout
+        self.field = kernels.LeanGrid(comm, tuple(grid), periodic=True)  # one component's layout; its DMDA
+        # is released once the halos are built
         self.grid = kernels.PairLayout(self.field)  # the (u, v) pair's: no DMDA of its own
         self.h = self.grid.spacing()
         self.cell_volume = float(np.prod(self.h))
@@ -78,6 +78,7 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         self._split_pair = kernels.SplitPair(self.field, self.grid)
         # one halo (one scatter) per component, straight from the state Vec
         self._halos = (self._split_pair.halo(0, slots=4), self._split_pair.halo(1, slots=4))
+        self.field.release()
         self._pool = self._split_pair.pool
         self._u0 = None  # u0 as the split initial state (set_controls)
         self.nu = float(nu)
@@ -88,18 +89,26 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
             # explicit RK3: beyond the stability limit the states blow up and the gradient is garbage
             raise ValueError(f"dt {self.dt:g} exceeds the explicit RK3 stability limit {limit:.6g} "
                              f"for this grid and viscosity")
+        kernels.release_free_memory()  # the construction's transients
 
     def stable_dt(self, cfl: float, u=None, nu: float | None = None) -> float:
         """cfl times the RK3 limits for central advection (sqrt 3) and diffusion (2.5) of state ``u``
         and viscosity ``nu`` (default: the default controls); collective, the same on every rank."""
+        controls = None
         if u is None:
-            w = self.grid.owned(self.default_controls()["u0"])  # the control's interleaved layout
+            controls = self.default_controls()
+            w = self.grid.owned(controls["u0"])  # the control's interleaved layout
             fu, fv = w[..., 0], w[..., 1]
         else:
             fu, fv = self._block(u)
         hy, hx = self.h
-        rate = np.max(np.abs(fu) / hx + np.abs(fv) / hy) if fu.size else 0.0
-        rate = self.comm.allreduce(float(rate), op=mpi().MAX)
+        rate = 0.0
+        for j in range(0, fu.shape[0], 64):  # in blocks of rows: no full-size temporaries (max is exact)
+            rate = max(rate, float(np.max(np.abs(fu[j:j + 64]) / hx + np.abs(fv[j:j + 64]) / hy)))
+        if controls is not None:
+            for vec in controls.values():
+                vec.destroy()
+        rate = self.comm.allreduce(rate, op=mpi().MAX)
         nu = self.default_nu_value if nu is None else nu
         diffusion = 4.0 * nu * (1.0 / hx ** 2 + 1.0 / hy ** 2)
         return cfl * min(math.sqrt(3.0) / rate if rate > 0 else math.inf, 2.5 / diffusion)
@@ -115,18 +124,20 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
 
     # -- controls ----------------------------------------------------------------------------
     def default_controls(self):
-        y, x = self.grid.node_coordinates()
+        ys, x = self.grid.node_coordinates()
         u0 = self.grid.create_vec()
-        w = self.grid.owned(u0)
         two_pi = 2.0 * np.pi
-        w[..., 0] = np.sin(two_pi * x) * np.cos(two_pi * y) + 0.3 * np.cos(two_pi * (x + 2.0 * y))
-        w[..., 1] = -np.cos(two_pi * x) * np.sin(two_pi * y) + 0.2 * np.sin(two_pi * (2.0 * x - y)) + 0.1
+        for j in range(0, ys.shape[0], 64):  # in blocks of rows: no full-size temporaries
+            w, y = self.grid.owned(u0)[j:j + 64], ys[j:j + 64]
+            w[..., 0] = np.sin(two_pi * x) * np.cos(two_pi * y) + 0.3 * np.cos(two_pi * (x + 2.0 * y))
+            w[..., 1] = -np.cos(two_pi * x) * np.sin(two_pi * y) + 0.2 * np.sin(two_pi * (2.0 * x - y)) + 0.1
         return {"u0": u0, "nu": scalar_vec(self.comm, self.default_nu_value)}
 
     def set_controls(self, controls):
         """Keep nu (a float) and u0 as the split initial state: no copies of the control Vecs."""
         self.nu = scalar_value(self.comm, controls["nu"])
         self._u0 = self._split_pair.split(controls["u0"])
+        kernels.release_free_memory()  # the caller's transients of making the controls, if any
 
     def working_set_states(self) -> float:
         """9: the model's share measured by experiments/memory_budget (burgers 1024^2, 2 ranks, 3 RAM
@@ -182,9 +193,22 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
     def objective(self, i, u):
         if i != self.n_steps:
             return 0.0
-        w = self._interleaved(u)  # np.sum in the interleaved order, as ever (J bitwise unchanged)
-        np.multiply(w, w, out=w)
-        return self.comm.allreduce(0.5 * self.cell_volume * float(np.sum(w)))
+        return self.comm.allreduce(0.5 * self.cell_volume * self._sum_squares(u))
+
+    def _sum_squares(self, u) -> float:
+        """sum |w|^2 over the owned block, bitwise ``np.sum(w * w)`` of the interleaved (ny, nx, 2)
+        block as ever (J unchanged), without that block's two full-size temporaries: numpy sums a
+        large array in chunks of its buffer size, pairwise within each, in order; so does this."""
+        fu, fv = (f.ravel() for f in self._block(u))
+        points = np.getbufsize() // 2
+        if 2 * points != np.getbufsize():  # an odd buffer size splits a pair: the whole block at once
+            w = self._interleaved(u)
+            return float(np.sum(w * w))
+        total = 0.0
+        for k in range(0, fu.size, points):
+            w = np.stack((fu[k:k + points], fv[k:k + points]), axis=-1)
+            total += float(np.sum(w * w))
+        return total
 
     def objective_gradient(self, i, u):
         if i != self.n_steps:

@@ -44,7 +44,6 @@ from ..stack import mpi
 from . import kernels
 from .adaptive import AdaptiveSteps, StepSequence
 from .base import Stepper
-from .dmda import Grid
 from .kernels import wave as kern
 
 
@@ -79,7 +78,7 @@ class WaveModel(AdaptiveSteps, Stepper):
         if not -0.5 < anomaly < 1.0:
             raise ValueError(f"anomaly must lie in (-0.5, 1), got {anomaly}")
         self.comm = comm
-        self.field = Grid(comm, tuple(grid))
+        self.field = kernels.LeanGrid(comm, tuple(grid))  # its DMDA released once the halos are built
         self.grid = kernels.PairLayout(self.field)  # the pair's layout: no DMDA of its own
         self.dim = self.field.dim
         self.h = self.field.spacing()
@@ -121,6 +120,7 @@ class WaveModel(AdaptiveSteps, Stepper):
         self._sigma = kernels.kept_copy(self.field.owned(sigma_vec).reshape(self._shape3))
         self._sigma_faces = self._faces3(tuple(f.copy() for f in self._field_halo.faces(sigma_vec)))
         sigma_vec.destroy()
+        self.field.release()
         self.source = tuple(self._axis_index(axis, frac) for axis, frac in enumerate(self._source_position()))
         self._source_local = self._locate(self.source)
         self._source3 = ((-1, -1, -1) if self._source_local is None
@@ -139,6 +139,7 @@ class WaveModel(AdaptiveSteps, Stepper):
             self.observed = self.traces({"c": c_true, "u0": zero})
             zero.destroy()
         c_true.destroy()
+        kernels.release_free_memory()  # the construction's transients (see there)
 
     @property
     def c_true(self):
@@ -238,6 +239,7 @@ class WaveModel(AdaptiveSteps, Stepper):
             c_max = self.comm.allreduce(float(np.max(c, initial=0.0)), op=mpi().MAX)
             cfl_step = self.cfl * self._limit_factor / c_max
         self._data = (c, c_faces, {}, self._split_pair.split(controls["u0"]), cfl_step)
+        kernels.release_free_memory()  # the caller's transients of making the controls, if any
 
     @property
     def _c(self):
@@ -322,7 +324,8 @@ class WaveModel(AdaptiveSteps, Stepper):
         return self.comm.allreduce(float(local))
 
     def objective_gradient(self, i, u):
-        g = self._zero_pair()
+        g = self._pool.new_vec()  # a pooled buffer (often an idle one), zeroed
+        g.getArray()[...] = 0.0
         current = self._fields(g, readonly=False)[1]
         for _k, loc, r in self._residuals(i, u):
             current[loc] += r

@@ -1,5 +1,6 @@
 """Burgers (SSP-RK3, central skew-symmetric advection): gradient checks and rank-count invariance."""
 
+import numpy as np
 import pytest
 
 from hpcadj.models.burgers import BurgersModel
@@ -67,3 +68,20 @@ def test_split_state_layout_round_trips_through_snapshots_and_controls(comm):
     grad["u0"].set(0.0)
     model.initial_adjoint(model.initial_state(), grad)
     assert np.array_equal(model.grid.owned_view(grad["u0"]), pair)
+
+
+@pytest.mark.parametrize("bufsize", [8192, 4096])
+def test_sum_of_squares_is_numpys_of_the_interleaved_block(comm, bufsize):
+    """J's sum, chunk by chunk, is bitwise np.sum(w * w) of the interleaved block, on a block larger
+    than numpy's buffer (where numpy's own chunking shows), for two buffer sizes."""
+    model = BurgersModel(comm, (150, 160), n_steps=2)
+    model.set_controls(model.default_controls())
+    u = model.step(0, model.initial_state())
+    old = np.getbufsize()
+    try:
+        np.setbufsize(bufsize)
+        w = model._interleaved(u)
+        assert w.size > bufsize  # more than one chunk on every rank (1-3 ranks)
+        assert model._sum_squares(u) == float(np.sum(w * w))
+    finally:
+        np.setbufsize(old)

@@ -90,3 +90,17 @@ def test_horizon_and_mean_variants_are_valid_and_a_bad_horizon_is_refused():
         assert result.adjoint_steps == 120 and all(p <= c for p, c in zip(result.peak, [1, 3, 6]))
     with pytest.raises(ScheduleError, match="horizon"):
         OnlineGreedyMultilevel([1, 3, 6], costs, horizon=0)
+
+
+def test_expensive_disk_reads_send_checkpoints_from_ram_straight_to_hdf5():
+    """A calibrated profile (burgers 64x64, 2 ranks, in step units): a disk read costs 141 steps, so
+    the old cascade's RAM -> disk -> HDF5 path does not pay; moving past the empty disk level does."""
+    from hpcadj.checkpoint.schedules import OpCosts
+
+    costs = OpCosts(1.0, 2.22, (0.078, 2.17, 118.7), (0.49, 141.1, 5.48))
+    caps, n = [2, 6, 12], 263
+    planner = OnlineGreedyMultilevel(caps, costs)
+    moves = [a for _ in range(n) for a in planner.step() if isinstance(a, Move)]
+    assert any(m.src == 0 and m.dst == 2 for m in moves)
+    online = simulate_online(OnlineGreedyMultilevel(caps, costs), n, costs).predicted
+    assert online <= 1.05 * Multilevel(n, caps, costs).predicted

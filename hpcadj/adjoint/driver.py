@@ -354,7 +354,12 @@ class Driver:
     @execute.register
     def _(self, action: Advance) -> None:
         u = self.work.get(action.n0)
-        previous = u
+        # While stepping, the driver holds only the state kept beyond n1 (the reverse sweep's) and
+        # the step's input and output: u_{n0} lives on in ``u`` for the first step only, the state
+        # held before it is not read again, and u_{n1-1} is kept for the last step only.
+        beyond = [n for n in self.work.steps() if n > action.n1]
+        self.work = WorkingStates(beyond[-1], self.work.get(beyond[-1])) if beyond else WorkingStates()
+        previous = None
         k = action.n0
         while k < action.n1:
             # split the range at the frontier: steps beyond it are first-sweep, the rest recompute
@@ -362,7 +367,9 @@ class Driver:
             end = action.n1 if first else min(action.n1, self.frontier)
             with self.telemetry.phase("forward" if first else "recompute", step=k, steps=end - k):
                 for i in range(k, end):
-                    previous, u = u, self.stepper.step(i, u)
+                    if i == action.n1 - 1:
+                        previous = u
+                    u = self.stepper.step(i, u)
                     if first:
                         J_before = self.result.J
                         self.result.J += self.stepper.objective(i + 1, u)
@@ -426,13 +433,15 @@ class Driver:
     def _(self, action: Adjoint) -> None:
         if self.lam_step != action.n1:
             raise PlanError(f"adjoint step {action.n0} needs lambda_{action.n1}, have lambda_{self.lam_step}")
-        u, u_next = self.work.get(action.n0), self.work.get(action.n1)
+        u = self.work.get(action.n0)
         with self.telemetry.phase("adjoint", step=action.n0, steps=1):
-            lam = self.stepper.adjoint_step(action.n0, u, u_next, self.lam, self.grad)
+            lam = self.stepper.adjoint_step(action.n0, u, self.work.get(action.n1), self.lam, self.grad)
+            # lambda_{i+1} and u_{i+1} are not read again: freed before dJ_i/du_i is made
+            self.lam, self.lam_step = lam, action.n0
+            self.work.adjoint_done(action.n0)
+            self._collect_garbage()
             self.stepper.add_objective_gradient(action.n0, u, lam)
-        self.lam, self.lam_step = lam, action.n0
         self.result.adjoint_steps += 1
-        self.work.adjoint_done(action.n0)
         self._collect_garbage()
         if self.progress is not None:
             self.progress.adjoint(1)

@@ -14,10 +14,13 @@ With a whole-process ``budget`` and the process ``baseline`` (its resident set m
 the model is built, or any earlier point whose RSS already holds the imports), the result also says
 how many RAM slots fit: ``(budget - baseline - model - working_states - staging) // snapshot``.
 
-The driver's count (``hpcadj/adjoint/driver.py``): recomputing from a restored u_{n0} in the
-reverse sweep it holds the state kept from the previous adjoint step, u_{n0}, u_{i-1} and u_i, and
-the step builds u_{i+1}: 5 states; lambda is alive throughout: 6. An adjoint step holds u_i,
-u_{i+1}, lambda_{i+1}, the new lambda_i and dJ_i/du_i: 5. Hence ``DRIVER_STATES = 6``.
+The driver's count (``hpcadj/adjoint/driver.py``): recomputing in the reverse sweep it holds the
+state kept from the previous adjoint step and a step's input u_i while the step builds u_{i+1}
+(the restored u_{n0} is let go once stepped past, and no state before u_i is held): 3 states;
+lambda is alive throughout: 4. An adjoint step holds u_i, u_{i+1}, lambda_{i+1} and builds
+lambda_i: 4; lambda_{i+1} and u_{i+1} are freed before dJ_i/du_i is made (3 with it). Hence
+``DRIVER_STATES = 4`` (it was 6 before the driver let go of u_{n0}, u_{i-1} and lambda_{i+1}
+early). A state a RAM level holds by reference (a donated snapshot) is counted as its slot only.
 
 Measured against real runs in ``experiments/memory_budget``: the prediction is an upper bound
 there (the peaks of the parts do not all coincide), within the margins reported in its README.
@@ -28,8 +31,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-#: states the driver holds at its peak (reverse-sweep recomputation: 5 states + lambda)
-DRIVER_STATES = 6
+#: states the driver holds at its peak (reverse-sweep recomputation: 3 states + lambda)
+DRIVER_STATES = 4
 #: state-equivalents assumed for a model that declares no working set (see Stepper.working_set_states)
 DEFAULT_MODEL_STATES = 32.0
 

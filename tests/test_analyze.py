@@ -333,6 +333,13 @@ def test_incomplete_runs_are_flagged(mixed):
     assert first_id in detail                     # the stopped part before the resume was overwritten
     run_json = json.loads((root / "fragment" / "run.json").read_text())
     assert run_json["overwrote"]["run_id"] == first_id and run_json["overwrote"]["status"] == "stopped"
+    # the part before the resume is kept, whole, where run.json says, and analyze reads it there
+    kept = root / "fragment" / run_json["overwrote"]["kept_in"]
+    assert kept == root / "fragment" / "attempts" / f"00-{first_id}" and f"is in attempts/00-{first_id}" in detail
+    header = json.loads((kept / "rank00000.jsonl").read_text().splitlines()[0])
+    assert header["run_id"] == first_id
+    (earlier,) = analyze([root / "fragment" / "attempts"], model=MODEL)
+    assert earlier["status_flags"] == ["stopped"]
     assert "rank 0 aborted: LevelError" in " ".join(results["failed"]["status_detail"])
     assert "no end record on rank 0" in " ".join(results["killed"]["status_detail"])
     # each partial run is cheaper than every complete one: the old ranking marked them optimal

@@ -389,8 +389,11 @@ def run_status(run: RunData, forward: int | None, adjoint: int | None, nsteps: i
             short.append(f"{forward or 0} of {nsteps} first-sweep forward steps")
     if resumed and (short or not nsteps):
         over = (run.run or {}).get("overwrote")
-        earlier = (f"; the log of the part before (run {over.get('run_id')}) was overwritten"
-                   if isinstance(over, dict) and over.get("run_id") else "")
+        earlier = ""
+        if isinstance(over, dict) and over.get("run_id"):
+            kept = over.get("kept_in")
+            earlier = (f"; the log of the part before (run {over.get('run_id')}) is in {kept}" if kept else
+                       f"; the log of the part before (run {over.get('run_id')}) was overwritten")
         flag("resumed-fragment", "resumed with --resume: this log holds "
              + (", ".join(short) if short else "an unknown share of the steps") + earlier)
     elif short and not flags:

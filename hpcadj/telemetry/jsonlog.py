@@ -6,10 +6,12 @@ Layout of a log directory (schema ``hpcadj-telemetry/1``)::
     DIR/rank00000.jsonl   one file per rank: a "header" line, one "event" line per phase, an "end" line
     DIR/summary.json      rank 0, at close: phase totals over ranks, wall time, peak memory, energy
 
-A log opened with ``overwrite`` over an earlier run (``hpcadj run --resume`` does this) records
-what it replaced in ``run.json`` under ``"overwrote"`` (run id, start, finished, status); a resumed
-run's record carries ``"resumed": true`` and its ``steps``, so a fragment (fewer adjoint steps
-logged than ``steps``) can be told from a whole run. Keys may be added; none is removed or renamed.
+A log opened with ``overwrite`` over an earlier run (``hpcadj run --resume`` does this) moves the
+earlier run's files into ``DIR/attempts/NN-<run id>/`` (``hpcadj analyze DIR/attempts`` reads them:
+a requeued job keeps the seconds and joules of every attempt) and records what it replaced in
+``run.json`` under ``"overwrote"`` (run id, start, finished, status, ``kept_in``); a resumed run's
+record carries ``"resumed": true`` and its ``steps``, so a fragment (fewer adjoint steps logged than
+``steps``) can be told from a whole run. Keys may be added; none is removed or renamed.
 
 An event line is one finished phase (see :class:`RunLog` for the fields). A rank file without its
 "end" line belongs to a rank that stopped early; ``hpcadj analyze`` says so.
@@ -34,6 +36,8 @@ from .energy_model import EnergyModel, best_energy, level_kind_map, load_model, 
 SCHEMA = "hpcadj-telemetry/1"
 RUN_FILE = "run.json"
 SUMMARY_FILE = "summary.json"
+#: where a log opened over an earlier run keeps that run's files
+ATTEMPTS_DIR = "attempts"
 RANK_FILE = "rank{rank:05d}.jsonl"
 
 
@@ -263,6 +267,18 @@ def _previous_run(log_dir: str) -> dict:
     return out
 
 
+def _keep_attempt(log_dir: str, names: list[str], run_id) -> str:
+    """Move an earlier run's log files into ``attempts/NN-<run id>`` (numbered in order); its path."""
+    attempts = os.path.join(log_dir, ATTEMPTS_DIR)
+    os.makedirs(attempts, exist_ok=True)
+    number = len([n for n in os.listdir(attempts) if os.path.isdir(os.path.join(attempts, n))])
+    dest = os.path.join(attempts, f"{number:02d}-{run_id or 'unknown'}")
+    os.makedirs(dest, exist_ok=True)
+    for name in names:
+        os.replace(os.path.join(log_dir, name), os.path.join(dest, name))
+    return dest
+
+
 def _rank0_prepare(log_dir: str, run: dict, overwrite: bool) -> str | None:
     """Create the directory, refuse (or clear, with ``overwrite``) an earlier run, write run.json."""
     if os.path.exists(log_dir) and not os.path.isdir(log_dir):
@@ -274,9 +290,9 @@ def _rank0_prepare(log_dir: str, run: dict, overwrite: bool) -> str | None:
         if ours and not overwrite:
             return f"log directory {log_dir} already holds a run ({', '.join(sorted(ours)[:3])}...)"
         if ours:
-            run["overwrote"] = _previous_run(log_dir)
-        for name in ours:
-            os.unlink(os.path.join(log_dir, name))
+            previous = _previous_run(log_dir)
+            kept = _keep_attempt(log_dir, ours, previous["run_id"])
+            run["overwrote"] = {**previous, "kept_in": os.path.relpath(kept, log_dir)}
         write_json_atomic(os.path.join(log_dir, RUN_FILE), run)
     except OSError as exc:
         return f"log directory {log_dir} is not writable: {exc.strerror or exc}"

@@ -254,6 +254,8 @@ def test_gradient_job_stopped_requeued_and_resumed(cluster, submit_dir):
     assert_completed(cluster, job, submit_dir)
     result = assert_complete_run(job_dir, ranks=2, steps=800)
     assert marker(job_dir / "COMPLETE")["resumed"] == "1"
+    (first,) = (job_dir / "attempts").iterdir()  # the stopped attempt's telemetry is kept, whole
+    assert all((first / f"rank{r:05d}.jsonl").is_file() for r in range(2)), sorted(first.iterdir())
     history = (job_dir / "history.log").read_text()
     assert "attempt=1 run" in history and "--resume" in history.split("attempt=1 run", 1)[1], history
 

@@ -30,18 +30,18 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import mmap
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE.parent))
+from _harness import warm_memory  # noqa: E402
 HPCADJ = str(ROOT / ".venv" / "bin" / "hpcadj")
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
 COMPUTE_PHASES = ("forward", "recompute", "adjoint")
@@ -58,19 +58,6 @@ def _mpirun(ranks: int, argv: list[str], timeout: int = 1800) -> str:
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)}: rc {proc.returncode}\n{proc.stderr[-3000:]}")
     return proc.stdout
-
-
-def warm_memory(gib: float) -> float:
-    """Touch ``gib`` GiB once (mapped, populated, unmapped); seconds per GiB it took."""
-    if gib <= 0:
-        return 0.0
-    t0 = time.perf_counter()
-    remaining = int(gib * (1 << 30))
-    while remaining > 0:
-        chunk = min(remaining, 1 << 30)
-        mmap.mmap(-1, chunk, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)).close()
-        remaining -= chunk
-    return (time.perf_counter() - t0) / gib
 
 
 def probe_worker() -> None:

@@ -22,7 +22,8 @@ is observed, against d = 0.
 Working set (per rank, in states of 8 bytes per grid point; see :meth:`HeatModel.working_set_states`):
 the ghosted kappa (1; the AIJ matrix it replaces was 9 states in 2-D, 12 in 3-D), CG's 3 work
 vectors and the Jacobi diagonal (4), the copy of u0 (1), two scratch Vecs (2), the DMDA's ghosted
-local Vec (1) and the adjoint step's transients (padded w and mu, slabs: 2).
+local Vec (1); the adjoint step's d/dkappa is one compiled loop over the owned blocks and the
+halo faces of w and mu (it made padded copies of both: 2).
 """
 
 from __future__ import annotations
@@ -139,6 +140,16 @@ class HeatModel(AdaptiveSteps, Stepper):
         self._u0 = None
         self._work: dict = {}
         self.A = None
+        from . import kernels
+
+        self._halo = kernels.Halo(self.grid, slots=2)  # the adjoint's halos of w and mu
+        lead = 3 - self.grid.dim
+        self._geometry = ((1,) * lead + tuple(self.grid.shape),
+                          np.array((True,) * lead + tuple(s == 0 for s in self.grid.start)),
+                          np.array((True,) * lead + tuple(s + m == n for s, m, n in
+                                                          zip(self.grid.start, self.grid.shape,
+                                                              self.grid.global_shape))),
+                          lead, np.array((1.0,) * lead + tuple(a ** 2 for a in self.h)))
 
     def _make_ksp(self):
         PETSc = petsc()
@@ -420,29 +431,27 @@ class HeatModel(AdaptiveSteps, Stepper):
         lam_next.copy(rhs)
         mu = self._solve(rhs, self._scratch("mu", lam_next), ksp=ksp)
         lam = self._apply_b(mu, mu.duplicate(), A)
-        # the rhs scratch is free again: w goes there (no third scratch Vec)
-        w_pad = self.grid.padded(self._w(u, u_next, scratch="rhs"))
-        mu_pad = self.grid.padded(mu)
-        wp, mp = w_pad[self.grid.inner], mu_pad[self.grid.inner]
-        gk = self.grid.owned(grad["kappa"])
-        faces = list(self.grid.neighbours())
-        # slabs of axis-0 planes: the temporaries stay a fraction of a state (same arithmetic per point)
-        plane = int(np.prod(self.grid.shape[1:], dtype=np.int64))
-        per_slab = max(1, self.ASSEMBLY_SLAB_POINTS // max(plane, 1))
-        for k0 in range(0, self.grid.shape[0], per_slab):
-            k1 = min(self.grid.shape[0], k0 + per_slab)
-            dkappa = np.zeros((k1 - k0,) + tuple(self.grid.shape[1:]))
-            dw, dm = np.empty_like(dkappa), np.empty_like(dkappa)
-            for axis, _direction, nb, inside in faces:
-                # d(mu^T L w)/d kappa_p: half of each interior face, all of a boundary face
-                share = np.where(inside[k0:k1] if axis == 0 else inside, 0.5, 1.0) / self.h[axis] ** 2
-                np.subtract(w_pad[nb][k0:k1], wp[k0:k1], out=dw)
-                np.subtract(mp[k0:k1], mu_pad[nb][k0:k1], out=dm)
-                np.multiply(dw, share, out=dw)  # (share * dw) * dm, the order it always had
-                np.multiply(dw, dm, out=dw)
-                dkappa += dw
-            gk[k0:k1] += dt * dkappa
+        # the rhs scratch is free again: w goes there (no third scratch Vec); one compiled loop
+        # over the owned blocks and the halo faces of w and mu (no padded copies)
+        from .kernels.heat import kappa_gradient
+
+        w = self._w(u, u_next, scratch="rhs")
+        shape3, lo_wall, hi_wall, first, h2 = self._geometry
+        kappa_gradient(w.getArray(readonly=True).reshape(shape3), mu.getArray(readonly=True).reshape(shape3),
+                       self._faces3(w, 0), self._faces3(mu, 1), lo_wall, hi_wall, first, h2, dt,
+                       grad["kappa"].getArray().reshape(shape3))
         return lam
+
+    def _faces3(self, vec, slot: int) -> tuple:
+        """The six halo faces of ``vec`` as 2-D arrays of the 3-D-embedded block (a 2-D grid's
+        leading axis has none: placeholders the loop never reads)."""
+        faces = self._halo.faces(vec, slot)
+        if self.grid.dim == 3:
+            return faces
+        from .kernels import readonly
+
+        none = readonly(np.zeros((1, 1)))
+        return (none, none) + tuple(f.reshape(1, -1) for f in faces)
 
     def initial_adjoint(self, lam0, grad):
         grad["u0"].axpy(1.0, lam0)

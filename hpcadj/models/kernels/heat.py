@@ -71,3 +71,45 @@ def apply(x, kappa, shape, gstride, goff, lo_wall, hi_wall, first, h2, weight, o
                         s += (weight * face[2 * a + 1]) * x[nbr[2 * a + 1]]
                 out[p] = s
                 p += 1
+
+
+@njit(cache=True)
+def kappa_gradient(w, mu, wf, mf, lo_wall, hi_wall, first, h2, dt, grad):
+    """grad += dt d(mu^T L(kappa) w)/d kappa, per owned point: half of each interior face's
+    (w_q - w_p) (mu_p - mu_q) / h^2, all of a boundary face's (w = mu = 0 beyond it).
+
+    ``w``, ``mu`` and ``grad`` are owned blocks (3-D shape), ``wf``/``mf`` the six halo faces of w
+    and mu (lo then hi per axis, each shaped like the block without that axis; zeros outside the
+    domain). The arithmetic and its order are those of the numpy slabs this loop replaced.
+    """
+    m = w.shape
+    pos = np.zeros(3, dtype=np.int64)
+    for i0 in range(m[0]):
+        for i1 in range(m[1]):
+            for i2 in range(m[2]):
+                pos[0], pos[1], pos[2] = i0, i1, i2
+                wp = w[i0, i1, i2]
+                mp = mu[i0, i1, i2]
+                acc = 0.0
+                for a in range(first, 3):
+                    for side in range(2):
+                        step = -1 if side == 0 else 1
+                        end = pos[a] == 0 if side == 0 else pos[a] == m[a] - 1
+                        if end:
+                            f = 2 * a + side
+                            if a == 0:
+                                wq, mq = wf[f][i1, i2], mf[f][i1, i2]
+                            elif a == 1:
+                                wq, mq = wf[f][i0, i2], mf[f][i0, i2]
+                            else:
+                                wq, mq = wf[f][i0, i1], mf[f][i0, i1]
+                            inside = not (lo_wall[a] if side == 0 else hi_wall[a])
+                        else:
+                            j0 = i0 + step if a == 0 else i0
+                            j1 = i1 + step if a == 1 else i1
+                            j2 = i2 + step if a == 2 else i2
+                            wq, mq = w[j0, j1, j2], mu[j0, j1, j2]
+                            inside = True
+                        share = (0.5 if inside else 1.0) / h2[a]
+                        acc += ((wq - wp) * share) * (mp - mq)
+                grad[i0, i1, i2] += dt * acc

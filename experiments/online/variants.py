@@ -8,9 +8,12 @@ ratio to the offline multi-level DP over the three-level cases of results.csv wi
 n <= --max-n (offline values read from results.csv, written by run.py with the same default
 costs), and how many cases exceed 1.05. ``--breakdown K``: for the greedy's K worst cases, the
 counts behind the ratio (forward steps, writes and reads per level, moves) online and offline.
+``--random T``: robustness beyond the study's costs: T random cost profiles (seed 1; each write and
+read log-uniform in [10^-2.5, 10^2.5] forward steps, sorted so slower levels cost more, adjoint 1
+or 2), random capacities of the study and n in {30, 100, 300}: the greedy's ratio for each.
 Pure simulation: the figures do not depend on the machine.
 
-    .venv/bin/python experiments/online/variants.py [--planner cascade] [--max-n 3000] [--breakdown 4]
+    .venv/bin/python experiments/online/variants.py [--planner cascade] [--max-n 3000] [--breakdown 4] [--random 60]
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
+import random
 import sys
 from pathlib import Path
 
-from hpcadj.checkpoint.schedules import Move, Multilevel, default_costs, simulate, simulate_online
+from hpcadj.checkpoint.schedules import Move, Multilevel, OpCosts, default_costs, simulate, simulate_online
 from hpcadj.checkpoint.schedules.online_greedy import OnlineGreedyMultilevel
 from hpcadj.checkpoint.schedules.online_multilevel import OnlineMultilevel
 
@@ -67,15 +71,40 @@ def breakdown(rows, count: int, costs) -> None:
                   f"{res.forward_steps},{'/'.join(map(str, res.writes))},{'/'.join(map(str, res.reads))},{mv}")
 
 
+def random_profiles(trials: int) -> None:
+    """The greedy against the offline DP on ``trials`` random ordered cost profiles (module docstring)."""
+    rng = random.Random(1)
+    print("ratio,n,capacities,write,read,adjoint")
+    ratios = []
+    for _ in range(trials):
+        caps = rng.choice([[1, 3, 6], [2, 6, 12], [5, 15, 30], [2, 3, 5], [1, 1, 3]])
+        n = rng.choice([30, 100, 300])
+        write = sorted(10 ** rng.uniform(-2.5, 2.5) for _ in range(3))
+        read = sorted(10 ** rng.uniform(-2.5, 2.5) for _ in range(3))
+        costs = OpCosts(1.0, rng.choice([1.0, 2.0]), tuple(write), tuple(read))
+        ratio = (simulate_online(OnlineGreedyMultilevel(caps, costs), n, costs).predicted
+                 / Multilevel(n, caps, costs).predicted)
+        ratios.append((ratio, sum(caps)))
+        print(f"{ratio:.4f},{n},{'/'.join(map(str, caps))},{'/'.join(f'{w:.3g}' for w in write)},"
+              f"{'/'.join(f'{r:.3g}' for r in read)},{costs.adjoint}")
+    big = [r for r, s in ratios if s >= 10]
+    print(f"# worst {max(r for r, _ in ratios):.4f}; above 1.05: {sum(r > 1.05 for r, _ in ratios)} of {trials}; "
+          f"s >= 10: worst {max(big, default=0):.4f}, above 1.05: {sum(r > 1.05 for r in big)} of {len(big)}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--planner", choices=["greedy", "cascade"], default="greedy")
     ap.add_argument("--max-n", type=int, default=3000, help="largest n taken from results.csv")
     ap.add_argument("--breakdown", type=int, default=0, metavar="K", help="counts of the greedy's K worst cases")
+    ap.add_argument("--random", type=int, default=0, metavar="T", help="T random cost profiles")
     args = ap.parse_args(argv)
-    if args.max_n < 1 or args.breakdown < 0:
-        print("variants.py: --max-n must be >= 1 and --breakdown >= 0", file=sys.stderr)
+    if args.max_n < 1 or args.breakdown < 0 or args.random < 0:
+        print("variants.py: --max-n must be >= 1, --breakdown and --random >= 0", file=sys.stderr)
         return 2
+    if args.random:
+        random_profiles(args.random)
+        return 0
     rows = cases(args.max_n)
     costs = default_costs(3)
     if args.breakdown:

@@ -16,10 +16,11 @@ cost of a configuration at n is the sum of these, C(config, n).
 Step i (n >= i + 1 known, u_{i-1} still held; c = i - 1). Candidates: keep; store c on any level k
 no slower than the newest checkpoint's; when k is full, free one checkpoint of level k (not u_0) or
 move the oldest of level k one level down (cascading to the first level with room, or freeing one
-there), or straight to a slower level past empty ones. Each is priced (writes, moves: read + write) plus C(config', i + 1); the least wins, ties by
-C at i + 2, i + 3, then by the candidate order (keep first). The table P grows by doubling as the
-sweep goes on. Writes a short run would not pay for are not made: a slow-level write is chosen only
-when its price is below what it saves at the current n.
+there), or straight to a slower level past empty ones. Each is priced (writes, moves: read +
+write) plus C(config', i + 1); the least wins, ties by C at i + 2, i + 3, then by the candidate
+order (keep first). The table P grows by doubling as the sweep goes on. Writes a short run would
+not pay for are not made: a slow-level write is chosen only when its price is below what it saves
+at the current n.
 
 Reverse (finish): each interval, last first, takes the cheaper (priced) of the multi-level DP over
 the free slots with its base on its level (what C assumed) and revolve on the fastest levels with
@@ -31,7 +32,8 @@ a snapshot only moves down, at most K - 1 times; so makespan_on <= F_on (u_f + K
 + n u_b while any offline plan costs at least F_1(n, S) u_f + n u_b (F_1: the one-level binomial
 minimum with S = sum c_k slots), hence makespan_on / makespan_off <= (F_on / F_1(n, S))
 (1 + K (w_max + r_max) / u_f) (:func:`~.online_multilevel.online_multilevel_bound`). Loose: the
-measured ratios (experiments/online) are far below it.
+measured ratios are far below it: at most 1.033x the offline multi-level optimum on every
+three-level study case with s >= 10 and n <= 10^4 (default costs; experiments/online).
 """
 
 from __future__ import annotations

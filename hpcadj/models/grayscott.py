@@ -35,15 +35,16 @@ Controls: ``u0`` (initial (u, v), shape (ny, nx, 2)), ``F`` and ``k`` (scalars).
 final-time pattern strength J = 1/2 h^2 sum v_n^2.
 
 Working set (per rank, in states; see :meth:`GrayScottModel.working_set_states`): held from
-construction on, 17 (the matrix: six values and six int32 columns a row, 9.5; the point-block
-positions, 1; the SNES residual Vec, the DMDA's local Vec and scatters, the halo buffers and
-allocator slack); in a gradient, the ILU(0) factor (about 10), BiCGStab's work vectors (7, one KSP
-shared by the Newton, tangent and adjoint solves), newtonls's work vectors (4), the copy of u0 (1)
-and a step's transients (2): 41. experiments/memory_budget measured 52.7 / 54.9 states at 512^2 on
-1 / 2 ranks for the whole 3-slot gradient, of which the driver's share is 11: the model's 42-44, so
-44 is declared. (Before: GMRES(10) + Jacobi and a shell Jacobian, 61 measured; the issue-16 target
-of 30 is not met: the matrix and its factor alone are about 20.) Constructing the matrix peaks at
-36 states for a moment (sorting its column keys), before any checkpoint exists.
+construction on, 15 (the matrix: six values and six int32 columns a row with PETSc's row arrays,
+about 10, built by two compiled passes with no transient beside it; the SNES residual Vec, the
+DMDA's local Vec and scatters, the halo buffers and allocator slack); from the first step on, 21
+more: the ILU(0) factor with its solve work vector (about 10), BiCGStab's work vectors (7, one KSP
+shared by the Newton, tangent and adjoint solves) and newtonls's (4); the copy of u0 (1) and an
+adjoint step's transients (2). experiments/memory_budget measured 49.9 / 52.1 states at 512^2 on
+1 / 2 ranks for the whole 3-slot gradient, of which the driver's share is 9: the model's 41-43, so
+44 is declared. The issue-16 target of 30 is not met: the matrix and its factor alone are about 20
+and the Krylov and Newton work 11; the matrix-free Jacobian with Jacobi that would drop the first
+two took 20x longer a step (experiments/kernels/README.md).
 """
 
 from __future__ import annotations
@@ -229,8 +230,8 @@ class GrayScottModel(ComponentSnapshots, Stepper):
         return self._controls["u0"].copy()
 
     def working_set_states(self) -> float:
-        """17 (held from construction) + 10 (ILU factor) + 7 (BiCGStab) + 4 (newtonls) + 1 (u0)
-        + 2 (transients) = 41, raised to the 44 measured (module docstring)."""
+        """15 (held from construction) + 10 (ILU factor) + 7 (BiCGStab) + 4 (newtonls) + 1 (u0)
+        + 2 (transients) = 39, raised to the 41-43 measured (module docstring)."""
         return 44.0
 
     # -- the reaction-diffusion right-hand side ------------------------------------------------

@@ -47,6 +47,9 @@ from .base import Stepper
 from .kernels import wave as kern
 
 
+_NO_FACE = kernels.readonly(np.zeros((1, 1)))
+
+
 def ricker(t, f0: float):
     """Ricker wavelet (1 - 2 (pi f0 s)^2) exp(-(pi f0 s)^2), s = t - 1/f0."""
     s = math.pi * f0 * (t - 1.0 / f0)
@@ -272,11 +275,12 @@ class WaveModel(AdaptiveSteps, Stepper):
         return faces
 
     def working_set_states(self) -> float:
-        """11: the model's share measured by experiments/memory_budget (wave 128^3, 2 ranks, 3 RAM
-        slots: 22.3 states of peak RSS above baseline, 12 of them the driver's): the velocity
-        fields it keeps (c, c^2, c^2 a, the sponge: 2 states, a field being half a pair), the
-        control copies (1.5), the observed traces, and the buffer pool's idle buffers."""
-        return 11.0
+        """2: the model's own share beside the driver's states, the controls, the gradient and the RAM
+        slots: sigma and c (1 state: a field is half a pair), halo buffers and faces, the receivers'
+        traces. Its kept u0 is u_0 itself. Measured by experiments/memory_budget/probe.py (2 ranks,
+        3 RAM slots, 10 steps; peak RSS above baseline per state per rank): 128^3 11.3 states in all,
+        1.3 of them the model's; 64^3 11.7 (1.7); 2-D 1024^2 11.6 (1.6). Was 24.1 at 128^3."""
+        return 2.0
 
     def initial_state(self):
         """u_0: the split u0 made by set_controls, shared (states are never changed in place)."""
@@ -298,8 +302,8 @@ class WaveModel(AdaptiveSteps, Stepper):
         """Halo faces in the kernels' 3-D form (zero z faces in 2-D)."""
         if self._has_z:
             return tuple(faces)
-        zero = kernels.readonly(np.zeros(self._shape3[1:]))
-        return (zero, zero) + tuple(f.reshape((1,) + f.shape) for f in faces)
+        # the kernels read no z face in 2-D: a 1x1 stand-in (a full-size one per call cost 4 MiB)
+        return (_NO_FACE, _NO_FACE) + tuple(f.reshape((1,) + f.shape) for f in faces)
 
     def _state_faces(self, vec, slot=0):
         return self._faces3(self._halo.faces(vec, slot))

@@ -202,6 +202,10 @@ def adjoint_stage(PU, PV, FPU, FPV, MU, MV, FMU, FMV, mode, nu, dt, ih, out1U, o
     mode 2: out1 = 1/4 (mu + dt t); mode 1: out2 += mu + dt t. The sum runs point by point, u's
     term then v's, in the interleaved kernels' order (so dJ/dnu is bitwise theirs): a scalar loop
     over a row's terms after the vectorised one.
+
+    ``out1`` may be the memory of P or M (an update in place, so the adjoint step needs no scratch
+    of its own for it): each row of P and M is copied before its outputs are written and the row
+    below is read from that copy, so every point reads its inputs' old values.
     """
     puylo, puyhi, puxlo, puxhi = FPU
     pvylo, pvyhi, pvxlo, pvxhi = FPV
@@ -209,18 +213,25 @@ def adjoint_stage(PU, PV, FPU, FPV, MU, MV, FMU, FMV, mode, nu, dt, ih, out1U, o
     mvylo, mvyhi, mvxlo, mvxhi = FMV
     ihy2, ihx2, ihy, ihx = ih
     my, mx = PU.shape
-    pub = np.empty(mx + 2)
-    pvb = np.empty(mx + 2)
-    mub = np.empty(mx + 2)
-    mvb = np.empty(mx + 2)
+    rows = np.empty((2, 4, mx + 2))  # row j's copies (pu, pv, mu, mv) in rows[j % 2], row j - 1's in the other
+    below = rows[1]
+    for i in range(mx):  # row -1: the lower faces
+        below[0, i + 1] = puylo[i]
+        below[1, i + 1] = pvylo[i]
+        below[2, i + 1] = muylo[i]
+        below[3, i + 1] = mvylo[i]
     gu = np.empty(mx)  # lap w_c mu_c, per component
     gv = np.empty(mx)
     dnu = 0.0
     for j in range(my):
-        pum, pup = _yrows(PU, puylo, puyhi, j)
-        pvm, pvp = _yrows(PV, pvylo, pvyhi, j)
-        mum, mup = _yrows(MU, muylo, muyhi, j)
-        mvm, mvp = _yrows(MV, mvylo, mvyhi, j)
+        cur = rows[j % 2]
+        below = rows[(j + 1) % 2]
+        pub, pvb, mub, mvb = cur[0], cur[1], cur[2], cur[3]
+        pum, pvm, mum, mvm = below[0, 1:mx + 1], below[1, 1:mx + 1], below[2, 1:mx + 1], below[3, 1:mx + 1]
+        pup = PU[j + 1] if j < my - 1 else puyhi
+        pvp = PV[j + 1] if j < my - 1 else pvyhi
+        mup = MU[j + 1] if j < my - 1 else muyhi
+        mvp = MV[j + 1] if j < my - 1 else mvyhi
         _fill(pub, PU, puxlo, puxhi, j)
         _fill(pvb, PV, pvxlo, pvxhi, j)
         _fill(mub, MU, muxlo, muxhi, j)

@@ -20,7 +20,8 @@ there), or straight to a slower level past empty ones. Each is priced (writes, m
 write) plus C(config', i + 1); the least wins, ties by C at i + 2, i + 3, then by the candidate
 order (keep first). The table P grows by doubling as the sweep goes on. Writes a short run would
 not pay for are not made: a slow-level write is chosen only when its price is below what it saves
-at the current n.
+at the current n. All candidates are priced in one numpy pass (a row of interval costs each, summed
+oldest first as C is defined, so the same floats and the same plans as one sum per candidate).
 
 Reverse (finish): each interval, last first, takes the cheaper (priced) of the multi-level DP over
 the free slots with its base on its level (what C assumed) and revolve on the fastest levels with
@@ -39,6 +40,8 @@ three-level study case with s >= 10 and n <= 10^4 (default costs; experiments/on
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+
+import numpy as np
 
 from .actions import Action, Adjoint, Advance, EndForward, EndReverse, Free, Move, Restore, Store
 from .base import ScheduleError, last_step
@@ -87,17 +90,15 @@ class OnlineGreedyMultilevel:
         self._planner = MultilevelPlanner(n, self.capacities, self.costs, exact=False)
         self._P = self._planner.layers
         self._table_n = n
+        self._flatten_table()
 
-    def _cost(self, points: Sequence[int], levels: Sequence[int], n: int, start: int = 0,
-              prefix: float = 0.0) -> float:
-        """C(config, n): the least priced reverse sweep over these checkpoints (module docstring).
-
-        ``prefix`` is the cost of intervals 0 .. start-1 (the same in the current configuration)."""
+    def _cost(self, points: Sequence[int], levels: Sequence[int], n: int) -> float:
+        """C(config, n): the least priced reverse sweep over these checkpoints (module docstring)."""
         read, P, caps = self.costs.read, self._P, self.capacities
-        total = prefix
-        seen = [levels[:start].count(b) for b in range(len(caps))] if start else [0] * len(caps)
+        total = 0.0
+        seen = [0] * len(caps)
         last = len(points) - 1
-        for j in range(start, last + 1):
+        for j in range(last + 1):
             b = levels[j]
             layers = P[b]
             m = caps[b] - 1 - seen[b]
@@ -106,54 +107,54 @@ class OnlineGreedyMultilevel:
             total += read[b] + layers[min(m, len(layers) - 1)][end - points[j]]
         return total
 
-    def _prefixes(self) -> list[float]:
-        """prefix[j]: the cost of the current configuration's intervals 0 .. j-1 (all but the last)."""
-        read, P, caps = self.costs.read, self._P, self.capacities
-        pts, lvs = self.points, self.levels
-        out, total, seen = [0.0], 0.0, [0] * len(caps)
-        for j in range(len(pts) - 1):
-            b = lvs[j]
-            layers = P[b]
-            total += read[b] + layers[min(caps[b] - 1 - seen[b], len(layers) - 1)][pts[j + 1] - pts[j]]
-            seen[b] += 1
-            out.append(total)
-        return out
-
-    def _price(self, actions: Sequence[Action]) -> float:
-        """What the first-sweep actions cost now (stores, moves)."""
-        w, r = self.costs.write, self.costs.read
-        total = 0.0
-        for a in actions:
-            if isinstance(a, Store):
-                total += w[a.level]
-            elif isinstance(a, Move):
-                total += r[a.src] + w[a.dst]
-        return total
+    def _flatten_table(self) -> None:
+        """The table as one float64 vector (level k, layer m, length L at offset[k] + m*stride + L)
+        so that step() prices all candidates with one gather."""
+        parts, offsets, count = [], [], 0
+        for layers in self._P:
+            offsets.append(count * (self._table_n + 1))
+            parts.extend(np.frombuffer(layer, dtype=np.float64) for layer in layers)
+            count += len(layers)
+        self._flat = np.concatenate(parts)
+        self._offset = np.array(offsets, dtype=np.int64)
+        self._top_layer = np.array([max(0, len(layers) - 1) for layers in self._P], dtype=np.int64)
+        self._caps = np.array(self.capacities, dtype=np.int64)
+        self._read = np.array(self.costs.read, dtype=np.float64)
 
     # --- candidates ------------------------------------------------------------------------------
-    def _candidates(self, c: int) -> Iterator[tuple[list[Action], list[int], list[int], int]]:
-        """(actions, points, levels, first interval changed) for every move the module docstring
-        lists, keep first."""
-        caps, K = self.capacities, len(self.capacities)
-        pts, lvs = self.points, self.levels
-        tail = max(0, len(pts) - 1)
-        if pts:
-            yield [], pts, lvs, tail
+    def _candidates(self) -> Iterator[tuple[list, tuple[tuple[int, int], ...], int | None, float]]:
+        """The moves the module docstring lists, keep first, in groups that differ only in which
+        checkpoint they free: (indices freed, None for none; moves as (index, new level), deepest
+        first; level u_{i-1} is stored on, None to keep; price of the writes and moves)."""
+        caps, K, w, r = self.capacities, len(self.capacities), self.costs.write, self.costs.read
+        lvs = self.levels
+        if lvs:
+            yield [None], (), None, 0.0
         used = [0] * K
         for b in lvs:
             used[b] += 1
+        oldest = {b: lvs.index(b) for b in set(lvs)}
+        on: dict[int, list] = {}  # each level's checkpoints, u_0 excepted (never freed)
+        for j in range(1, len(lvs)):
+            on.setdefault(lvs[j], []).append(j)
+
+        def demoted(chain: list[int], frees: list):
+            price = 0.0
+            for src, dst in zip(reversed(chain[:-1]), reversed(chain[1:])):
+                price += r[src] + w[dst]
+            moves = tuple((oldest[src], dst) for src, dst in zip(reversed(chain[:-1]), reversed(chain[1:])))
+            return frees, moves, chain[0], price + w[chain[0]]
+
         newest = lvs[-1] if lvs else K - 1
         for k in range(newest + 1):
             if caps[k] < 1:
                 continue
             if used[k] < caps[k]:
-                yield [Store(c, k)], pts + [c], lvs + [k], tail
+                yield [None], (), k, 0.0 + w[k]
                 continue
             # level k is full: free one of its checkpoints (never u_0) ...
-            for j, b in enumerate(lvs):
-                if b == k and j >= 1:
-                    yield ([Free(pts[j], k), Store(c, k)], pts[:j] + pts[j + 1:] + [c],
-                           lvs[:j] + lvs[j + 1:] + [k], j - 1)
+            if k in on:
+                yield on[k], (), k, 0.0 + w[k]
             # ... or move the oldest of each full level down, until a level has room (or frees one)
             chain = [k]
             for d in range(k + 1, K):
@@ -161,38 +162,83 @@ class OnlineGreedyMultilevel:
                     continue
                 chain.append(d)
                 if used[d] < caps[d]:
-                    yield self._demoted(c, chain, None)
+                    yield demoted(chain, [None])
                     break
-                for j, b in enumerate(lvs):
-                    if b == d and j >= 1:
-                        yield self._demoted(c, chain, j)
+                if d in on:
+                    yield demoted(chain, on[d])
             # ... or move the oldest of level k past empty levels (older checkpoints stay slower)
             for d in range(k + 2, K):
                 between = range(k + 1, d)
                 if caps[d] < 1 or any(used[e] for e in between) or not any(caps[e] for e in between):
                     continue
                 if used[d] < caps[d]:
-                    yield self._demoted(c, [k, d], None)
-                for j, b in enumerate(lvs):
-                    if b == d and j >= 1 and used[d] >= caps[d]:
-                        yield self._demoted(c, [k, d], j)
+                    yield demoted([k, d], [None])
+                elif d in on:
+                    yield demoted([k, d], on[d])
 
-    def _demoted(self, c: int, chain: list[int], free_j: int | None):
-        """Free checkpoint ``free_j`` (if any), move the oldest of chain[i] to chain[i+1] (deepest
-        first), store c on chain[0]."""
+    def _candidate_costs(self, groups: list, c: int, ends: Sequence[int]) -> np.ndarray:
+        """C(config', n) for every candidate config' of ``groups`` (rows, in order) and every n in
+        ``ends`` (columns), summed as :meth:`_cost` sums them (interval by interval, oldest first: the
+        same floats), all at once: the closed intervals' sum is shared by every n."""
+        pts, lvs = self.points, self.levels
+        M, K = len(pts), len(self.capacities)
+        W = M + 1
+        sizes = [len(g[0]) for g in groups]
+        C = sum(sizes)
+        level_rows = np.empty((C, W), dtype=np.int64)
+        level_rows[:] = lvs + [0]
+        shift = np.full(C, W + 1, dtype=np.int64)
+        count = np.full(C, M, dtype=np.int64)
+        row = 0
+        for (frees, moves, store, _), size in zip(groups, sizes):
+            rows = slice(row, row + size)
+            for index, dst in moves:
+                level_rows[rows, index] = dst
+            if store is not None:
+                level_rows[rows, M] = store
+                if frees[0] is None:
+                    count[rows] = M + 1
+                else:
+                    shift[rows] = frees
+            row += size
+        cols = np.arange(W, dtype=np.int64)
+        index = np.minimum(cols + (cols >= shift[:, None]), M)  # the config's j-th checkpoint
+        point = np.array(pts + [c], dtype=np.int64)[index]
+        index += np.arange(0, C * W, W, dtype=np.int64)[:, None]
+        level = level_rows.ravel()[index]  # past the last checkpoint: a level no slower than the newest
+        # rank among the earlier checkpoints on the same level: levels do not increase along a row
+        first = np.zeros((C, K), dtype=np.int64)
+        for k in range(K - 1):
+            first[:, k] = (level > k).sum(axis=1)
+        rank = cols - first.ravel()[level + np.arange(0, C * K, K, dtype=np.int64)[:, None]]
+        layer = np.clip(self._caps[level] - 1 - rank, 0, self._top_layer[level])
+        base = self._offset[level] + layer * (self._table_n + 1)
+        read = self._read[level]
+        closed = cols[:-1] < (count - 1)[:, None]
+        terms = np.where(closed, read[:, :-1] + self._flat[base[:, :-1] + (point[:, 1:] - point[:, :-1])], 0.0)
+        partial = np.add.accumulate(terms, axis=1)[:, -1] if W > 1 else np.zeros(C)
+        last = count - 1 + np.arange(0, C * W, W, dtype=np.int64)
+        last_point, last_base, last_read = point.ravel()[last], base.ravel()[last], read.ravel()[last]
+        return np.stack([partial + (last_read + self._flat[last_base + (n - 1 - last_point)]) for n in ends],
+                        axis=1)
+
+    def _apply(self, c: int, free_j: int | None, moves, store: int | None) -> list[Action]:
+        """Make a candidate of :meth:`_candidates` the configuration; returns its actions."""
         pts, lvs = list(self.points), list(self.levels)
         actions: list[Action] = []
-        start = min(lvs.index(src) for src in chain[:-1])  # the first interval a move changes
         if free_j is not None:
-            start = min(start, free_j - 1)
             actions.append(Free(pts[free_j], lvs[free_j]))
+        for index, dst in moves:
+            actions.append(Move(pts[index], lvs[index], dst))
+            lvs[index] = dst
+        if free_j is not None:
             del pts[free_j], lvs[free_j]
-        for src, dst in zip(reversed(chain[:-1]), reversed(chain[1:])):
-            j = lvs.index(src)  # the oldest on src: levels are non-increasing
-            actions.append(Move(pts[j], src, dst))
-            lvs[j] = dst
-        actions.append(Store(c, chain[0]))
-        return actions, pts + [c], lvs + [chain[0]], start
+        if store is not None:
+            actions.append(Store(c, store))
+            pts.append(c)
+            lvs.append(store)
+        self.points, self.levels = pts, lvs
+        return actions
 
     # --- protocol --------------------------------------------------------------------------------
     def step(self) -> list[Action]:
@@ -204,24 +250,23 @@ class OnlineGreedyMultilevel:
         if i >= 1:
             H = self.horizon
             self._ensure_table(i + H)
-            prefix = self._prefixes()
-            best = None
-            for order, (acts, pts, lvs, start) in enumerate(self._candidates(i - 1)):
-                price = self._price(acts)
-                first = price + self._cost(pts, lvs, i + 1, start, prefix[start])
-                if self.mean:
-                    later = [price + self._cost(pts, lvs, i + h, start, prefix[start]) for h in range(2, H + 1)]
-                    key = ((first + sum(later)) / H, order)
-                else:
-                    if best is not None and first > best[0][0]:
-                        continue
-                    key = (first, *(price + self._cost(pts, lvs, i + h, start, prefix[start])
-                                    for h in range(2, H + 1)), order)
-                if best is None or key < best[0]:
-                    best = (key, acts, pts, lvs, price)
-            _, actions, self.points, self.levels, price = best
-            self.spent += price
-            actions = list(actions)
+            groups = list(self._candidates())
+            price = np.repeat([g[3] for g in groups], [len(g[0]) for g in groups])
+            total = price[:, None] + self._candidate_costs(groups, i - 1, [i + h for h in range(1, H + 1)])
+            if self.mean:
+                later = np.zeros(len(price))
+                for h in range(1, H):
+                    later = later + total[:, h]
+                best = int(np.argmin((total[:, 0] + later) / H))
+            else:
+                order = np.arange(len(price))
+                best = int(np.lexsort((order, *(total[:, h] for h in range(H - 1, -1, -1))))[0])
+            for frees, moves, store, spent in groups:
+                if best < len(frees):
+                    break
+                best -= len(frees)
+            actions = self._apply(i - 1, frees[best], moves, store)
+            self.spent += spent
         actions.append(Advance(i, i + 1))
         self.position = i + 1
         return actions

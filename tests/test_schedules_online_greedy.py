@@ -107,11 +107,12 @@ def test_expensive_disk_reads_send_checkpoints_from_ram_straight_to_hdf5():
 
 
 @pytest.mark.parametrize("caps, costs", [([2, 3, 5], default_costs(3)), ([1, 3, 6], default_costs(3)),
-                                         ([3, 0, 4], default_costs(3)), ([2, 2], default_costs(2))])
+                                         ([3, 0, 4], default_costs(3)), ([2, 2], default_costs(2)),
+                                         ([5, 15, 30], default_costs(3))])
 def test_batched_candidate_costs_equal_the_interval_sums_and_pick_the_same_plan(caps, costs):
-    """step() prices all candidates at once (numpy); each must equal _cost of the configuration it
-    stands for bit for bit, and the choice must be the reference rule's: least (price + C at i+1,
-    i+2, i+3), then the first candidate."""
+    """step() prices many candidates at once (numpy; [5, 15, 30] past its first steps), few one by
+    one: each batched cost must equal _cost of the configuration it stands for bit for bit, and the
+    choice must be the reference rule's: least (price + C at i+1, i+2, i+3), then the first."""
     planner = OnlineGreedyMultilevel(caps, costs)
     planner.step()
     for i in range(1, 160):
@@ -122,12 +123,10 @@ def test_batched_candidate_costs_equal_the_interval_sums_and_pick_the_same_plan(
         row = 0
         for frees, moves, store, price in groups:
             for free_j in frees:
-                trial = OnlineGreedyMultilevel(caps, costs)
-                trial.points, trial.levels, trial._P = list(planner.points), list(planner.levels), planner._P
-                trial._apply(i - 1, free_j, moves, store)
-                exact = [trial._cost(trial.points, trial.levels, n) for n in (i + 1, i + 2, i + 3)]
+                _, points, levels = planner._configured(i - 1, free_j, moves, store)
+                exact = [planner._cost(points, levels, n) for n in (i + 1, i + 2, i + 3)]
                 assert list(batch[row]) == exact, (i, row)
-                keys.append((*(price + e for e in exact), row, trial.points, trial.levels))
+                keys.append((*(price + e for e in exact), row, points, levels))
                 row += 1
         planner.step()
         assert (planner.points, planner.levels) == min(keys)[-2:], i

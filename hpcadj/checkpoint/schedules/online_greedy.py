@@ -20,8 +20,9 @@ there), or straight to a slower level past empty ones. Each is priced (writes, m
 write) plus C(config', i + 1); the least wins, ties by C at i + 2, i + 3, then by the candidate
 order (keep first). The table P grows by doubling as the sweep goes on. Writes a short run would
 not pay for are not made: a slow-level write is chosen only when its price is below what it saves
-at the current n. All candidates are priced in one numpy pass (a row of interval costs each, summed
-oldest first as C is defined, so the same floats and the same plans as one sum per candidate).
+at the current n. Past a few hundred (candidate, interval) pairs a step prices all candidates in one
+numpy pass (a row of interval costs each, summed oldest first as C is defined: the same floats, so
+the same plans, as one sum per candidate, which smaller steps keep).
 
 Reverse (finish): each interval, last first, takes the cheaper (priced) of the multi-level DP over
 the free slots with its base on its level (what C assumed) and revolve on the fastest levels with
@@ -51,6 +52,9 @@ from .revolve import segment_actions
 
 _HORIZON = 3
 _FIRST_TABLE = 64
+#: candidates x checkpoints up to which a step prices candidates one by one (_cost) instead of in
+#: one numpy pass (same floats either way; below this the pass's fixed cost is the larger)
+_SMALL = 400
 
 
 class OnlineGreedyMultilevel:
@@ -94,6 +98,11 @@ class OnlineGreedyMultilevel:
 
     def _cost(self, points: Sequence[int], levels: Sequence[int], n: int) -> float:
         """C(config, n): the least priced reverse sweep over these checkpoints (module docstring)."""
+        return self._costs(points, levels, [n])[0]
+
+    def _costs(self, points: Sequence[int], levels: Sequence[int], ends: Sequence[int]) -> list[float]:
+        """C(config, n) for each n in ``ends``: the intervals summed oldest first, the last one (the
+        only one that depends on n) added per n to the sum of the others."""
         read, P, caps = self.costs.read, self._P, self.capacities
         total = 0.0
         seen = [0] * len(caps)
@@ -101,11 +110,11 @@ class OnlineGreedyMultilevel:
         for j in range(last + 1):
             b = levels[j]
             layers = P[b]
-            m = caps[b] - 1 - seen[b]
+            row = layers[min(caps[b] - 1 - seen[b], len(layers) - 1)]
             seen[b] += 1
-            end = points[j + 1] if j < last else n - 1
-            total += read[b] + layers[min(m, len(layers) - 1)][end - points[j]]
-        return total
+            if j < last:
+                total += read[b] + row[points[j + 1] - points[j]]
+        return [total + (read[b] + row[n - 1 - points[last]]) for n in ends]
 
     def _flatten_table(self) -> None:
         """The table as one float64 vector (level k, layer m, length L at offset[k] + m*stride + L)
@@ -222,8 +231,8 @@ class OnlineGreedyMultilevel:
         return np.stack([partial + (last_read + self._flat[last_base + (n - 1 - last_point)]) for n in ends],
                         axis=1)
 
-    def _apply(self, c: int, free_j: int | None, moves, store: int | None) -> list[Action]:
-        """Make a candidate of :meth:`_candidates` the configuration; returns its actions."""
+    def _configured(self, c: int, free_j: int | None, moves, store: int | None):
+        """(actions, points, levels) of a candidate of :meth:`_candidates` taken from here."""
         pts, lvs = list(self.points), list(self.levels)
         actions: list[Action] = []
         if free_j is not None:
@@ -237,8 +246,7 @@ class OnlineGreedyMultilevel:
             actions.append(Store(c, store))
             pts.append(c)
             lvs.append(store)
-        self.points, self.levels = pts, lvs
-        return actions
+        return actions, pts, lvs
 
     # --- protocol --------------------------------------------------------------------------------
     def step(self) -> list[Action]:
@@ -252,7 +260,13 @@ class OnlineGreedyMultilevel:
             self._ensure_table(i + H)
             groups = list(self._candidates())
             price = np.repeat([g[3] for g in groups], [len(g[0]) for g in groups])
-            total = price[:, None] + self._candidate_costs(groups, i - 1, [i + h for h in range(1, H + 1)])
+            ends = [i + h for h in range(1, H + 1)]
+            if len(price) * (len(self.points) + 1) <= _SMALL:
+                costs = np.array([self._costs(*self._configured(i - 1, free_j, moves, store)[1:], ends)
+                                  for frees, moves, store, _ in groups for free_j in frees])
+            else:
+                costs = self._candidate_costs(groups, i - 1, ends)
+            total = price[:, None] + costs
             if self.mean:
                 later = np.zeros(len(price))
                 for h in range(1, H):
@@ -265,7 +279,7 @@ class OnlineGreedyMultilevel:
                 if best < len(frees):
                     break
                 best -= len(frees)
-            actions = self._apply(i - 1, frees[best], moves, store)
+            actions, self.points, self.levels = self._configured(i - 1, frees[best], moves, store)
             self.spent += spent
         actions.append(Advance(i, i + 1))
         self.position = i + 1

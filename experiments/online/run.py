@@ -27,8 +27,9 @@ from hpcadj.checkpoint.schedules.online_multilevel import OnlineMultilevel
 HERE = Path(__file__).resolve().parent
 NS = [10, 30, 100, 300, 1000, 3000, 10**4, 3 * 10**4, 10**5]
 SS = [2, 5, 10, 20, 50, 100, 200]
-#: the offline multi-level DP grows as n^2 * slots; three-level rows stop here
-ML_MAX_N, ML_MAX_S = 10**4, 50
+#: three-level rows: the target's range (n <= 10^4, every s of SS from 5); the offline DP switches to
+#: candidate splits past 2e7 split evaluations, so n = 10^4 with s = 200 plans in seconds
+ML_MAX_N, ML_MAX_S = 10**4, 200
 
 
 def three_levels(s: int) -> list[int]:

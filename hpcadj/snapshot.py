@@ -7,6 +7,7 @@ says where that block sits in the field's global, natural-ordered array (C order
 
 from __future__ import annotations
 
+import errno
 import mmap
 from dataclasses import dataclass
 
@@ -63,7 +64,15 @@ def mapped_empty(shape, dtype) -> np.ndarray:
     # MAP_POPULATE faults the pages in at once (6 ms per fresh 16 MiB on this VM, 10 ms touched one
     # by one): the array is about to be written whole anyway
     flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
-    return np.frombuffer(mmap.mmap(-1, nbytes, flags=flags), dtype=dtype).reshape(shape)
+    try:
+        mapping = mmap.mmap(-1, nbytes, flags=flags)
+    except OSError as exc:
+        if exc.errno != errno.ENOMEM:
+            raise
+        # what numpy raises for a heap array, so callers report both alike ("out of memory")
+        raise MemoryError(f"Unable to allocate {nbytes / 2 ** 20:.3g} MiB for an array with shape "
+                          f"{shape} and data type {dtype}") from None
+    return np.frombuffer(mapping, dtype=dtype).reshape(shape)
 
 
 def copy_snapshot(snapshot: Snapshot, spare: Snapshot | None = None) -> Snapshot:

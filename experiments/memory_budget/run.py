@@ -5,7 +5,9 @@ plan (``probe.py`` under mpirun, one run at a time), the peak RSS of each rank m
 baseline, divided by one state's bytes on that rank; next to it the prediction of
 :func:`hpcadj.adjoint.memory.plan_memory` (model + working states + staging + RAM slots) in the
 same unit. The "before" figures are of main at 92b7e3b (before the lean heat and grayscott models),
-measured with the same probe from an export of that tree and kept in ``before.jsonl``.
+measured with the same probe from an export of that tree and kept in ``before.jsonl``; the "start"
+figures of main at 300918a (before the matrix-free heat operator and the leaner driver), kept in
+``start.jsonl``.
 
     .venv/bin/python experiments/memory_budget/run.py            # measure "after", write results.csv
     .venv/bin/python experiments/memory_budget/run.py --from after.jsonl   # table from recorded lines
@@ -49,7 +51,7 @@ def key(d):
     return (d["model"], d["grid"], d["ranks"], d.get("disk", 0))
 
 
-def table(before, after):
+def table(before, after, start=()):
     """One row per (model, grid, ranks, disk): the largest rank's figures."""
     def worst(lines):
         out = {}
@@ -59,18 +61,19 @@ def table(before, after):
                 out[k] = d
         return out
 
-    b, a = worst(before), worst(after)
+    b, a, m = worst(before), worst(after), worst(start)
     rows = []
     for k, d in a.items():
         pred = d["predicted"]
         s = d["state_bytes"]
-        old = b.get(k)
+        old, mid = b.get(k), m.get(k)
         rows.append({
             "model": k[0], "grid": k[1], "ranks": k[2], "ram_slots": d["ram"], "disk_slots": k[3],
             "state_mib_per_rank": round(s / 2**20, 2), "baseline_mib": round(d["baseline_bytes"] / 2**20, 1),
             "peak_mib_before": round(old["peak_bytes"] / 2**20, 1) if old else "",
             "peak_mib_after": round(d["peak_bytes"] / 2**20, 1),
             "states_before": round(old["states_measured"], 1) if old else "",
+            "states_start": round(mid["states_measured"], 1) if mid else "",
             "states_after": round(d["states_measured"], 1),
             "states_predicted": round(d["states_predicted"], 1),
             "pred_model": round(pred["model"] / s, 1), "pred_working": round(pred["working states"] / s, 1),
@@ -92,14 +95,16 @@ def main() -> int:
         with open(HERE / "after.jsonl", "w") as f:
             f.writelines(json.dumps(d) + "\n" for d in after)
     before = [json.loads(line) for line in open(HERE / "before.jsonl")]
-    rows = table(before, after)
+    start = [json.loads(line) for line in open(HERE / "start.jsonl")] if (HERE / "start.jsonl").exists() else []
+    rows = table(before, after, start)
     with open(args.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
     for r in rows:
         print(f"{r['model']:9s} {r['grid']:12s} {r['ranks']} ranks disk {r['disk_slots']}: "
-              f"before {r['states_before']!s:>6} after {r['states_after']:6.1f} predicted {r['states_predicted']:6.1f}")
+              f"before {r['states_before']!s:>6} start {r['states_start']!s:>6} after {r['states_after']:6.1f} "
+              f"predicted {r['states_predicted']:6.1f}")
     return 0
 
 

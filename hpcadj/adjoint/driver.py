@@ -433,10 +433,15 @@ class Driver:
     def _(self, action: Adjoint) -> None:
         if self.lam_step != action.n1:
             raise PlanError(f"adjoint step {action.n0} needs lambda_{action.n1}, have lambda_{self.lam_step}")
-        u = self.work.get(action.n0)
+        u, u_next = self.work.get(action.n0), self.work.get(action.n1)
+        if not getattr(self.stepper, "adjoint_reads_next", True):  # u_{i+1} goes before the step
+            u_next = None
+            self.work.adjoint_done(action.n0)
+            self._collect_garbage()
         with self.telemetry.phase("adjoint", step=action.n0, steps=1):
-            lam = self.stepper.adjoint_step(action.n0, u, self.work.get(action.n1), self.lam, self.grad)
+            lam = self.stepper.adjoint_step(action.n0, u, u_next, self.lam, self.grad)
             # lambda_{i+1} and u_{i+1} are not read again: freed before dJ_i/du_i is made
+            u_next = None
             self.lam, self.lam_step = lam, action.n0
             self.work.adjoint_done(action.n0)
             self._collect_garbage()

@@ -18,7 +18,8 @@ The driver's count (``hpcadj/adjoint/driver.py``): recomputing in the reverse sw
 state kept from the previous adjoint step and a step's input u_i while the step builds u_{i+1}
 (the restored u_{n0} is let go once stepped past, and no state before u_i is held): 3 states;
 lambda is alive throughout: 4. An adjoint step holds u_i, u_{i+1}, lambda_{i+1} and builds
-lambda_i: 4; lambda_{i+1} and u_{i+1} are freed before dJ_i/du_i is made (3 with it). Hence
+lambda_i: 4 (3 for a model whose adjoint reads no u_{i+1}, ``Stepper.adjoint_reads_next``: the
+driver frees it before the step); lambda_{i+1} and u_{i+1} are freed before dJ_i/du_i is made. Hence
 ``DRIVER_STATES = 4`` (it was 6 before the driver let go of u_{n0}, u_{i-1} and lambda_{i+1}
 early). A state a RAM level holds by reference (a donated snapshot) is counted as its slot only.
 

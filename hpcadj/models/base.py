@@ -45,6 +45,10 @@ class Stepper(abc.ABC):
 
     name: str = "abstract"
     dt: float | None = None
+    #: whether :meth:`adjoint_step` reads ``u_next``. A scheme whose adjoint recomputes what it
+    #: needs from u_i alone (explicit RK) sets False: the driver then lets u_{i+1} go before the
+    #: step (it passes None), one state less at the adjoint step's peak.
+    adjoint_reads_next: bool = True
 
     # -- controls ---------------------------------------------------------------------------
     @abc.abstractmethod
@@ -87,6 +91,8 @@ class Stepper(abc.ABC):
     @abc.abstractmethod
     def adjoint_step(self, i: int, u, u_next, lam_next, grad: Controls):
         """Return lambda_i = (du_{i+1}/du_i)^T lambda_{i+1} (a new Vec).
+
+        ``u_next`` is u_{i+1}, or None for a model that sets ``adjoint_reads_next = False``.
 
         Adds (du_{i+1}/dp)^T lambda_{i+1} into ``grad[p]`` for every parameter control p.
         The objective term dJ_i/du_i is added by the driver.

@@ -67,3 +67,30 @@ def test_bitwise_identical_to_store_all(reference, schedule, budgets, async_io, 
     assert result.adjoint_steps == model.n_steps
     if schedule != "store-all":
         assert sum(level.stats.writes for level in levels) >= 1
+
+
+def test_a_model_whose_adjoint_reads_no_next_state_gets_none_and_the_same_gradient(comm):
+    """adjoint_reads_next = False: the driver passes None for u_{i+1} (freed before the step), and
+    the gradient of a recomputing plan is bitwise the one the model gets with u_{i+1} passed."""
+    from hpcadj.checkpoint.schedules import make_schedule
+    from hpcadj.checkpoint.storage.factory import make_level
+    from hpcadj.models.burgers import BurgersModel
+
+    class Lean(BurgersModel):
+        adjoint_reads_next = False
+        seen = []
+
+        def adjoint_step(self, i, u, u_next, lam_next, grad):
+            self.seen.append(u_next)
+            return super().adjoint_step(i, u, u_next, lam_next, grad)
+
+    grads = []
+    for cls in (BurgersModel, Lean):
+        model = cls(comm, (12, 12), n_steps=9)
+        levels = [make_level("ram", 3, model.snapshot_layout(), comm)]
+        result = Driver(model, levels).run(make_schedule("revolve", 9, [3]), model.default_controls())
+        assert result.recomputed_steps > 0
+        grads.append({k: v.getArray().copy() for k, v in result.gradient.items()})
+    assert Lean.seen and all(u_next is None for u_next in Lean.seen)
+    for name in grads[0]:
+        assert np.array_equal(grads[0][name], grads[1][name]), name

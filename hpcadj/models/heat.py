@@ -143,7 +143,7 @@ class HeatModel(AdaptiveSteps, Stepper):
                                  else self.observations.target_block(i, self.grid))
                              for i in self.observations.steps}
         self._operators: dict = {}  # adaptive: (dt, theta) -> (A, KSP), oldest first
-        self._kappa = None  # kappa's face diffusivities / h^2 per axis (what A reads)
+        self._kappa_faces = None  # kappa's face diffusivities / h^2 per axis (what A reads)
         self._ksp = self._make_ksp()
         self._u0 = None
         self._work: dict = {}
@@ -187,14 +187,14 @@ class HeatModel(AdaptiveSteps, Stepper):
     def set_controls(self, controls):
         # copies: the caller may change its Vecs later (kappa as the ghosted block A reads)
         if self.A is not None:  # free the old operator, u0 and CG's work vectors first
-            self.A = self._u0 = self._kappa = None
+            self.A = self._u0 = self._kappa_faces = None
             self._ksp.reset()
             for _A, ksp in self._operators.values():
                 ksp.destroy()
             self._operators = {}
             petsc().garbage_cleanup(self.comm)  # collective, like set_controls itself
         self._u0 = controls["u0"].copy()
-        self._kappa = self._face_arrays(controls["kappa"])
+        self._kappa_faces = self._face_arrays(controls["kappa"])
         self.A = self._shell(self.dt, self.theta)
         global _HOOKED
         if not _HOOKED:  # registered after PETSc's own exit hook, so it runs before it
@@ -265,7 +265,7 @@ class HeatModel(AdaptiveSteps, Stepper):
         n = int(np.prod(self.grid.shape))
         N = int(np.prod(self.grid.global_shape))
         mat = PETSc.Mat().createPython(((n, N), (n, N)), comm=self.comm,
-                                       context=_Stencil(self.grid, self._kappa, -theta * dt))
+                                       context=_Stencil(self.grid, self._kappa_faces, -theta * dt))
         mat.setUp()
         return mat
 

@@ -10,19 +10,17 @@ relative residual of 1e-13, far below the 1e-10 the dot-product and rank-invaria
 the initial guess is always zero, so a step is a pure function of its input.
 
 A is never assembled: it is a PETSc shell matrix whose product is one compiled stencil loop
-(:mod:`hpcadj.models.kernels.heat`) over the halo-exchanged input and kappa's face diffusivities,
-one array per axis, computed once per set of controls (a product then divides nothing: it is faster
-than the AIJ product it replaced, 14.8 against 17.2 ms at 128^3 on one rank). Its entries and their
-summation order are those of the AIJ matrix, so A x, every state and the gradient are bitwise what
-they were with the assembled matrix (tests/mpi/test_heat.py compares the two products). :meth:`HeatModel.assemble_matrix` still assembles A, for the PETSc TS
+(:mod:`hpcadj.models.kernels.heat`) over the halo-exchanged input and a ghosted copy of kappa. Its
+entries and their summation order are those of the AIJ matrix it replaced, so A x, every state
+and the gradient are bitwise what they were with the assembled matrix (tests/mpi/test_heat.py
+compares the two products). :meth:`HeatModel.assemble_matrix` still assembles A, for the PETSc TS
 oracle (:mod:`hpcadj.models.heat_ts`) and that test.
 
 Objective: J = 1/2 h^d sum over observed steps i of ||u_i - d_i||^2; by default only the final state
 is observed, against d = 0.
 
 Working set (per rank, in states of 8 bytes per grid point; see :meth:`HeatModel.working_set_states`):
-kappa's face diffusivities (one array per axis: 2 states in 2-D, 3 in 3-D; the AIJ matrix they
-replace was 9 and 12), CG's 3 work
+the ghosted kappa (1; the AIJ matrix it replaces was 9 states in 2-D, 12 in 3-D), CG's 3 work
 vectors and the Jacobi diagonal (4), the copy of u0 (1), two scratch Vecs (2), the DMDA's ghosted
 local Vec (1); the adjoint step's d/dkappa is one compiled loop over the owned blocks and the
 halo faces of w and mu (it made padded copies of both: 2).
@@ -60,40 +58,34 @@ def _release_all() -> None:
 class _Stencil:
     """Context of the shell matrix A = I + weight L(kappa): its product and diagonal, matrix-free.
 
-    ``faces`` are the per-axis face diffusivities of :func:`hpcadj.models.kernels.heat.faces`; the
-    input's halo goes through the DMDA's local Vec, so a product holds nothing beyond the output.
-    2-D grids run the 3-D loop with a leading axis of one point and no faces.
+    ``kappa`` is the ghosted local block of kappa (flat, read-only); the input's halo goes through
+    the DMDA's local Vec, so a product holds nothing beyond the output. 2-D grids run the 3-D loop
+    with a leading axis of one point and no faces.
     """
 
-    def __init__(self, grid, faces, weight: float):
-        self.grid, self.faces, self.weight = grid, faces, float(weight)
-        self.args = _stencil_geometry(grid)[:-1]
+    def __init__(self, grid, kappa, h, weight: float):
+        lead = 3 - grid.dim
+        gshape = (1,) * lead + tuple(grid.gshape)
+        self.grid, self.kappa, self.weight = grid, kappa, float(weight)
+        self.args = (np.array((1,) * lead + tuple(grid.shape), dtype=np.int64),
+                     np.array((gshape[1] * gshape[2], gshape[2], 1), dtype=np.int64),
+                     np.array((0,) * lead + tuple(s - g for s, g in zip(grid.start, grid.gstart)), dtype=np.int64),
+                     np.array((True,) * lead + tuple(s == 0 for s in grid.start)),
+                     np.array((True,) * lead + tuple(s + m == n for s, m, n in
+                                                     zip(grid.start, grid.shape, grid.global_shape))),
+                     lead, np.array((1.0,) * lead + tuple(a ** 2 for a in h)))
 
     def mult(self, mat, x, y):
         from .kernels.heat import apply
 
         local = self.grid._local
         self.grid.da.globalToLocal(x, local)
-        apply(local.getArray(readonly=True), *self.faces, *self.args, self.weight, y.getArray(), False)
+        apply(local.getArray(readonly=True), self.kappa, *self.args, self.weight, y.getArray(), False)
 
     def getDiagonal(self, mat, d):
         from .kernels.heat import apply
 
-        apply(self.grid._local.getArray(readonly=True), *self.faces, *self.args, self.weight, d.getArray(),
-              True)
-
-
-def _stencil_geometry(grid):
-    """(shape, ghost strides, offset in the ghosted block, lower/upper domain walls, first axis,
-    h^2 per axis) of ``grid``'s owned block embedded in 3-D (a 2-D grid gets a leading axis of 1)."""
-    lead = 3 - grid.dim
-    gshape = (1,) * lead + tuple(grid.gshape)
-    return (np.array((1,) * lead + tuple(grid.shape), dtype=np.int64),
-            np.array((gshape[1] * gshape[2], gshape[2], 1), dtype=np.int64),
-            np.array((0,) * lead + tuple(s - g for s, g in zip(grid.start, grid.gstart)), dtype=np.int64),
-            np.array((True,) * lead + tuple(s == 0 for s in grid.start)),
-            np.array((True,) * lead + tuple(s + m == n for s, m, n in zip(grid.start, grid.shape, grid.global_shape))),
-            lead, np.array((1.0,) * lead + tuple(h ** 2 for h in grid.spacing())))
+        apply(self.kappa, self.kappa, *self.args, self.weight, d.getArray(), True)
 
 
 class HeatModel(AdaptiveSteps, Stepper):
@@ -143,7 +135,7 @@ class HeatModel(AdaptiveSteps, Stepper):
                                  else self.observations.target_block(i, self.grid))
                              for i in self.observations.steps}
         self._operators: dict = {}  # adaptive: (dt, theta) -> (A, KSP), oldest first
-        self._kappa_faces = None  # kappa's face diffusivities / h^2 per axis (what A reads)
+        self._kappa = None  # the ghosted local block of kappa, flat and read-only (what A reads)
         self._ksp = self._make_ksp()
         self._u0 = None
         self._work: dict = {}
@@ -151,8 +143,13 @@ class HeatModel(AdaptiveSteps, Stepper):
         from . import kernels
 
         self._halo = kernels.Halo(self.grid, slots=2)  # the adjoint's halos of w and mu
-        shape, _gstride, _goff, lo_wall, hi_wall, first, h2 = _stencil_geometry(self.grid)
-        self._geometry = (tuple(int(n) for n in shape), lo_wall, hi_wall, first, h2)
+        lead = 3 - self.grid.dim
+        self._geometry = ((1,) * lead + tuple(self.grid.shape),
+                          np.array((True,) * lead + tuple(s == 0 for s in self.grid.start)),
+                          np.array((True,) * lead + tuple(s + m == n for s, m, n in
+                                                          zip(self.grid.start, self.grid.shape,
+                                                              self.grid.global_shape))),
+                          lead, np.array((1.0,) * lead + tuple(a ** 2 for a in self.h)))
 
     def _make_ksp(self):
         PETSc = petsc()
@@ -187,14 +184,16 @@ class HeatModel(AdaptiveSteps, Stepper):
     def set_controls(self, controls):
         # copies: the caller may change its Vecs later (kappa as the ghosted block A reads)
         if self.A is not None:  # free the old operator, u0 and CG's work vectors first
-            self.A = self._u0 = self._kappa_faces = None
+            self.A = self._u0 = self._kappa = None
             self._ksp.reset()
             for _A, ksp in self._operators.values():
                 ksp.destroy()
             self._operators = {}
             petsc().garbage_cleanup(self.comm)  # collective, like set_controls itself
         self._u0 = controls["u0"].copy()
-        self._kappa_faces = self._face_arrays(controls["kappa"])
+        self.grid.da.globalToLocal(controls["kappa"], self.grid._local)
+        self._kappa = self.grid._local.getArray(readonly=True).copy()
+        self._kappa.flags.writeable = False
         self.A = self._shell(self.dt, self.theta)
         global _HOOKED
         if not _HOOKED:  # registered after PETSc's own exit hook, so it runs before it
@@ -219,15 +218,14 @@ class HeatModel(AdaptiveSteps, Stepper):
             self.A = None
 
     def working_set_states(self) -> float:
-        """The face diffusivities A reads (one array per axis: 2 or 3), CG + Jacobi (4), u0 (1),
-        scratch (2), the DMDA's ghosted local Vec and scatter indices (3), allocator slack (SLACK:
-        experiments/memory_budget measured 26.5-26.6 states at 128^3 and 25.6-25.7 at 1024^2 for a
-        whole 3-slot gradient on 1 and 2 ranks, 9 of them the driver's); 1 more per observed state
-        from a file (its targets are held)."""
+        """The ghosted kappa A reads (1), CG + Jacobi (4), u0 (1), scratch (2), the DMDA's ghosted
+        local Vec and scatter indices (3), allocator slack (SLACK: experiments/memory_budget
+        measured 24.5-24.7 states for a whole 3-slot gradient, 9 of them the driver's, at 128^3
+        and 1024^2 on 1 and 2 ranks); 1 more per observed state from a file (its targets are held)."""
         observed = sum(1.0 for t in self._targets.values() if t is not None)
         # adaptive: up to OPERATOR_CACHE more step sizes' CG work and Jacobi diagonals
         extra = self.OPERATOR_CACHE * 4.0 if self.steps is not None else 0.0
-        return float(self.grid.dim) + 4.0 + 1.0 + 2.0 + 3.0 + self.SLACK + observed + extra
+        return 1.0 + 4.0 + 1.0 + 2.0 + 3.0 + self.SLACK + observed + extra
 
     #: states the measured peak lies above the count of what is held (allocator, PETSc's small objects)
     SLACK = 5.0
@@ -243,29 +241,13 @@ class HeatModel(AdaptiveSteps, Stepper):
     #: owned points per assembly slab (whole axis-0 planes; at least one plane)
     ASSEMBLY_SLAB_POINTS = 1 << 16
 
-    def _face_arrays(self, kappa) -> tuple:
-        """The face diffusivities / h^2 per axis that A reads (read-only; placeholders for the axis
-        a 2-D grid lacks)."""
-        from .kernels import readonly
-        from .kernels.heat import faces
-
-        shape, gstride, goff, lo_wall, hi_wall, first, h2 = _stencil_geometry(self.grid)
-        out = []
-        for a in range(3):
-            size = [int(n) for n in shape]
-            size[a] += 1
-            out.append(np.empty(size if a >= first else (1, 1, 1)))
-        self.grid.da.globalToLocal(kappa, self.grid._local)
-        faces(self.grid._local.getArray(readonly=True), shape, gstride, goff, lo_wall, hi_wall, first, h2, *out)
-        return tuple(readonly(f) for f in out)
-
     def _shell(self, dt: float, theta: float):
         """A = I - theta dt L(kappa) of the current kappa as a shell matrix (nothing assembled)."""
         PETSc = petsc()
         n = int(np.prod(self.grid.shape))
         N = int(np.prod(self.grid.global_shape))
         mat = PETSc.Mat().createPython(((n, N), (n, N)), comm=self.comm,
-                                       context=_Stencil(self.grid, self._kappa_faces, -theta * dt))
+                                       context=_Stencil(self.grid, self._kappa, self.h, -theta * dt))
         mat.setUp()
         return mat
 

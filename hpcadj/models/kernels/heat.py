@@ -1,14 +1,18 @@
-"""Compiled loops of the heat model: its operator A = I - theta dt L(kappa) applied matrix-free,
-and the adjoint step's d/dkappa.
+"""Compiled loop of the heat model: its operator A = I - theta dt L(kappa) applied matrix-free.
 
-The operator keeps the face diffusivities (kappa_p + kappa_q) / 2 / h^2 (kappa_p / h^2 at a
-Dirichlet face) per axis, one array each (:func:`faces`; d state-equivalents, against 9-12 for the
-assembled AIJ matrix): a product then reads no kappa and divides nothing. A row's entries are those
-the AIJ matrix held (off-diagonals weight * face; diagonal 1 + weight * (0 - face - face ...), faces
-in natural axis order, lower then upper) and are summed in the order PETSc's AIJ MatMult sums them:
-the on-rank columns by increasing index, then the off-rank (ghost) columns by increasing index. So
-y = A x is bitwise what the assembled matrix gave, on any rank count. No fastmath: IEEE arithmetic
-in the written order.
+The arrays are flat: ``x`` and ``kappa`` the DMDA's ghosted local blocks, ``out`` the owned block.
+A row's entries are computed exactly as the assembled AIJ matrix held them (face diffusivity
+(kappa_p + kappa_q) / 2 / h^2, or kappa_p / h^2 at a Dirichlet face; off-diagonals theta-weighted
+faces; diagonal 1 + weight * (0 - face - face ...), faces in natural axis order, lower then upper)
+and summed in the order PETSc's AIJ MatMult sums them: the on-rank columns by increasing index,
+then the off-rank (ghost) columns by increasing index. So y = A x is bitwise what the assembled
+matrix gave, on any rank count. No fastmath: IEEE arithmetic in the written order.
+
+The loop goes row by row along x. A row whose z and y neighbours are all owned (the bulk of the
+block) runs one branch-free unit-stride loop over row slices, which LLVM vectorises
+(``error_model="numpy"`` drops numba's zero check per division); its two end points and the
+block's boundary rows take general paths with the same arithmetic in the same order. Nothing is
+held beyond a six-row scratch: the faces are computed per product, not stored (issue 16).
 """
 
 from __future__ import annotations
@@ -17,130 +21,273 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
-def faces(kappa, shape, gstride, goff, lo_wall, hi_wall, first, h2, f0, f1, f2):
-    """The face diffusivities / h^2 of the owned block, per axis: ``fa`` has one more entry than
-    the block along axis a, entry j the face between points j-1 and j (j = 0 and j = m_a: the
-    block's lower and upper faces). (kappa_p + kappa_q) / 2 / h^2 inside the domain, kappa_p / h^2
-    on its boundary; ``kappa`` is the ghosted local block (flat). A face shared by two points is
-    the same double from either side (the sum commutes), so each is computed once."""
-    m = (shape[0], shape[1], shape[2])
-    out = (f0, f1, f2)
-    for a in range(first, 3):
-        fa = out[a]
-        for i0 in range(fa.shape[0]):
-            for i1 in range(fa.shape[1]):
-                for i2 in range(fa.shape[2]):
-                    j = i0 if a == 0 else (i1 if a == 1 else i2)
-                    # the point above the face (j), or below it (j - 1) for the block's upper face
-                    up = j if j < m[a] else j - 1
-                    q0 = (up if a == 0 else i0) + goff[0]
-                    q1 = (up if a == 1 else i1) + goff[1]
-                    q2 = (up if a == 2 else i2) + goff[2]
-                    g = q0 * gstride[0] + q1 * gstride[1] + q2
-                    kp = kappa[g]
-                    if (j == 0 and lo_wall[a]) or (j == m[a] and hi_wall[a]):
-                        fa[i0, i1, i2] = kp / h2[a]
-                    else:
-                        other = g - gstride[a] if j < m[a] else g + gstride[a]
-                        fa[i0, i1, i2] = (0.5 * (kp + kappa[other])) / h2[a]
+#: a face's neighbour: none (the leading axis of a 2-D grid), a Dirichlet wall (no column),
+#: an owned point (a column of the diagonal block), a ghost (a column of the off-rank block)
+ABSENT, WALL, OWNED, GHOST = -1, 0, 1, 2
 
 
-@njit(cache=True)
-def _point(x, f0, f1, f2, shape, gstride, lo_wall, hi_wall, first, weight, i0, i1, i2, g, diagonal):
-    """A x (or A's diagonal) at one owned point, any position: faces on the domain's boundary
-    (no column) and off-rank neighbours (summed after the on-rank columns) handled."""
-    pos = (i0, i1, i2)
-    lo = (f0[i0, i1, i2] if first == 0 else 0.0, f1[i0, i1, i2], f2[i0, i1, i2])
-    hi = (f0[i0 + 1, i1, i2] if first == 0 else 0.0, f1[i0, i1 + 1, i2], f2[i0, i1, i2 + 1])
-    diag = 0.0
-    for a in range(first, 3):
-        diag -= lo[a]
-        diag -= hi[a]
-    centre = 1.0 + weight * diag
+@njit(cache=True, inline="always")
+def _kinds(i, m, lo_wall, hi_wall, exists):
+    """The kinds of the lower and upper neighbours of index ``i`` of ``m`` on one axis."""
+    if not exists:
+        return ABSENT, ABSENT
+    lo = OWNED if i > 0 else (WALL if lo_wall else GHOST)
+    hi = OWNED if i < m - 1 else (WALL if hi_wall else GHOST)
+    return lo, hi
+
+
+@njit(cache=True, inline="always")
+def _face(kappa, kp, q, kind, h2):
+    """A face's diffusivity / h^2: kp / h^2 at a wall, the mean with kappa[q] towards a point
+    (0 where the axis does not exist; such a face is never used)."""
+    if kind == WALL:
+        return kp / h2
+    if kind == ABSENT:
+        return 0.0
+    return (0.5 * (kp + kappa[q])) / h2
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _point(x, kappa, g, s0, s1, kzl, kzh, kyl, kyh, kxl, kxh, h2z, h2y, h2x, weight, diagonal):
+    """One entry of A x (or of A's diagonal) for any neighbour kinds, scalars only: the end points
+    of the bulk rows (inlined there with the z and y kinds constant)."""
+    kp = kappa[g]
+    fzl = _face(kappa, kp, g - s0, kzl, h2z)
+    fzh = _face(kappa, kp, g + s0, kzh, h2z)
+    fyl = _face(kappa, kp, g - s1, kyl, h2y)
+    fyh = _face(kappa, kp, g + s1, kyh, h2y)
+    fxl = _face(kappa, kp, g - 1, kxl, h2x)
+    fxh = _face(kappa, kp, g + 1, kxh, h2x)
+    d = 0.0
+    if kzl != ABSENT:
+        d = (d - fzl) - fzh
+    d = (((d - fyl) - fyh) - fxl) - fxh
+    centre = 1.0 + weight * d
     if diagonal:
         return centre
     s = 0.0
-    for group in range(2):  # on-rank columns by index, then the off-rank (ghost) ones
-        for a in range(first, 3):
-            if pos[a] > 0 and group == 0:
-                s += (weight * lo[a]) * x[g - gstride[a]]
-            elif pos[a] == 0 and not lo_wall[a] and group == 1:
-                s += (weight * lo[a]) * x[g - gstride[a]]
-        if group == 0:
-            s += centre * x[g]
-        for a in range(2, first - 1, -1):
-            if pos[a] < shape[a] - 1 and group == 0:
-                s += (weight * hi[a]) * x[g + gstride[a]]
-            elif pos[a] == shape[a] - 1 and not hi_wall[a] and group == 1:
-                s += (weight * hi[a]) * x[g + gstride[a]]
+    if kzl == OWNED:
+        s += (weight * fzl) * x[g - s0]
+    if kyl == OWNED:
+        s += (weight * fyl) * x[g - s1]
+    if kxl == OWNED:
+        s += (weight * fxl) * x[g - 1]
+    s += centre * x[g]
+    if kxh == OWNED:
+        s += (weight * fxh) * x[g + 1]
+    if kyh == OWNED:
+        s += (weight * fyh) * x[g + s1]
+    if kzh == OWNED:
+        s += (weight * fzh) * x[g + s0]
+    if kzl == GHOST:
+        s += (weight * fzl) * x[g - s0]
+    if kyl == GHOST:
+        s += (weight * fyl) * x[g - s1]
+    if kxl == GHOST:
+        s += (weight * fxl) * x[g - 1]
+    if kxh == GHOST:
+        s += (weight * fxh) * x[g + 1]
+    if kyh == GHOST:
+        s += (weight * fyh) * x[g + s1]
+    if kzh == GHOST:
+        s += (weight * fzh) * x[g + s0]
     return s
 
 
-@njit(cache=True)
-def apply(x, f0, f1, f2, shape, gstride, goff, lo_wall, hi_wall, first, weight, out, diagonal):
-    """out = A x on the owned block (or A's diagonal when ``diagonal``), A = I + weight L.
+@njit(cache=True, error_model="numpy")
+def _row3(x, kappa, g0, s0, s1, n, kxl, kxh, h2z, h2y, h2x, weight, out, p0, diagonal):
+    """A 3-D row whose z and y neighbours are all owned: points 1 .. n-2 in one unit-stride loop
+    over row slices (non-negative indices, no branches), which LLVM vectorises, columns in
+    increasing order z-1, y-1, x-1, centre, x+1, y+1, z+1; the end points (x neighbours of kinds
+    ``kxl``, ``kxh``) by :func:`_point`."""
+    kc = kappa[g0:g0 + n]
+    kzl, kzh = kappa[g0 - s0:g0 - s0 + n], kappa[g0 + s0:g0 + s0 + n]
+    kyl, kyh = kappa[g0 - s1:g0 - s1 + n], kappa[g0 + s1:g0 + s1 + n]
+    y = out[p0:p0 + n]
+    y[0] = _point(x, kappa, g0, s0, s1, OWNED, OWNED, OWNED, OWNED, kxl, OWNED,
+                  h2z, h2y, h2x, weight, diagonal)
+    y[n - 1] = _point(x, kappa, g0 + n - 1, s0, s1, OWNED, OWNED, OWNED, OWNED, OWNED, kxh,
+                      h2z, h2y, h2x, weight, diagonal)
+    if diagonal:
+        for i in range(1, n - 1):
+            kp = kc[i]
+            fzl = (0.5 * (kp + kzl[i])) / h2z
+            fzh = (0.5 * (kp + kzh[i])) / h2z
+            fyl = (0.5 * (kp + kyl[i])) / h2y
+            fyh = (0.5 * (kp + kyh[i])) / h2y
+            fxl = (0.5 * (kp + kc[i - 1])) / h2x
+            fxh = (0.5 * (kp + kc[i + 1])) / h2x
+            y[i] = 1.0 + weight * ((((((0.0 - fzl) - fzh) - fyl) - fyh) - fxl) - fxh)
+        return
+    xc = x[g0:g0 + n]
+    xzl, xzh = x[g0 - s0:g0 - s0 + n], x[g0 + s0:g0 + s0 + n]
+    xyl, xyh = x[g0 - s1:g0 - s1 + n], x[g0 + s1:g0 + s1 + n]
+    for i in range(1, n - 1):
+        kp = kc[i]
+        fzl = (0.5 * (kp + kzl[i])) / h2z
+        fzh = (0.5 * (kp + kzh[i])) / h2z
+        fyl = (0.5 * (kp + kyl[i])) / h2y
+        fyh = (0.5 * (kp + kyh[i])) / h2y
+        fxl = (0.5 * (kp + kc[i - 1])) / h2x
+        fxh = (0.5 * (kp + kc[i + 1])) / h2x
+        centre = 1.0 + weight * ((((((0.0 - fzl) - fzh) - fyl) - fyh) - fxl) - fxh)
+        s = 0.0 + (weight * fzl) * xzl[i]
+        s += (weight * fyl) * xyl[i]
+        s += (weight * fxl) * xc[i - 1]
+        s += centre * xc[i]
+        s += (weight * fxh) * xc[i + 1]
+        s += (weight * fyh) * xyh[i]
+        s += (weight * fzh) * xzh[i]
+        y[i] = s
 
-    ``x`` is the input's ghosted local block (flat), ``f0, f1, f2`` the faces of :func:`faces`;
+
+@njit(cache=True, error_model="numpy")
+def _row2(x, kappa, g0, s1, n, kxl, kxh, h2y, h2x, weight, out, p0, diagonal):
+    """As :func:`_row3` for a 2-D grid (no z faces): columns y-1, x-1, centre, x+1, y+1."""
+    kc = kappa[g0:g0 + n]
+    kyl, kyh = kappa[g0 - s1:g0 - s1 + n], kappa[g0 + s1:g0 + s1 + n]
+    y = out[p0:p0 + n]
+    y[0] = _point(x, kappa, g0, 0, s1, ABSENT, ABSENT, OWNED, OWNED, kxl, OWNED,
+                  1.0, h2y, h2x, weight, diagonal)
+    y[n - 1] = _point(x, kappa, g0 + n - 1, 0, s1, ABSENT, ABSENT, OWNED, OWNED, OWNED, kxh,
+                      1.0, h2y, h2x, weight, diagonal)
+    if diagonal:
+        for i in range(1, n - 1):
+            kp = kc[i]
+            fyl = (0.5 * (kp + kyl[i])) / h2y
+            fyh = (0.5 * (kp + kyh[i])) / h2y
+            fxl = (0.5 * (kp + kc[i - 1])) / h2x
+            fxh = (0.5 * (kp + kc[i + 1])) / h2x
+            y[i] = 1.0 + weight * ((((0.0 - fyl) - fyh) - fxl) - fxh)
+        return
+    xc = x[g0:g0 + n]
+    xyl, xyh = x[g0 - s1:g0 - s1 + n], x[g0 + s1:g0 + s1 + n]
+    for i in range(1, n - 1):
+        kp = kc[i]
+        fyl = (0.5 * (kp + kyl[i])) / h2y
+        fyh = (0.5 * (kp + kyh[i])) / h2y
+        fxl = (0.5 * (kp + kc[i - 1])) / h2x
+        fxh = (0.5 * (kp + kc[i + 1])) / h2x
+        centre = 1.0 + weight * ((((0.0 - fyl) - fyh) - fxl) - fxh)
+        s = 0.0 + (weight * fyl) * xyl[i]
+        s += (weight * fxl) * xc[i - 1]
+        s += centre * xc[i]
+        s += (weight * fxh) * xc[i + 1]
+        s += (weight * fyh) * xyh[i]
+        y[i] = s
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _faces(f, kappa, kc, g0, q, n, kind, h2):
+    """f[i] = the face of point i of a row towards row offset ``q``, per its kind (any but ABSENT)."""
+    if kind == WALL:
+        for i in range(n):
+            f[i] = kc[i] / h2
+    else:
+        kq = kappa[g0 + q:g0 + q + n]
+        for i in range(n):
+            f[i] = (0.5 * (kc[i] + kq[i])) / h2
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _term(y, f, x, g0, q, n, weight):
+    """y[i] += (weight * f[i]) * x[g0 + q + i] over a row."""
+    xq = x[g0 + q:g0 + q + n]
+    for i in range(n):
+        y[i] += (weight * f[i]) * xq[i]
+
+
+@njit(cache=True, error_model="numpy")
+def _row_any(x, kappa, g0, s0, s1, n, kzl, kzh, kyl, kyh, xlo_wall, xhi_wall, h2z, h2y, h2x,
+             weight, out, p0, diagonal, buf):
+    """A whole row with any neighbour kinds (the block's boundary rows): each face and each
+    term of the sum is a unit-stride loop over the row (``buf``: six rows of scratch), the terms
+    added in the order of the general path. The x faces are shared by neighbours (a + b is b + a)."""
+    kc = kappa[g0:g0 + n]
+    fzl, fzh, fyl, fyh, fx, centre = buf[0], buf[1], buf[2], buf[3], buf[4], buf[5]
+    three = kzl != ABSENT
+    if three:
+        _faces(fzl, kappa, kc, g0, -s0, n, kzl, h2z)
+        _faces(fzh, kappa, kc, g0, s0, n, kzh, h2z)
+    _faces(fyl, kappa, kc, g0, -s1, n, kyl, h2y)
+    _faces(fyh, kappa, kc, g0, s1, n, kyh, h2y)
+    fx[0] = kc[0] / h2x if xlo_wall else (0.5 * (kc[0] + kappa[g0 - 1])) / h2x
+    for i in range(1, n):
+        fx[i] = (0.5 * (kc[i] + kc[i - 1])) / h2x
+    fx[n] = kc[n - 1] / h2x if xhi_wall else (0.5 * (kc[n - 1] + kappa[g0 + n])) / h2x
+    if three:
+        for i in range(n):
+            centre[i] = (0.0 - fzl[i]) - fzh[i]
+    else:
+        for i in range(n):
+            centre[i] = 0.0
+    y = out[p0:p0 + n]
+    for i in range(n):
+        centre[i] = 1.0 + weight * ((((centre[i] - fyl[i]) - fyh[i]) - fx[i]) - fx[i + 1])
+    if diagonal:
+        for i in range(n):
+            y[i] = centre[i]
+        return
+    for i in range(n):
+        y[i] = 0.0
+    if kzl == OWNED:
+        _term(y, fzl, x, g0, -s0, n, weight)
+    if kyl == OWNED:
+        _term(y, fyl, x, g0, -s1, n, weight)
+    xc = x[g0:g0 + n]
+    for i in range(1, n):
+        y[i] += (weight * fx[i]) * xc[i - 1]
+    for i in range(n):
+        y[i] += centre[i] * xc[i]
+    for i in range(n - 1):
+        y[i] += (weight * fx[i + 1]) * xc[i + 1]
+    if kyh == OWNED:
+        _term(y, fyh, x, g0, s1, n, weight)
+    if kzh == OWNED:
+        _term(y, fzh, x, g0, s0, n, weight)
+    if kzl == GHOST:
+        _term(y, fzl, x, g0, -s0, n, weight)
+    if kyl == GHOST:
+        _term(y, fyl, x, g0, -s1, n, weight)
+    if not xlo_wall:
+        y[0] += (weight * fx[0]) * x[g0 - 1]
+    if not xhi_wall:
+        y[n - 1] += (weight * fx[n]) * x[g0 + n]
+    if kyh == GHOST:
+        _term(y, fyh, x, g0, s1, n, weight)
+    if kzh == GHOST:
+        _term(y, fzh, x, g0, s0, n, weight)
+
+
+@njit(cache=True, error_model="numpy")
+def apply(x, kappa, shape, gstride, goff, lo_wall, hi_wall, first, h2, weight, out, diagonal):
+    """out = A x on the owned block (or A's diagonal when ``diagonal``).
+
     ``shape`` the owned block's (3-D) shape, ``gstride``/``goff`` the ghosted block's strides and
     the owned block's offset in it; ``lo_wall[a]``/``hi_wall[a]`` whether the block's lower/upper
-    end on axis a is the domain's boundary; axes before ``first`` do not exist (2-D grids). Points
-    inside the block (every neighbour on this rank) take a branch-free row loop, the same
-    arithmetic in the same order as :func:`_point`.
+    end on axis a is the domain's boundary; axes before ``first`` do not exist (2-D grids).
+    Rows (along x) whose z and y neighbours are all owned take the branch-free vectorised loop
+    (:func:`_row3`, :func:`_row2`), the block's boundary rows :func:`_row_any`.
     """
     m0, m1, m2 = shape[0], shape[1], shape[2]
     s0, s1 = gstride[0], gstride[1]
+    h2z, h2y, h2x = h2[0], h2[1], h2[2]
+    kxl = WALL if lo_wall[2] else GHOST
+    kxh = WALL if hi_wall[2] else GHOST
+    buf = np.empty((6, m2 + 1))
     for i0 in range(m0):
+        kzl, kzh = _kinds(i0, m0, lo_wall[0], hi_wall[0], first == 0)
         for i1 in range(m1):
-            row = (i0 * m1 + i1) * m2
-            base = (i0 + goff[0]) * s0 + (i1 + goff[1]) * s1 + goff[2]
-            inner = not diagonal and 0 < i1 < m1 - 1 and (first == 1 or 0 < i0 < m0 - 1)
-            for i2 in range(m2):
-                if inner and 0 < i2 < m2 - 1:
-                    continue
-                out[row + i2] = _point(x, f0, f1, f2, shape, gstride, lo_wall, hi_wall, first, weight,
-                                       i0, i1, i2, base + i2, diagonal)
-            if not inner:
-                continue
-            if first == 0:
-                _row3(x[base - s0:base - s0 + m2], x[base - s1:base - s1 + m2], x[base - 1:base + m2 + 1],
-                      x[base + s1:base + s1 + m2], x[base + s0:base + s0 + m2], f0[i0, i1], f0[i0 + 1, i1],
-                      f1[i0, i1], f1[i0, i1 + 1], f2[i0, i1], weight, out[row:row + m2])
+            kyl, kyh = _kinds(i1, m1, lo_wall[1], hi_wall[1], True)
+            g0 = (i0 + goff[0]) * s0 + (i1 + goff[1]) * s1 + goff[2]
+            p0 = (i0 * m1 + i1) * m2
+            if m2 > 2 and kyl == OWNED and kyh == OWNED and kzl == ABSENT:
+                _row2(x, kappa, g0, s1, m2, kxl, kxh, h2y, h2x, weight, out, p0, diagonal)
+            elif m2 > 2 and kyl == OWNED and kyh == OWNED and kzl == OWNED and kzh == OWNED:
+                _row3(x, kappa, g0, s0, s1, m2, kxl, kxh, h2z, h2y, h2x, weight, out, p0, diagonal)
             else:
-                _row2(x[base - s1:base - s1 + m2], x[base - 1:base + m2 + 1], x[base + s1:base + s1 + m2],
-                      f1[i0, i1], f1[i0, i1 + 1], f2[i0, i1], weight, out[row:row + m2])
-
-
-@njit(cache=True)
-def _row3(x0m, x1m, xc, x1p, x0p, f0m, f0p, f1m, f1p, f2, weight, out):
-    """The inside points 1 .. m-2 of one 3-D row, from row slices (``xc`` is the row with one more
-    point at each end, ``f2`` the row's m + 1 axis-2 faces): no branch and no index arithmetic
-    beyond i +- 1, so the loop vectorises."""
-    for i in range(1, out.shape[0] - 1):
-        a0m, a0p, a1m, a1p, a2m, a2p = f0m[i], f0p[i], f1m[i], f1p[i], f2[i], f2[i + 1]
-        centre = 1.0 + weight * (0.0 - a0m - a0p - a1m - a1p - a2m - a2p)
-        s = 0.0 + (weight * a0m) * x0m[i]
-        s += (weight * a1m) * x1m[i]
-        s += (weight * a2m) * xc[i]
-        s += centre * xc[i + 1]
-        s += (weight * a2p) * xc[i + 2]
-        s += (weight * a1p) * x1p[i]
-        s += (weight * a0p) * x0p[i]
-        out[i] = s
-
-
-@njit(cache=True)
-def _row2(x1m, xc, x1p, f1m, f1p, f2, weight, out):
-    """The inside points 1 .. m-2 of one 2-D row (as :func:`_row3` without axis 0)."""
-    for i in range(1, out.shape[0] - 1):
-        a1m, a1p, a2m, a2p = f1m[i], f1p[i], f2[i], f2[i + 1]
-        centre = 1.0 + weight * (0.0 - a1m - a1p - a2m - a2p)
-        s = 0.0 + (weight * a1m) * x1m[i]
-        s += (weight * a2m) * xc[i]
-        s += centre * xc[i + 1]
-        s += (weight * a2p) * xc[i + 2]
-        s += (weight * a1p) * x1p[i]
-        out[i] = s
+                _row_any(x, kappa, g0, s0, s1, m2, kzl, kzh, kyl, kyh, lo_wall[2], hi_wall[2],
+                         h2z, h2y, h2x, weight, out, p0, diagonal, buf)
 
 
 @njit(cache=True)

@@ -40,6 +40,7 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
     """Viscous Burgers with SSP-RK3 and central advection; controls ``u0`` (velocity) and ``nu``."""
 
     name = "burgers"
+    adjoint_reads_next = False  # the stages are recomputed from u_i
     SNAPSHOT_FIELDS = ("u", "v")
     default_steps = 100
     default_nu = 0.01

@@ -63,6 +63,7 @@ class WaveModel(AdaptiveSteps, Stepper):
     """Acoustic leapfrog with sponge, Ricker source and receivers; controls ``c`` and ``u0``."""
 
     name = "wave"
+    adjoint_reads_next = False  # the leapfrog adjoint reads u_i only
     default_anomaly = 0.1
     sponge_width = 0.1
     source_depth = 0.2

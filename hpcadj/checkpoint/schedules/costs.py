@@ -33,6 +33,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .actions import Advance, Move, Restore, Store
+
 LEVEL_NAMES = ("ram", "disk", "pfs")
 
 #: default seconds per snapshot (write, read) for the standard levels, fastest first
@@ -164,3 +166,20 @@ class CostProfile:
 def default_costs(n_levels: int) -> OpCosts:
     """The default time costs for ``n_levels`` levels (ram, disk, pfs)."""
     return CostProfile.default(n_levels).vector("time")
+
+
+def price_actions(actions, costs: OpCosts) -> float:
+    """The forward steps, writes and reads of an action list under ``costs`` (adjoint steps left out:
+    every plan of a given n has the same n of them). A Move is a read on its source and a write on
+    its destination, as the simulator counts it."""
+    total = 0.0
+    for a in actions:
+        if isinstance(a, Advance):
+            total += (a.n1 - a.n0) * costs.forward
+        elif isinstance(a, Store):
+            total += costs.write[a.level]
+        elif isinstance(a, Restore):
+            total += costs.read[a.level]
+        elif isinstance(a, Move):
+            total += costs.read[a.src] + costs.write[a.dst]
+    return total

@@ -46,7 +46,7 @@ import numpy as np
 
 from .actions import Action, Adjoint, Advance, EndForward, EndReverse, Free, Move, Restore, Store
 from .base import ScheduleError, last_step
-from .costs import OpCosts
+from .costs import OpCosts, price_actions
 from .multilevel import MultilevelPlanner
 from .revolve import segment_actions
 
@@ -320,7 +320,7 @@ class OnlineGreedyMultilevel:
             options = [list(_revolve_placed(lo, hi, b, free, k)) for k in range(K)]
             if hi - lo >= 2:
                 options.append(list(self._tabled(lo, hi, b, free[b])))
-            yield from min(options, key=self._reverse_price)
+            yield from min(options, key=lambda option: price_actions(option, self.costs))
             used[b] -= 1
         yield EndReverse()
 
@@ -359,17 +359,6 @@ class OnlineGreedyMultilevel:
                 yield Store(mid, right_level)
                 stack.append((a, mid, k, m, False))
                 stack.append((mid, b, right_level, right_free, True))
-
-    def _reverse_price(self, actions: list[Action]) -> float:
-        costs, total = self.costs, 0.0
-        for a in actions:
-            if isinstance(a, Advance):
-                total += (a.n1 - a.n0) * costs.forward
-            elif isinstance(a, Store):
-                total += costs.write[a.level]
-            elif isinstance(a, Restore):
-                total += costs.read[a.level]
-        return total
 
 
 def _revolve_placed(lo: int, hi: int, base: int, free: list[int], k: int) -> Iterator[Action]:

@@ -49,7 +49,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from .actions import Action, Adjoint, Advance, EndForward, EndReverse, Free, Move, Restore, Store
 from .base import ScheduleError, last_step
-from .costs import OpCosts
+from .costs import OpCosts, price_actions
 from .multilevel import MultilevelPlanner
 from .online_binomial import OnlineBinomial
 from .revolve import beta, segment_actions
@@ -134,20 +134,6 @@ class OnlineMultilevel:
         list(self.inner.finish())  # the one-level plan's checks (finish twice, before any step)
         return self._reverse(self.inner.position, list(self.inner.stored))
 
-    def _price(self, actions: list[Action]) -> float:
-        costs = self.costs
-        total = 0.0
-        for a in actions:
-            if isinstance(a, Advance):
-                total += (a.n1 - a.n0) * costs.forward
-            elif isinstance(a, Store):
-                total += costs.write[a.level]
-            elif isinstance(a, Restore):
-                total += costs.read[a.level]
-            elif isinstance(a, Move):
-                total += costs.read[a.src] + costs.write[a.dst]
-        return total
-
     def _reverse(self, n: int, stored: list[int]) -> Iterator[Action]:
         yield EndForward()
         yield Adjoint(n, n - 1)
@@ -168,7 +154,8 @@ class OnlineMultilevel:
                 used[level] -= 1
                 del where[bounds[j]]
                 candidates.append((placed, used, where))
-            placed, self.used, self.where = min(candidates, key=lambda c: self._price(c[0]) if self.costs else 0)
+            placed, self.used, self.where = min(
+                candidates, key=lambda c: price_actions(c[0], self.costs) if self.costs else 0)
             yield from placed
         yield EndReverse()
 

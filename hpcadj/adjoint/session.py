@@ -294,7 +294,7 @@ class GradientSession:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         summary = self._check_plan(name, schedule, plans, profile)
-        predicted = summary.cost(profile.vector("time")) + profile.fill_seconds(summary.peak)
+        predicted = profile.predicted_seconds(summary)
         durable_s = 0.0
         if self.restart is not None:
             from .restart import predicted_durable_seconds
@@ -370,7 +370,7 @@ class GradientSession:
         costs = planned.profile.vector(self.checkpointing.minimize)
         store_all = isinstance(planned.schedule.planner, OnlineStoreAll)
         summary = simulate(make_online_plan(caps, costs, n_steps=n, store_all=store_all).actions(), n, caps, costs)
-        return summary.cost(planned.profile.vector("time")) + planned.profile.fill_seconds(summary.peak)
+        return planned.profile.predicted_seconds(summary)
 
     def _compressed_slots(self, plans):
         """Turn the compressed levels' byte budgets into slots; the RAM level becomes a byte pool."""

@@ -213,7 +213,7 @@ def main(args) -> int:
         "recompute_factor": summary.recompute_factor, "adjoint_steps": summary.adjoint_steps,
         "levels": [{"name": name, "slots": s, "writes": w, "reads": r, "peak": p}
                    for name, s, w, r, p in zip(names, slots, summary.writes, summary.reads, summary.peak)],
-        "predicted_s": summary.predicted + profile.fill_seconds(summary.peak), "minimize": args.minimize,
+        "predicted_s": profile.predicted_seconds(summary), "minimize": args.minimize,
         "costs_source": profile.source,
         "costs_file": args.costs, "planning_s": planning_s,
         "predicted_unit": "s" if args.costs else "relative",

@@ -133,6 +133,11 @@ class CostProfile:
         """One-off first-touch seconds of a plan that fills ``peak_slots[k]`` slots of level k."""
         return sum(p * lv.fill_s for p, lv in zip(peak_slots, self.levels))
 
+    def predicted_seconds(self, summary) -> float:
+        """A simulated plan's predicted makespan (a PlanSummary): its priced operations in seconds
+        plus the first touch of every slot it fills."""
+        return summary.cost(self.vector("time")) + self.fill_seconds(summary.peak)
+
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -169,8 +169,16 @@ class MultilevelPlanner:
             return
         top = self.top_level
         yield Store(0, top)
+        yield from self.chain_actions(0, n, top, len(self.layers[top]) - 1, forward=True, held=True)
+        yield EndReverse()
+
+    def chain_actions(self, lo: int, hi: int, level: int, free: int, forward: bool,
+                      held: bool) -> Iterator[Action]:
+        """The table's plan for the chain u_lo .. u_hi with u_lo's slot on ``level`` and ``free`` more
+        slots there (faster levels free): ``forward`` if the chain's last step is still ahead of the
+        first sweep, ``held`` if u_lo is the working state (else it is restored first)."""
         # pending tasks, last first: (lo, hi, level, layer, forward, base_held) or (lo, level) = Free
-        stack: list[tuple] = [(0, n, top, len(self.layers[top]) - 1, True, True)]
+        stack: list[tuple] = [(lo, hi, level, free, forward, held)]
         while stack:
             task = stack.pop()
             if len(task) == 2:
@@ -204,7 +212,6 @@ class MultilevelPlanner:
                 yield Store(mid, level)
                 stack.append((lo, mid, k, m, False, False))
                 stack.append((mid, hi, level, free, fwd, True))
-        yield EndReverse()
 
 
 class Multilevel(Schedule):

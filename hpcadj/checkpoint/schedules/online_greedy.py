@@ -45,7 +45,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from .actions import Action, Adjoint, Advance, EndForward, EndReverse, Free, Move, Restore, Store
-from .base import ScheduleError, last_step
+from .base import ScheduleError
 from .costs import OpCosts, price_actions
 from .multilevel import MultilevelPlanner
 from .revolve import segment_actions
@@ -329,36 +329,8 @@ class OnlineGreedyMultilevel:
         more slots there, faster levels free), as MultilevelPlanner.actions streams a chain whose
         base is not held; the base's slot is freed at the end."""
         planner = self._planner
-        stack: list[tuple] = [(lo, hi, level, min(free, len(planner.layers[level]) - 1), False)]
-        while stack:
-            task = stack.pop()
-            if len(task) == 2:
-                yield Free(*task)
-                continue
-            a, b, k, m, held = task
-            if not held:
-                yield Restore(a, k)
-            length = b - a
-            if length == 1:
-                yield from last_step(a, k, False)
-                continue
-            choice = planner.choices[k][m][length]
-            if choice < 0:
-                lower = -choice - 1
-                yield Store(a, lower)
-                stack.append((a, k))
-                stack.append((a, b, lower, len(planner.layers[lower]) - 1, True))
-            elif choice == length - 1:
-                yield Advance(a, b - 1)
-                yield Adjoint(b, b - 1)
-                stack.append((a, b - 1, k, m, False))
-            else:
-                mid = a + choice
-                right_level, right_free = planner._right_base(k, m, length - choice)
-                yield Advance(a, mid)
-                yield Store(mid, right_level)
-                stack.append((a, mid, k, m, False))
-                stack.append((mid, b, right_level, right_free, True))
+        return planner.chain_actions(lo, hi, level, min(free, len(planner.layers[level]) - 1), forward=False,
+                                     held=False)
 
 
 def _revolve_placed(lo: int, hi: int, base: int, free: list[int], k: int) -> Iterator[Action]:

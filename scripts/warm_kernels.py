@@ -2,12 +2,14 @@
 
 The first call of a kernel compiles it and writes numba's on-disk cache; in a fresh clone the MPI
 tests would otherwise have several ranks compile and write the same cache entries at once. One
-gradient and one tangent of each model on a tiny grid (2-D and 3-D) reaches every kernel.
+gradient and one tangent of each model on a tiny grid (2-D and 3-D, grayscott with both Jacobians)
+reaches every kernel.
 """
 
 from hpcadj.adjoint import compute_gradient, dot_product_test
 from hpcadj.cli import Parser
 from hpcadj.cli.common import add_model_arguments, build_model
+from hpcadj.models.grayscott import GrayScottModel
 from hpcadj.stack import mpi
 
 CASES = [("wave", "8x8x6"), ("wave", "8x6"), ("burgers", "8x8"), ("heat", "8x8x6"), ("heat", "8x6"),
@@ -16,10 +18,13 @@ CASES = [("wave", "8x8x6"), ("wave", "8x6"), ("burgers", "8x8"), ("heat", "8x8x6
 
 def main() -> None:
     comm = mpi().COMM_WORLD
+    models = []
     for name, grid in CASES:
         parser = Parser()
         add_model_arguments(parser)
-        model = build_model(parser.parse_args(["--model", name, "--grid", grid, "--steps", "3"]), comm)
+        models.append(build_model(parser.parse_args(["--model", name, "--grid", grid, "--steps", "3"]), comm))
+    models.append(GrayScottModel(comm, (8, 8), n_steps=3, jacobian="assembled"))
+    for model in models:
         controls = model.default_controls()
         dot_product_test(model, controls, gradient=compute_gradient(model, controls))
 

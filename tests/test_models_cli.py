@@ -88,3 +88,16 @@ def test_another_models_option_is_refused(model, foreign):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert lines[0].startswith(f"hpcadj: error: model {model} does not use {foreign[0]}"), lines
+
+
+@pytest.mark.timeout(120)
+def test_grayscott_jacobian_is_a_petsc_option():
+    """-grayscott_jacobian assembled is taken (and named in the JSON); an unknown kind is refused."""
+    assembled = hpcadj_json(["run", "--model", "grayscott", "--grid", "10x9", "--steps", "3",
+                             "-grayscott_jacobian", "assembled"], 1)
+    stencil = hpcadj_json(["run", "--model", "grayscott", "--grid", "10x9", "--steps", "3"], 1)
+    assert (assembled["jacobian"], stencil["jacobian"]) == ("assembled", "stencil")
+    assert abs(assembled["J"] - stencil["J"]) <= 1e-10 * abs(stencil["J"])
+    proc = hpcadj(["run", "--model", "grayscott", "--grid", "8x8", "--steps", "2", "-grayscott_jacobian", "dense"])
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "'dense'" in lines[0], proc.stderr

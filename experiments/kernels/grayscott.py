@@ -1,6 +1,7 @@
-"""grayscott: the assembled-Jacobian model against the previous one (shell Jacobian + Jacobi), side by side.
+"""grayscott: the model's two Jacobians against the first model (numpy shell Jacobian + GMRES/Jacobi).
 
-Runs both models in one process on the same grid: a store-all gradient of J = 1/2 h^2 sum v_n^2 with
+Runs the three in one process on the same grid (``stencil``: the default matrix-free Jacobian with
+Jacobi; ``assembled``: AIJ with block Jacobi/ILU(0); ``old``: grayscott_old.py): a store-all gradient of J = 1/2 h^2 sum v_n^2 with
 respect to (u0, F, k), timing each step, adjoint step and tangent step (slowest rank, median), and
 compares J and the gradients. Usage (bad arguments: one line on stderr, exit 2):
 
@@ -69,6 +70,17 @@ def gradient(model, comm):
             "tangent_s": t_tan, "newton_its": newton, "linear_its": linear, "adjoint_its": adj_its}
 
 
+def _relative_differences(r, old):
+    """J, the tangent's dJ and each gradient field of run ``r`` against the old model's, relative."""
+    rel = {"J": abs(r["J"] - old["J"]) / abs(old["J"]),
+           "dJ_tangent": abs(r["dJ_tangent"] - old["dJ_tangent"]) / abs(old["dJ_tangent"])}
+    for name in old["grad"]:
+        diff = r["grad"][name].copy()
+        diff.axpy(-1.0, old["grad"][name])
+        rel[f"grad_{name}"] = diff.norm() / old["grad"][name].norm()
+    return rel
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grid", type=int, default=512, help="N for an N x N grid (default 512)")
@@ -86,10 +98,13 @@ def main(argv=None) -> int:
 
     from hpcadj.models.grayscott import GrayScottModel as New
     results = {}
-    for label, cls in (("new", New), ("old", Old)):
-        model = cls(comm, (args.grid, args.grid), n_steps=args.steps)
+    for label, cls, extra in (("stencil", New, {"jacobian": "stencil"}),
+                              ("assembled", New, {"jacobian": "assembled"}), ("old", Old, {})):
+        model = cls(comm, (args.grid, args.grid), n_steps=args.steps, **extra)
         results[label] = gradient(model, comm)
-    new, old = results["new"], results["old"]
+        del model
+        petsc().garbage_cleanup(comm)
+    old = results["old"]
     rows = []
     for label, r in results.items():
         rows.append({"model": f"grayscott-{label}", "grid": f"{args.grid}x{args.grid}", "ranks": comm.size,
@@ -99,27 +114,25 @@ def main(argv=None) -> int:
                      "tangent_s_median": float(np.median(r["tangent_s"])),
                      "newton_its": float(np.mean(r["newton_its"])), "linear_its": float(np.mean(r["linear_its"])),
                      "adjoint_its": float(np.mean(r["adjoint_its"]))})
-    rel = {"J": abs(new["J"] - old["J"]) / abs(old["J"]),
-           "dJ_tangent": abs(new["dJ_tangent"] - old["dJ_tangent"]) / abs(old["dJ_tangent"])}
-    for name in old["grad"]:
-        diff = new["grad"][name].copy()
-        diff.axpy(-1.0, old["grad"][name])
-        rel[f"grad_{name}"] = diff.norm() / old["grad"][name].norm()
+    rels = {label: _relative_differences(r, old) for label, r in results.items()}
     if comm.rank == 0:
         for row in rows:
             print(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
-        for key in ("step_s_median", "adjoint_s_median", "tangent_s_median"):
-            print(f"speedup {key}: {rows[1][key] / rows[0][key]:.1f}x")
-        print("relative difference new vs old: " + ", ".join(f"{k} {v:.2e}" for k, v in rel.items()))
+        for row in rows[:-1]:
+            for key in ("step_s_median", "adjoint_s_median", "tangent_s_median"):
+                print(f"{row['model']} speedup {key}: {rows[-1][key] / row[key]:.1f}x")
+            rel = rels[row["model"].split("-", 1)[1]]
+            print(f"relative difference {row['model']} vs old: " + ", ".join(f"{k} {v:.2e}" for k, v in rel.items()))
         if args.csv:
             new_file = not os.path.exists(args.csv)
             with open(args.csv, "a", newline="") as fh:
-                writer = csv.DictWriter(fh, fieldnames=list(rows[0]) + ["speedup_vs_old"] + list(rel))
+                fields = list(rows[0]) + ["speedup_vs_old"] + list(rels["old"])
+                writer = csv.DictWriter(fh, fieldnames=fields)
                 if new_file:
                     writer.writeheader()
                 for row in rows:
-                    speed = rows[1]["step_s_median"] / row["step_s_median"]
-                    writer.writerow({**row, "speedup_vs_old": speed, **rel})
+                    speed = rows[-1]["step_s_median"] / row["step_s_median"]
+                    writer.writerow({**row, "speedup_vs_old": speed, **rels[row["model"].split("-", 1)[1]]})
     return 0
 
 

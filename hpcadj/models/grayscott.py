@@ -6,45 +6,54 @@ Nodes x_j = j h, h = L/N, on a DMDA with dof 2 (u, v interleaved); 5-point Lapla
 G(w) = w - w_i - dt R(w; F, k) = 0 by Newton (SNES newtonls, initial guess w_i itself, so a step is a
 pure function of w_i) to ||G|| <= max(1e-12 ||G(w_i)||, 1e-13). The residual is one compiled loop
 (:mod:`hpcadj.models.kernels.grayscott`). The Jacobian J(w) = I - dt (D lap + K(w)), K the pointwise
-2x2 reaction Jacobian, is an assembled AIJ matrix (six entries a row; only the 2x2 point blocks are
-rewritten per Newton iteration, in place); each Newton system is solved by BiCGStab with block
-Jacobi/ILU(0) (one block per rank: PETSc's default for a parallel AIJ, which its Gray-Scott tutorials
-ex5/ex5adj run with) to a relative residual of 1e-5 (inexact Newton: still 3 iterations to
-1e-12), with the ILU factor built once per step at w_i (``-grayscott_snes_lag_preconditioner 100``;
-the Jacobian itself is exact at every iteration). At 512^2 this takes 9 BiCGStab iterations a step
-where the shell Jacobian with Jacobi took 100 GMRES iterations (experiments/kernels/grayscott.py).
-BiCGStab rather than GMRES: as fast here (two products an iteration, half the iterations) with 7
-work vectors instead of one per iteration of a restart cycle.
+2x2 reaction Jacobian, comes in two forms (``jacobian=``, or the PETSc option
+``-grayscott_jacobian stencil|assembled``):
+
+- **stencil** (default): a PETSc shell matrix whose product (and transposed product) is one
+  compiled stencil loop over x's halo and the linearisation point w, preconditioned by Jacobi
+  (a shell PC dividing by J's diagonal, made per point from w). It stores nothing: the model's
+  working set is what issue 16 asks of an implicit model.
+- **assembled**: an AIJ matrix (six entries a row; only the 2x2 point blocks are rewritten per Newton
+  iteration, in place) with block Jacobi/ILU(0) (PETSc's default for a parallel AIJ, which its
+  Gray-Scott tutorials ex5/ex5adj run with), the factor built once per step at w_i
+  (``-grayscott_snes_lag_preconditioner 100``; the Jacobian itself is exact at every iteration). It
+  holds about 20 states more (matrix and factor), and any of PETSc's preconditioners can be chosen
+  for it (``-grayscott_pc_type gamg``, ...), which a much finer grid (J's conditioning grows with
+  dt D / h^2) may want.
+
+Each Newton system is solved by BiCGStab to a relative residual of 1e-5 (inexact Newton: still 3
+iterations to 1e-12). At 512^2 a step takes 18-19 BiCGStab iterations with Jacobi and 9 with ILU(0)
+in the same time (Jacobi's apply costs a tenth of ILU's; experiments/kernels/grayscott.py).
+BiCGStab rather than GMRES: as fast here (two products an iteration) with 7 work vectors instead of
+one per iteration of a restart cycle.
 
 Adjoint of step i, at w_{i+1} (which the driver supplies): solve J(w_{i+1})^T mu = lambda_{i+1}
-(``KSPSolveTranspose`` on the same assembled matrix, its ILU factor applied transposed); then
-lambda_i = mu and dJ/dF += dt <dR/dF, mu>, dJ/dk += dt <dR/dk, mu>. The tangent solves
-J(w_{i+1}) dw_{i+1} = dw_i + dt (dR/dF dF + dR/dk dk). Both factor J(w_{i+1}) afresh and solve to a
-relative residual of 1e-12 (``ksp_rtol``; 11 iterations at 512^2), so the dot-product test is limited
-by those solves (bound promised: 1e-10).
+(``KSPSolveTranspose`` with the same operator: the stencil loop with K transposed, or the assembled
+matrix with its ILU factor applied transposed); then lambda_i = mu and dJ/dF += dt <dR/dF, mu>,
+dJ/dk += dt <dR/dk, mu> (one compiled pass). The tangent solves J(w_{i+1}) dw_{i+1} = dw_i + dt
+(dR/dF dF + dR/dk dk). Both solve to a relative residual of 1e-12 (``ksp_rtol``; 12-14 iterations with
+Jacobi at 512^2), so the dot-product test is limited by those solves (bound promised: 1e-10).
 
-Purity and rank invariance: every solve starts from the same guess (w_i, or zero) with a factor of
-the matrix it solves with (never one left from another step: the lag counter restarts with each
-SNES solve, and the adjoint and tangent refactor), so a recomputed step is bitwise the first. The
-block-Jacobi preconditioner differs with the decomposition, so across rank counts states and
-gradients agree to the solver tolerances, not bitwise: measured on 2 and 3 ranks against 1 (6 steps,
-10x9 and 64x64): J to 1.2e-13, every gradient to 2e-12 relative to its largest entry (tests ask
-1e-10).
+Purity and rank invariance: every solve starts from the same guess (w_i, or zero) with a
+preconditioner of the matrix it solves with (the stencil's Jacobi reads the linearisation point
+itself; the assembled matrix's factor is rebuilt for every adjoint and tangent solve and the lag
+counter restarts with each SNES solve), so a recomputed step is bitwise the first. The operator and
+Jacobi are pointwise/stencil (the same on any decomposition), but the Krylov dot products are
+reduced across ranks (and block Jacobi/ILU differs with the decomposition), so across rank counts
+states and gradients agree to the solver tolerances, not bitwise (tests ask 1e-10 relative on 2 and 3
+ranks against 1).
 
 Controls: ``u0`` (initial (u, v), shape (ny, nx, 2)), ``F`` and ``k`` (scalars). Objective: the
 final-time pattern strength J = 1/2 h^2 sum v_n^2.
 
-Working set (per rank, in states; see :meth:`GrayScottModel.working_set_states`): held from
-construction on, 15 (the matrix: six values and six int32 columns a row with PETSc's row arrays,
-about 10, built by two compiled passes with no transient beside it; the SNES residual Vec, the
-DMDA's local Vec and scatters, the halo buffers and allocator slack); from the first step on, 21
-more: the ILU(0) factor with its solve work vector (about 10), BiCGStab's work vectors (7, one KSP
+Working set (per rank, in states; see :meth:`GrayScottModel.working_set_states`), stencil Jacobian:
+held from construction on about 5 (the SNES residual Vec, the DMDA's local Vec and scatters, the
+halo buffers, allocator slack); from the first step on 11 more, BiCGStab's work vectors (7, one KSP
 shared by the Newton, tangent and adjoint solves) and newtonls's (4); the copy of u0 (1) and an
-adjoint step's transients (2). experiments/memory_budget measured 49.9 / 52.1 states at 512^2 on
-1 / 2 ranks for the whole 3-slot gradient, of which the driver's share is 9: the model's 41-43, so
-44 is declared. The issue-16 target of 30 is not met: the matrix and its factor alone are about 20
-and the Krylov and Newton work 11; the matrix-free Jacobian with Jacobi that would drop the first
-two took 20x longer a step (experiments/kernels/README.md).
+adjoint step's solution (1). experiments/memory_budget measured 25.4 / 25.6 states at 512^2 on 1 / 2
+ranks for the whole 3-slot gradient (issue 16's target: <= 30), of which the driver's share is 9.
+The assembled Jacobian adds the matrix (six values and six int32 columns a row with PETSc's row
+arrays, about 10) and its ILU(0) factor with its solve work vector (about 10): 49.9 / 52.0 measured.
 """
 
 from __future__ import annotations
@@ -104,32 +113,90 @@ class _AssembledJacobian:
                             off_values)
         self.diag_ptr, self.diag_cols = diag_ptr, diag_cols  # the Mat's own arrays (not copied)
         del lg
-        self.diag_lap = dt * model.diffusion * (2.0 * ihy2 + 2.0 * ihx2)
         csr = (diag_ptr, diag_cols, self.values)
         if grid.comm.size > 1:
             csr = (csr, (off_ptr, off_cols, off_values))
         self.mat = PETSc.Mat().createAIJWithArrays(((n, N), (n, N)), csr, comm=grid.comm)
         self.mat.assemble()
 
+    def release(self) -> None:
+        """The matrix keeps its values: nothing refers to the linearisation point."""
+
+    def prepare(self, ksp, rhs, scratch) -> None:
+        """Make ``ksp``'s preconditioner factor the (just set) matrix afresh.
+
+        SNES's preconditioner lag leaves reuse set on the PC and on block Jacobi's inner KSP. PETSc's
+        bjacobi hands the outer flag down to its block only in a forward apply (not in a transposed
+        one), so one forward apply here refactors the block; without it an adjoint solve applied the
+        factor of whichever Newton matrix came last (impure, caught by the tests).
+        """
+        ksp.setOperators(self.mat, self.mat)
+        pc = ksp.getPC()
+        pc.setReusePreconditioner(False)
+        ksp.setUp()
+        pc.apply(rhs, scratch)
+
     def set_state(self, model, w: np.ndarray) -> None:
         """Write J(w)'s point blocks at the owned block ``w`` (collective: bumps the Mat state)."""
-        gs_kernels.jacobian_values(w, model.dt, self.diag_lap, model.F, model.k, self.diag_ptr,
+        gs_kernels.jacobian_values(w, model.dt, model.diag_lap, model.F, model.k, self.diag_ptr,
                                    self.diag_cols, self.values)
         self.mat.assemble()
 
 
-def _refactor(ksp, rhs, scratch) -> None:
-    """Make ``ksp``'s preconditioner factor its (just set) matrix afresh.
+class _StencilJacobian:
+    """J(w) = I - dt (D lap + K(w)) as a PETSc shell matrix: each product one compiled stencil loop
+    over x's owned block and halo faces (:func:`~hpcadj.models.kernels.grayscott.jacobian_mult`).
 
-    SNES's preconditioner lag leaves reuse set on the PC and on block Jacobi's inner KSP. PETSc's
-    bjacobi hands the outer flag down to its block only in a forward apply (not in a transposed
-    one), so one forward apply here refactors the block; without it an adjoint solve applied the
-    factor of whichever Newton matrix came last (impure, caught by the tests).
+    Nothing is stored but a reference to the owned block of the linearisation point w, set before
+    a solve and dropped after it (:meth:`release`), so the operator costs no memory of its own. The
+    transposed product (the adjoint's solves) runs the same loop with K(w) transposed.
     """
-    pc = ksp.getPC()
-    pc.setReusePreconditioner(False)
-    ksp.setUp()
-    pc.apply(rhs, scratch)
+
+    def __init__(self, model):
+        PETSc = petsc()
+        self.model = model
+        self.point = None
+        n = model.grid.shape[0] * model.grid.shape[1] * 2
+        N = int(np.prod(model.grid.global_shape)) * 2
+        self.mat = PETSc.Mat().createPython(((n, N), (n, N)), self, comm=model.comm)
+        self.mat.setUp()
+
+    def set_state(self, model, w: np.ndarray) -> None:
+        """Linearise at the owned block ``w`` (held by reference until :meth:`release`)."""
+        self.point = w
+
+    def release(self) -> None:
+        self.point = None
+
+    def prepare(self, ksp, rhs, scratch) -> None:
+        """Nothing to refactor: the preconditioner reads the linearisation point itself."""
+
+    def mult(self, mat, x, y):
+        self._product(x, y, False)
+
+    def multTranspose(self, mat, x, y):
+        self._product(x, y, True)
+
+    def _product(self, x, y, transpose: bool) -> None:
+        m = self.model
+        gs_kernels.jacobian_mult(kernels.owned(m.grid, x), *m._halo.faces(x), self.point, m.dt, m.diffusion,
+                                 m._ih2, m.F, m.k, transpose, kernels.owned(m.grid, y, readonly=False))
+
+
+class _PointJacobi:
+    """Jacobi preconditioner of :class:`_StencilJacobian` as a PETSc shell PC: y = x / diag J(w),
+    the diagonal made per point from w (no Vec kept). The same on any decomposition, and its own
+    transpose."""
+
+    def __init__(self, jacobian: _StencilJacobian):
+        self.jacobian = jacobian
+
+    def apply(self, pc, x, y):
+        m = self.jacobian.model
+        gs_kernels.jacobi_apply(kernels.owned(m.grid, x), self.jacobian.point, m.dt, m.diag_lap, m.F, m.k,
+                                kernels.owned(m.grid, y, readonly=False))
+
+    applyTranspose = apply
 
 
 class GrayScottModel(ComponentSnapshots, Stepper):
@@ -146,9 +213,11 @@ class GrayScottModel(ComponentSnapshots, Stepper):
     newton_ksp_rtol = 1e-5
     ksp_rtol = 1e-12
     lag_preconditioner = 100
+    JACOBIANS = ("stencil", "assembled")
 
     def __init__(self, comm, grid=(64, 64), n_steps: int = 50, dt: float = 1.0, feed: float = 0.04,
-                 kill: float = 0.06, length: float = 2.5, du: float = 2e-5, dv: float = 1e-5):
+                 kill: float = 0.06, length: float = 2.5, du: float = 2e-5, dv: float = 1e-5,
+                 jacobian: str | None = None):
         if len(grid) != 2:
             raise ValueError(f"grayscott is 2-D, got a {len(grid)}-D grid")
         if min(grid) < 3:
@@ -161,6 +230,11 @@ class GrayScottModel(ComponentSnapshots, Stepper):
         for label, value in (("feed rate F", feed), ("kill rate k", kill)):
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{label} must lie in [0, 1], got {value}")
+        if jacobian is None:  # the PETSc option, as every solver knob of this model
+            jacobian = petsc().Options().getString("grayscott_jacobian", "stencil")
+        if jacobian not in self.JACOBIANS:
+            raise ValueError(f"grayscott: the Jacobian is 'stencil' or 'assembled', got {jacobian!r}")
+        self.jacobian = jacobian
         self.comm = comm
         self.n_steps = int(n_steps)
         self.dt = float(dt)
@@ -175,27 +249,34 @@ class GrayScottModel(ComponentSnapshots, Stepper):
         self._base = None
         self._halo = kernels.Halo(self.grid)
         self._ih2 = np.array([1.0 / h ** 2 for h in self.h])
-        self._jac = _AssembledJacobian(self)
+        self.diag_lap = self.dt * self.diffusion * (2.0 * self._ih2[0] + 2.0 * self._ih2[1])
+        self._jac = _StencilJacobian(self) if jacobian == "stencil" else _AssembledJacobian(self)
         self._snes = self._make_snes()
         self._ksp = self._snes.getKSP()
 
     # -- PETSc solvers -----------------------------------------------------------------------
     def _make_snes(self):
-        """Newton (newtonls) with BiCGStab + block Jacobi/ILU(0) on the assembled Jacobian."""
+        """Newton (newtonls) with BiCGStab: Jacobi on the stencil Jacobian, block Jacobi/ILU(0) on
+        the assembled one (its factor lagged over a step's Newton iterations)."""
         PETSc = petsc()
         snes = PETSc.SNES().create(comm=self.comm)
         snes.setType("newtonls")
         snes.setFunction(self._residual, self.grid.create_vec())
-        snes.setJacobian(self._jacobian, self._jac.mat, self._jac.mat)
+        snes.setJacobian(self._linearise, self._jac.mat, self._jac.mat)
         snes.setTolerances(rtol=self.snes_rtol, atol=self.snes_atol, stol=1e-300, max_it=50)
         ksp = snes.getKSP()
         ksp.setType("bcgs")
-        ksp.getPC().setType("bjacobi")
+        pc = ksp.getPC()
+        if self.jacobian == "stencil":
+            pc.setType("python")
+            pc.setPythonContext(_PointJacobi(self._jac))
+        else:
+            pc.setType("bjacobi")
         ksp.setTolerances(rtol=self.newton_ksp_rtol, atol=1e-300, max_it=2000)
         snes.setOptionsPrefix("grayscott_")
         options = PETSc.Options()
-        if not options.hasName("grayscott_snes_lag_preconditioner"):  # petsc4py has no setter
-            options.setValue("grayscott_snes_lag_preconditioner", str(self.lag_preconditioner))
+        if self.jacobian == "assembled" and not options.hasName("grayscott_snes_lag_preconditioner"):
+            options.setValue("grayscott_snes_lag_preconditioner", str(self.lag_preconditioner))  # no setter
         snes.setFromOptions()
         self._newton_rtol = ksp.getTolerances()[0]
         return snes
@@ -205,7 +286,7 @@ class GrayScottModel(ComponentSnapshots, Stepper):
         gs_kernels.residual(kernels.owned(self.grid, x), *faces, self._base, self.dt, self.diffusion,
                             self._ih2, self.F, self.k, kernels.owned(self.grid, f, readonly=False))
 
-    def _jacobian(self, snes, x, J, P):
+    def _linearise(self, snes, x, J, P):
         self._jac.set_state(self, kernels.owned(self.grid, x))
 
     # -- controls ----------------------------------------------------------------------------
@@ -230,28 +311,24 @@ class GrayScottModel(ComponentSnapshots, Stepper):
         return self._controls["u0"].copy()
 
     def working_set_states(self) -> float:
-        """15 (held from construction) + 10 (ILU factor) + 7 (BiCGStab) + 4 (newtonls) + 1 (u0)
-        + 2 (transients) = 39, raised to the 41-43 measured (module docstring)."""
-        return 44.0
+        """Stencil Jacobian: 5 (held from construction) + 7 (BiCGStab) + 4 (newtonls) + 1 (u0) + 1 (an
+        adjoint step's solution) = 18, above the 16.4-16.6 measured; the assembled one adds its
+        matrix and ILU factor, 44 against the 41-43 measured (module docstring)."""
+        return 18.0 if self.jacobian == "stencil" else 44.0
 
     # -- the reaction-diffusion right-hand side ------------------------------------------------
-    def _parameter_dot(self, w, m):
-        """<dR/dF, m> and <dR/dk, m> on the owned block: dR/dF = (1 - u, -v), dR/dk = (0, -v)."""
-        vm = float(np.dot(w[..., 1].ravel(), m[..., 1].ravel()))
-        return float(np.sum((1.0 - w[..., 0]) * m[..., 0])) - vm, -vm
-
     def _linear_solve(self, w, rhs, transpose: bool):
         """Solve J(w) x = rhs (or J(w)^T x = rhs) with the Newton solver's KSP, to ``ksp_rtol``."""
         self._jac.set_state(self, w)
         ksp = self._ksp
-        ksp.setOperators(self._jac.mat, self._jac.mat)
         x = rhs.duplicate()
-        _refactor(ksp, rhs, x)
+        self._jac.prepare(ksp, rhs, x)
         ksp.setTolerances(rtol=self.ksp_rtol)
         try:
             (ksp.solveTranspose if transpose else ksp.solve)(rhs, x)
         finally:
             ksp.setTolerances(rtol=self._newton_rtol)
+            self._jac.release()
         reason = ksp.getConvergedReason()
         if reason < 0:
             raise SolverError(f"grayscott: linear solve diverged (reason {reason})")
@@ -265,6 +342,7 @@ class GrayScottModel(ComponentSnapshots, Stepper):
             self._snes.solve(None, x)
         finally:
             self._base = None
+            self._jac.release()
         reason = self._snes.getConvergedReason()
         if reason < 0:
             raise SolverError(f"grayscott: Newton failed at step {i} (SNES reason {reason})")
@@ -289,7 +367,7 @@ class GrayScottModel(ComponentSnapshots, Stepper):
     def adjoint_step(self, i, u, u_next, lam_next, grad):
         w_next = kernels.owned(self.grid, u_next)
         mu = self._linear_solve(w_next, lam_next, transpose=True)
-        dF, dk = self._parameter_dot(w_next, kernels.owned(self.grid, mu))
+        dF, dk = gs_kernels.parameter_dots(w_next, kernels.owned(self.grid, mu))
         scalar_add(self.comm, grad["F"], self.dt * dF)
         scalar_add(self.comm, grad["k"], self.dt * dk)
         return mu
@@ -323,4 +401,5 @@ class GrayScottModel(ComponentSnapshots, Stepper):
     def describe(self):
         return {"model": self.name, "grid": "x".join(map(str, self.grid.sizes_xyz)), "steps": self.n_steps,
                 "dt": self.dt, "F": self.default_feed_value, "k": self.default_kill_value,
-                "length": self.length, "Du": float(self.diffusion[0]), "Dv": float(self.diffusion[1])}
+                "length": self.length, "Du": float(self.diffusion[0]), "Dv": float(self.diffusion[1]),
+                "jacobian": self.jacobian}

@@ -140,3 +140,69 @@ def fill_csr(lg, rstart, rend, table, diag_ptr, diag_cols, diag_vals, off_ptr, o
                         else:
                             off_cols[start + a] = keys[a] >> 3
                             off_vals[start + a] = table[c, e]
+
+
+@njit(cache=True)
+def jacobian_mult(X, ylo, yhi, xlo, xhi, W, dt, diff, ih2, feed, kill, transpose, out):
+    """out = J(w) x, or J(w)^T x: J = I - dt (D lap + K(w)) applied point by point, no matrix.
+
+    The Laplacian is :func:`residual`'s (symmetric on the periodic grid, so it serves J^T too) and
+    K(w) the 2x2 reaction Jacobian of the point, transposed for J^T. ``X`` is x's owned block and
+    ``ylo``..``xhi`` its halo faces.
+    """
+    my, mx = X.shape[0], X.shape[1]
+    ihy2, ihx2 = ih2
+    for j in range(my):
+        for i in range(mx):
+            u = W[j, i, 0]
+            v = W[j, i, 1]
+            vv = v * v
+            uv2 = 2.0 * (u * v)
+            k00 = -vv - feed
+            k11 = uv2 - (feed + kill)
+            x0 = X[j, i, 0]
+            x1 = X[j, i, 1]
+            if transpose:
+                react0 = k00 * x0 + vv * x1
+                react1 = -uv2 * x0 + k11 * x1
+            else:
+                react0 = k00 * x0 - uv2 * x1
+                react1 = vv * x0 + k11 * x1
+            for c in range(2):
+                x = X[j, i, c]
+                ym = X[j - 1, i, c] if j > 0 else ylo[i, c]
+                yp = X[j + 1, i, c] if j < my - 1 else yhi[i, c]
+                xm = X[j, i - 1, c] if i > 0 else xlo[j, c]
+                xp = X[j, i + 1, c] if i < mx - 1 else xhi[j, c]
+                lap = (ym - x) * ihy2
+                lap += (yp - x) * ihy2
+                lap += (xm - x) * ihx2
+                lap += (xp - x) * ihx2
+                react = react0 if c == 0 else react1
+                out[j, i, c] = x - dt * (diff[c] * lap + react)
+
+
+@njit(cache=True)
+def jacobi_apply(X, W, dt, diag_lap, feed, kill, out):
+    """out = x / diag J(w) point by point (J's diagonal is its transpose's: one kernel for both)."""
+    my, mx = X.shape[0], X.shape[1]
+    for j in range(my):
+        for i in range(mx):
+            u = W[j, i, 0]
+            v = W[j, i, 1]
+            out[j, i, 0] = X[j, i, 0] / ((1.0 + diag_lap[0]) - dt * (-(v * v) - feed))
+            out[j, i, 1] = X[j, i, 1] / ((1.0 + diag_lap[1]) - dt * (2.0 * (u * v) - (feed + kill)))
+
+
+@njit(cache=True)
+def parameter_dots(W, M):
+    """(<dR/dF, m>, <dR/dk, m>) on the owned block, dR/dF = (1 - u, -v), dR/dk = (0, -v): one pass
+    in natural order, no temporaries."""
+    my, mx = W.shape[0], W.shape[1]
+    su = 0.0
+    sv = 0.0
+    for j in range(my):
+        for i in range(mx):
+            su += (1.0 - W[j, i, 0]) * M[j, i, 0]
+            sv += W[j, i, 1] * M[j, i, 1]
+    return su - sv, -sv

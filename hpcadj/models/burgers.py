@@ -21,7 +21,7 @@ stages of their weight times dt <w_k, lap mu_k> (the periodic Laplacian is symme
 <lap w_k, mu_k>): each rank sums its block column by column (a vectorisable order, see
 ``kernels.burgers.adjoint_stage``) and an allreduce adds the ranks' sums, so it is deterministic for
 a given decomposition and agrees across rank counts to round-off (not bitwise). At 1024^2 the
-adjoint step costs 1.87-1.94 steps on 1 and 2 ranks (experiments/kernels; 2.7-2.8 before).
+adjoint step costs about 1.9 steps on 1 and 2 ranks (experiments/kernels; 2.7-2.8 before).
 
 Controls: ``u0`` (initial velocity, both components, shape (ny, nx, 2)) and ``nu`` (scalar viscosity).
 Objective: the final kinetic energy J = 1/2 h^2 sum |w_n|^2.

@@ -31,3 +31,20 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def warm_multilevel() -> None:
+    """The multi-level DP's compiled loops (schedules/multilevel_kernels.py): one small DP with the
+    exact split scan and one with candidate splits, forced onto the compiled path."""
+    from hpcadj.checkpoint.schedules import default_costs, multilevel
+
+    multilevel.COMPILED = True
+    try:
+        for exact in (True, False):
+            multilevel.MultilevelPlanner(40, (2, 3, 4), default_costs(3), exact=exact)
+    finally:
+        multilevel.COMPILED = None
+
+
+if __name__ == "__main__":
+    warm_multilevel()

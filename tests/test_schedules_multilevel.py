@@ -131,3 +131,32 @@ def test_cheap_disk_is_used_and_expensive_disk_avoided():
     dear = simulate(Multilevel(n, caps, OpCosts(1, 1, (0, 1e6), (0, 1e6))).actions(), n, caps)
     assert cheap.writes[1] > 0 and dear.writes[1] == 0
     assert cheap.forward_steps < dear.forward_steps
+
+
+def _tables(planner):
+    return ([bytes(a) for layers in planner.layers for a in layers],
+            [bytes(a) for choices in planner.choices for a in choices],
+            [bytes(a) for a in planner.drop + planner.drop_level if a is not None],
+            repr(planner.predicted), planner.top_level)
+
+
+def test_compiled_dp_gives_the_python_dps_tables_bitwise(monkeypatch):
+    from hpcadj.checkpoint.schedules import multilevel
+
+    rng = random.Random(5)
+    ties = OpCosts(1, 1, (0, 0, 0), (0, 0, 0))  # every split costs the same: the first one must win
+    for case in range(24):
+        K = rng.randint(1, 3)
+        exact = case % 2 == 0
+        n = rng.randint(2, 300 if exact else 2000)
+        caps = [rng.choice([0, 1, 2, 5, 12, 40]) for _ in range(K)]
+        caps[-1] = max(caps[-1], 1)
+        uf, w, r = random_costs(rng, K)
+        costs = ties.for_levels(K) if case % 5 == 0 else OpCosts(uf, 1.0, w, r)
+        tables = []
+        for compiled in (False, True):
+            monkeypatch.setattr(multilevel, "COMPILED", compiled)
+            planner = MultilevelPlanner(n, caps, costs, exact=exact)
+            assert planner.compiled is compiled
+            tables.append(_tables(planner))
+        assert tables[0] == tables[1], (n, caps, costs, exact)

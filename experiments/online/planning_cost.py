@@ -3,9 +3,11 @@ whole plan, sum(1 for _ in OnlinePlan(planner, n_steps=N).actions()), over N, de
 capacities s/10, 3s/10, the rest; "tables" is the part spent building the DP tables
 (MultilevelPlanner). ``--before FILE``: also time another version of online_greedy.py (e.g.
 ``git show 1fb74a3:hpcadj/checkpoint/schedules/online_greedy.py > /tmp/before.py``) and check that
-both plans are the same action stream. Time it alone on the cores (flock -x).
+both plans are the same action stream; ``--before-multilevel FILE`` gives that version its own
+multilevel.py (the DP tables; default: the package's). Time it alone on the cores (flock -x).
 
-    .venv/bin/python experiments/online/planning_cost.py [--steps 10000] [--before FILE] 20 50 100 200
+    .venv/bin/python experiments/online/planning_cost.py [--steps 10000] [--before FILE]
+        [--before-multilevel FILE] 20 50 100 200
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from hpcadj.checkpoint.schedules import online_greedy
 from hpcadj.checkpoint.schedules.online_plans import OnlinePlan
 
 
-def load(path: str):
-    """online_greedy.py from ``path``, imported inside the package so its relative imports resolve."""
-    spec = importlib.util.spec_from_file_location("hpcadj.checkpoint.schedules._online_greedy_before", path)
+def load(path: str, name: str = "_online_greedy_before"):
+    """A schedules module (online_greedy.py) from ``path``, imported inside the package as ``name``
+    so its relative imports resolve."""
+    spec = importlib.util.spec_from_file_location(f"hpcadj.checkpoint.schedules.{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -56,11 +59,18 @@ def main(argv=None) -> int:
     ap.add_argument("slots", type=int, nargs="+", help="total slots s (at least 3)")
     ap.add_argument("--steps", type=int, default=10**4)
     ap.add_argument("--before", help="another online_greedy.py to time beside this one")
+    ap.add_argument("--before-multilevel", help="the multilevel.py of the --before version")
     args = ap.parse_args(argv)
-    if args.steps < 1 or min(args.slots) < 3:
-        print("planning_cost.py: --steps must be >= 1 and every s >= 3", file=sys.stderr)
+    if args.steps < 1 or min(args.slots) < 3 or (args.before_multilevel and not args.before):
+        print("planning_cost.py: --steps must be >= 1, every s >= 3, --before-multilevel needs --before",
+              file=sys.stderr)
         return 2
-    versions = [("after", online_greedy)] + ([("before", load(args.before))] if args.before else [])
+    versions = [("after", online_greedy)]
+    if args.before:
+        before = load(args.before)
+        if args.before_multilevel:
+            before.MultilevelPlanner = load(args.before_multilevel, "_multilevel_before").MultilevelPlanner
+        versions.append(("before", before))
     costs = default_costs(3)
     print("version,s,capacities,steps,ms_per_step,tables_ms_per_step,rest_ms_per_step,sha256")
     differ = 0

@@ -32,17 +32,20 @@ swapped order, so its HRevolve plans are optimal only when uf == ub.
 Complexity. The exact DP scans every split: O(n^2 * sum_k c_k) — used while that is at most
 ``EXACT_LIMIT`` split evaluations. Beyond, each L evaluates only candidate splits: a window around
 the previous L's best split, every fourth L also splits at powers of two from either end, then a
-local descent. Slot layers stop early once an extra slot no longer lowers any
-cost. n = 10^4 with K = 3 plans in seconds; on random instances with n <= 120 the candidate DP
+local descent. Slot layers stop early once an extra slot no longer lowers any cost. Both loops run
+in Python for small DPs and compiled (multilevel_kernels.py, numba: the same float operations in
+the same order, so bitwise the same tables and plans) for large ones (``COMPILE_ABOVE_S``): the
+DP of n = 10^4 with K = 3 takes milliseconds. On random instances with n <= 120 the candidate DP
 matched the exact one in 149 of 150 cases, within 0.11 % (tests/test_schedules_multilevel.py).
 """
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections.abc import Iterator, Sequence
 from itertools import repeat
-from operator import add
+from operator import add, eq
 
 from .actions import Action, Adjoint, Advance, EndForward, EndReverse, Free, Restore, Store
 from .base import Schedule, ScheduleError, last_step
@@ -54,6 +57,41 @@ EXACT_LIMIT = 2 * 10**7
 _WINDOW = 3
 _POWER_BASE = 2
 _PROBE_EVERY = 4
+#: the DPs run the compiled loops of multilevel_kernels.py (numba; the same floats in the same
+#: order, so the same tables and plans) once the Python loops' estimated seconds, this DP's and the
+#: earlier ones' of the process together (an online plan rebuilds its table as n grows), exceed
+#: this: the first compiled DP of a process pays numba's import (~0.25 s) and, unless another numba
+#: kernel ran before, its first kernel load (~0.15 s; the DP's own four cached kernels ~10 ms), so
+#: small DPs stay pure Python; half of it when numba is already imported (the models' kernels, as
+#: in ``hpcadj plan`` and the driver), 1 ms once the DP's kernels are loaded
+COMPILE_ABOVE_S = 0.4
+#: True / False: always / never compile (tests compare both); None: by the estimate above
+COMPILED: bool | None = None
+#: the Python loops' seconds per split (exact scan) and per L (candidate splits), per slot layer
+_EXACT_SPLIT_S, _CANDIDATE_L_S = 50e-9, 2.5e-6
+_KERNELS = __name__.rpartition(".")[0] + ".multilevel_kernels"
+_python_s = [0.0]  # the estimated seconds of this process's Python DPs so far
+
+
+def _compiled(n: int, layers: int, exact: bool) -> bool:
+    """Whether a DP of ``n`` steps and at most ``layers`` slot layers runs the compiled loops."""
+    if COMPILED is not None:
+        return COMPILED
+    estimate = layers * (n * n / 2 * _EXACT_SPLIT_S if exact else n * _CANDIDATE_L_S)
+    if _KERNELS in sys.modules:
+        limit = 1e-3
+    else:
+        limit = COMPILE_ABOVE_S / 2 if "numba" in sys.modules else COMPILE_ABOVE_S
+    if estimate + _python_s[0] > limit:
+        return True
+    _python_s[0] += estimate
+    return False
+
+
+def _kernels():
+    from . import multilevel_kernels
+
+    return multilevel_kernels
 
 
 class MultilevelPlanner:
@@ -63,10 +101,13 @@ class MultilevelPlanner:
         self.n = n = int(n_steps)
         self.caps = tuple(int(c) for c in capacities)
         self.costs = costs.for_levels(len(self.caps))
+        layers = sum(min(c, max(1, n - 1)) for c in self.caps)
         if exact is None:
-            layers = sum(min(c, max(1, n - 1)) for c in self.caps)
             exact = n * n // 2 * layers <= EXACT_LIMIT
         self.exact = exact
+        self.compiled = _compiled(n, layers, exact)
+        kernels = _kernels() if self.compiled else None
+        equal = eq if kernels is None else kernels.equal
         K = len(self.caps)
         uf = self.costs.forward
         self.layers: list[list[array]] = [[] for _ in range(K)]   # P[k][m] as arrays over L
@@ -78,10 +119,14 @@ class MultilevelPlanner:
         for k in range(K):
             if k > 0 and self.caps[k - 1] >= 1:
                 below, wk = self.layers[k - 1][-1], self.costs.write[k - 1]
-                for L in range(1, n + 1):
-                    v = wk + below[L]
-                    if v < D[L]:
-                        D[L], D_level[L] = v, k - 1
+                if kernels is not None:
+                    view = kernels.view
+                    kernels.drop_update(view(D), view(D_level), view(below), wk, k - 1)
+                else:
+                    for L in range(1, n + 1):
+                        v = wk + below[L]
+                        if v < D[L]:
+                            D[L], D_level[L] = v, k - 1
             self.drop[k], self.drop_level[k] = array("d", D), array("i", D_level)
             if self.caps[k] < 1:
                 continue
@@ -89,11 +134,15 @@ class MultilevelPlanner:
             for m in range(min(self.caps[k] - 1, max(0, n - 2)) + 1):
                 if previous is None:
                     right = array("d", D)
+                elif kernels is not None:
+                    right = array("d", D)
+                    view = kernels.view
+                    kernels.right_part(view(right), view(D), view(previous), self.costs.write[k])
                 else:
                     right = array("d", map(min, D, map(add, repeat(self.costs.write[k]), previous)))
                 right[1] = 0.0  # a right part of one step needs no checkpoint
-                P, choice = self._layer(right, D, D_level, uf, self.costs.read[k])
-                if previous is not None and P == previous:
+                P, choice = self._layer(right, D, D_level, uf, self.costs.read[k], kernels)
+                if previous is not None and equal(P, previous):
                     break  # one more slot on this level lowers no cost: all further layers equal
                 self.layers[k].append(P)
                 self.choices[k].append(choice)
@@ -102,12 +151,24 @@ class MultilevelPlanner:
         best, self.top_level = min(tops)
         self.predicted = uf + n * self.costs.adjoint + (best if n >= 2 else 0.0)
 
-    def _layer(self, right: array, D: array, D_level: array, uf: float, rk: float):
-        """One slot layer: P[L] and its choice for L = 1..n, given right-part costs ``right``."""
+    def _layer(self, right: array, D: array, D_level: array, uf: float, rk: float, kernels=None):
+        """One slot layer: P[L] and its choice for L = 1..n, given right-part costs ``right``
+        (``kernels``: multilevel_kernels, whose compiled loops give the same floats, or None)."""
         n = self.n
         P = array("d", [INF]) * (n + 1)
         choice = array("i", [0]) * (n + 1)
         B = array("d", [INF]) * (n + 1)  # B[j] = j*uf + P[j]: cost of the left part with its advance
+        if kernels is not None:
+            # float(uf): an int forward cost would compile another specialisation; L * uf is an
+            # integer below 2^53 then, exact either way
+            view = kernels.view
+            views = (view(right), view(D), view(D_level), float(uf), float(rk), view(P), view(choice),
+                     view(B))
+            if self.exact:
+                kernels.exact_layer(*views)
+            else:
+                kernels.candidate_layer(*views, _WINDOW, _POWER_BASE, _PROBE_EVERY)
+            return P, choice
         P[1], B[1] = 0.0, uf
         if self.exact:
             reversed_right = right[::-1]  # reversed_right[n - x] = right[x]

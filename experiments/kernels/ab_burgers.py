@@ -6,7 +6,7 @@
 One rank, no mpirun. The model's step and adjoint step (outputs from its buffer pool, as the driver
 has them) with the old kernels and with this tree's, alternating in rounds of --reps calls, then each
 kernel alone: a forward stage and the adjoint stage's three modes (separate outputs, so no update in
-place). Prints medians over the rounds of each round's median, in ms, and adjoint / step. Both trees'
+place) and the tangent stage's two loops (first stage; later stages, dnu nonzero). Prints medians over the rounds of each round's median, in ms, and adjoint / step. Both trees'
 kernels are compiled without numba's cache (it cannot reload a module run from a path); their
 signatures are the same, the adjoint stage's sum <lap w, mu> (old) or <w, lap mu> (new) the same
 quantity.
@@ -66,6 +66,9 @@ def main():
     O1, O2 = m._block(m._scratch(2), readonly=False), m._block(m._scratch(3), readonly=False)
     args_ = (m.nu, m.dt, m._ih)
 
+    dcontrols = {k: v.copy() for k, v in controls.items()}  # dnu = nu: the tangent's dnu loops
+    dnu = float(m.nu)
+
     def model_call(fn):
         def call():
             fn().destroy()
@@ -74,7 +77,12 @@ def main():
     def calls(k):
         return {"step": model_call(lambda: m.step(0, u)),
                 "adjoint step": model_call(lambda: m.adjoint_step(0, u, u1, u1, grad)),
+                "tangent step": model_call(lambda: m.tangent_step(0, u, u1, u1, dcontrols)),
                 "stage": lambda: k.stage(*W, *F, *W, 0.75, 0.25, False, *args_, *O1),
+                "tangent stage 1": lambda: k.tangent_stage(*W, *F, *M, *FM, *W, 0.0, 1.0, True, m.nu, dnu, m.dt,
+                                                           m._ih, *O1),
+                "tangent stage 2": lambda: k.tangent_stage(*W, *F, *M, *FM, *W, 0.75, 0.25, False, m.nu, dnu,
+                                                           m.dt, m._ih, *O1),
                 **{f"adjoint stage {mode}": (lambda mode=mode: k.adjoint_stage(*W, *F, *M, *FM, mode, *args_,
                                                                                *O1, *O2))
                    for mode in (3, 2, 1)}}
@@ -102,6 +110,9 @@ def main():
               f"adjoint / step {ms[(who, 'adjoint step')] / ms[(who, 'step')]:.2f}   stage "
               f"{ms[(who, 'stage')]:.2f}  adjoint stage 3/2/1 "
               + " / ".join(f"{ms[(who, f'adjoint stage {mode}')]:.2f}" for mode in (3, 2, 1)))
+        print(f"  {who}: tangent step {ms[(who, 'tangent step')]:.2f}  tangent / step "
+              f"{ms[(who, 'tangent step')] / ms[(who, 'step')]:.2f}   tangent stage first / not "
+              f"{ms[(who, 'tangent stage 1')]:.2f} / {ms[(who, 'tangent stage 2')]:.2f}")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ A state is the pair (u, v) stored as two contiguous (ny, nx) fields (the model's
 every inner loop reads and writes unit-stride rows and LLVM vectorises it; the pair interleaved point
 by point kept the loops scalar (stride-2 loads). ``error_model="numpy"`` drops numba's zero check on
 each division (the divisors are constants), which also kept loops scalar; the arithmetic is IEEE in
-the written order either way (no fastmath): the forward and tangent stages the same operations as the
-interleaved kernels had, the adjoint stage fewer (its terms gathered, see :func:`_arhs`).
+the written order either way (no fastmath): the forward stage the same operations as the
+interleaved kernels had, the adjoint and tangent stages fewer (their terms gathered, see
+:func:`_arhs` and :func:`_tpart`).
 ``F*`` are the four periodic halo faces (ylo, yhi, xlo, xhi) of one field. ``ih`` = (1/hy^2, 1/hx^2,
 1/(2 hy), 1/(2 hx)). One kernel call is one RK stage over the owned block: it reads the stage input
 and its halo, the right-hand side is evaluated point by point (skew-symmetric central advection,
@@ -102,76 +103,154 @@ def stage(XU, XV, FU, FV, W0U, W0V, alpha, beta, first, nu, dt, ih, outU, outV):
 
 
 @njit(cache=True, inline="always")
-def _trhs(pub, pvb, pum, pup, pvm, pvp, dub, dvb, dum, dup, dvm, dvp, i, nu, ihy2, ihx2, ihy, ihx):
-    """T = -b(d, w) - b(w, d) + nu lap d at point i: (u, v) components."""
-    tu = (-_adv(dub, dvb, dvm, dvp, pub, pum, pup, i, ihy, ihx)
-          - _adv(pub, pvb, pvm, pvp, dub, dum, dup, i, ihy, ihx)
-          + nu * _lap(dub, dum, dup, i, ihy2, ihx2))
-    tv = (-_adv(dub, dvb, dvm, dvp, pvb, pvm, pvp, i, ihy, ihx)
-          - _adv(pub, pvb, pvm, pvp, dvb, dvm, dvp, i, ihy, ihx)
-          + nu * _lap(dvb, dvm, dvp, i, ihy2, ihx2))
-    return tu, tv
+def _tpart(R, bs, cs, as_, d0u, d0v, ou, ov, j, i, k, dp, first, alpha, beta):
+    """Point (j, i) of a tangent stage: out = [alpha d0 + beta] (d + dt T), T = -b(d, w) - b(w, d)
+    + nu lap d [+ dnu lap w] (``dp``: with the dnu term). ``R`` is the ring of :func:`tangent_stage`
+    (row ``bs``/``cs``/``as_`` + f: field f of rows j - 1 / j / j + 1); ``k`` = (kx, ky, 2 kx,
+    2 ky, lnx, lny, ldx, ldy), kx = -dt/(4 hx), ky = -dt/(4 hy), lnx = dt nu/hx^2, lny = dt nu/hy^2,
+    ldx / ldy the same with dnu.
+
+    With one-sided differences of d at the point (e, w, n, s: d_e - d, d - d_w, d_n - d, d - d_s),
+    dt times component u of T is
+
+        kx [d_u dx w_u + w_u (e + w)] + 2 kx (Q_u,e - Q_u,w) + ky [d_v dy w_u + w_v (n + s)
+        + (S_n - S_s)] + lny (n - s) + lnx (e - w)  [+ the same for w_u with ldy, ldx],
+
+    dx f = f_e - f_w, dy f = f_n - f_s, Q_u = w_u d_u, S = d_v w_u + w_v d_u (made once per point
+    in the ring); v: x and y swapped, Q_v = w_v d_v and the same S. That is -b(d, w) - b(w, d) with
+    its common terms gathered (the flux products of both advections meet in Q and S), the 1/2,
+    1/(2h), dt and nu folded into the constants. IEEE arithmetic in the written order (no
+    fastmath), point by point: the same on any decomposition."""
+    kx, ky, kx2, ky2, lnx, lny, ldx, ldy = k
+    pu = R[cs, i + 1]
+    pue = R[cs, i + 2]
+    puw = R[cs, i]
+    pun = R[as_, i + 1]
+    pus = R[bs, i + 1]
+    pv = R[cs + 1, i + 1]
+    pve = R[cs + 1, i + 2]
+    pvw = R[cs + 1, i]
+    pvn = R[as_ + 1, i + 1]
+    pvs = R[bs + 1, i + 1]
+    du = R[cs + 2, i + 1]
+    due = R[cs + 2, i + 2]
+    duw = R[cs + 2, i]
+    dun = R[as_ + 2, i + 1]
+    dus = R[bs + 2, i + 1]
+    dv = R[cs + 3, i + 1]
+    dve = R[cs + 3, i + 2]
+    dvw = R[cs + 3, i]
+    dvn = R[as_ + 3, i + 1]
+    dvs = R[bs + 3, i + 1]
+    eu = due - du
+    wu = du - duw
+    nu_ = dun - du
+    su = du - dus
+    ev = dve - dv
+    wv = dv - dvw
+    nv = dvn - dv
+    sv = dv - dvs
+    if dp:
+        epu = pue - pu
+        wpu = pu - puw
+        npu = pun - pu
+        spu = pu - pus
+        epv = pve - pv
+        wpv = pv - pvw
+        npv = pvn - pv
+        spv = pv - pvs
+        dxpu = epu + wpu
+        dypu = npu + spu
+        dxpv = epv + wpv
+        dypv = npv + spv
+    else:
+        dxpu = pue - puw
+        dypu = pun - pus
+        dxpv = pve - pvw
+        dypv = pvn - pvs
+    xu = du * dxpu + pu * (eu + wu)
+    yu = (dv * dypu + pv * (nu_ + su)) + (R[as_ + 4, i + 1] - R[bs + 4, i + 1])
+    tu = ((kx * xu + kx2 * (R[cs + 6, i + 2] - R[cs + 6, i])) + ky * yu) + (lny * (nu_ - su) + lnx * (eu - wu))
+    yv = dv * dypv + pv * (nv + sv)
+    xv = (du * dxpv + pu * (ev + wv)) + (R[cs + 4, i + 2] - R[cs + 4, i])
+    tv = ((ky * yv + ky2 * (R[as_ + 5, i + 1] - R[bs + 5, i + 1])) + kx * xv) + (lny * (nv - sv) + lnx * (ev - wv))
+    if dp:
+        tu += ldy * (npu - spu) + ldx * (epu - wpu)
+        tv += ldy * (npv - spv) + ldx * (epv - wpv)
+    if first:
+        ou[j, i] = du + tu
+        ov[j, i] = dv + tv
+    else:
+        ou[j, i] = alpha * d0u[j, i] + beta * (du + tu)
+        ov[j, i] = alpha * d0v[j, i] + beta * (dv + tv)
 
 
 @njit(cache=True, inline="always")
-def _trhs_dnu(pub, pvb, pum, pup, pvm, pvp, dub, dvb, dum, dup, dvm, dvp, i, nu, dnu, ihy2, ihx2, ihy, ihx):
-    """:func:`_trhs` plus dnu lap w (a separate function: a branch in the loop kept it scalar)."""
-    tu, tv = _trhs(pub, pvb, pum, pup, pvm, pvp, dub, dvb, dum, dup, dvm, dvp, i, nu, ihy2, ihx2, ihy, ihx)
-    tu += dnu * _lap(pub, pum, pup, i, ihy2, ihx2)
-    tv += dnu * _lap(pvb, pvm, pvp, i, ihy2, ihx2)
-    return tu, tv
+def _tring(R, t, pu, pv, du, dv, i):
+    """Row slot ``t`` of the ring at column i (halo included): the four fields and the products
+    S = d_v w_u + w_v d_u, Q_v = w_v d_v, Q_u = w_u d_u."""
+    R[t, i] = pu
+    R[t + 1, i] = pv
+    R[t + 2, i] = du
+    R[t + 3, i] = dv
+    R[t + 4, i] = dv * pu + pv * du
+    R[t + 5, i] = pv * dv
+    R[t + 6, i] = pu * du
 
 
 @njit(cache=True, error_model="numpy")
 def tangent_stage(PU, PV, FPU, FPV, DU, DV, FDU, FDV, D0U, D0V, alpha, beta, first, nu, dnu, dt, ih,
                   outU, outV):
-    """out = [alpha d0 + beta] (d + dt T), T = -b(d, w) - b(w, d) + nu lap d + dnu lap w."""
+    """out = [alpha d0 + beta] (d + dt T), T = -b(d, w) - b(w, d) + nu lap d + dnu lap w.
+
+    The stage's inputs pass through a ring of three rows (j - 1, j, j + 1; row j + 1 copied while
+    row j is computed), each holding w, d and the products S, Q_v, Q_u of :func:`_tpart` with the
+    row's x halo; the ring's rows lie 512 bytes apart modulo 4096 (a state's 1024-point rows are
+    8 KiB, so all map to the same cache sets). Rows are addressed by index, never by a row view:
+    a view per row and array costs numba's reference counting."""
     puylo, puyhi, puxlo, puxhi = FPU
     pvylo, pvyhi, pvxlo, pvxhi = FPV
     duylo, duyhi, duxlo, duxhi = FDU
     dvylo, dvyhi, dvxlo, dvxhi = FDV
     ihy2, ihx2, ihy, ihx = ih
+    kx = -(dt * (0.5 * ihx))
+    ky = -(dt * (0.5 * ihy))
+    k = (kx, ky, 2.0 * kx, 2.0 * ky, (dt * nu) * ihx2, (dt * nu) * ihy2, (dt * dnu) * ihx2, (dt * dnu) * ihy2)
     my, mx = PU.shape
-    pub = np.empty(mx + 2)
-    pvb = np.empty(mx + 2)
-    dub = np.empty(mx + 2)
-    dvb = np.empty(mx + 2)
+    stride = mx + 2 + (64 - (mx + 2)) % 512  # 512 bytes mod 4096
+    R = np.empty((21, stride))  # row jj's seven fields from row 7 ((jj + 1) % 3)
+    for i in range(mx):  # row -1: the lower faces
+        _tring(R, 0, puylo[i], pvylo[i], duylo[i], dvylo[i], i + 1)
+    if my > 0:  # row 0 (later rows: one ahead of the loop below)
+        _tring(R, 7, puxlo[0], pvxlo[0], duxlo[0], dvxlo[0], 0)
+        _tring(R, 7, puxhi[0], pvxhi[0], duxhi[0], dvxhi[0], mx + 1)
+        for i in range(mx):
+            _tring(R, 7, PU[0, i], PV[0, i], DU[0, i], DV[0, i], i + 1)
+    dp = dnu != 0.0
     for j in range(my):
-        pum, pup = _yrows(PU, puylo, puyhi, j)
-        pvm, pvp = _yrows(PV, pvylo, pvyhi, j)
-        dum, dup = _yrows(DU, duylo, duyhi, j)
-        dvm, dvp = _yrows(DV, dvylo, dvyhi, j)
-        _fill(pub, PU, puxlo, puxhi, j)
-        _fill(pvb, PV, pvxlo, pvxhi, j)
-        _fill(dub, DU, duxlo, duxhi, j)
-        _fill(dvb, DV, dvxlo, dvxhi, j)
-        ou, ov = outU[j], outV[j]
-        d0u, d0v = D0U[j], D0V[j]
-        # one loop per case (first stage or not, dnu zero or not): a branch inside kept it scalar
-        if dnu != 0.0 and first:
+        bs, cs, as_ = 7 * (j % 3), 7 * ((j + 1) % 3), 7 * ((j + 2) % 3)
+        jj = j + 1
+        if jj < my:
+            _tring(R, as_, puxlo[jj], pvxlo[jj], duxlo[jj], dvxlo[jj], 0)
+            _tring(R, as_, puxhi[jj], pvxhi[jj], duxhi[jj], dvxhi[jj], mx + 1)
             for i in range(mx):
-                tu, tv = _trhs_dnu(pub, pvb, pum, pup, pvm, pvp, dub, dvb, dum, dup, dvm, dvp, i, nu, dnu,
-                                   ihy2, ihx2, ihy, ihx)
-                ou[i] = dub[i + 1] + dt * tu
-                ov[i] = dvb[i + 1] + dt * tv
-        elif dnu != 0.0:
-            for i in range(mx):
-                tu, tv = _trhs_dnu(pub, pvb, pum, pup, pvm, pvp, dub, dvb, dum, dup, dvm, dvp, i, nu, dnu,
-                                   ihy2, ihx2, ihy, ihx)
-                ou[i] = alpha * d0u[i] + beta * (dub[i + 1] + dt * tu)
-                ov[i] = alpha * d0v[i] + beta * (dvb[i + 1] + dt * tv)
-        elif first:
-            for i in range(mx):
-                tu, tv = _trhs(pub, pvb, pum, pup, pvm, pvp, dub, dvb, dum, dup, dvm, dvp, i, nu,
-                               ihy2, ihx2, ihy, ihx)
-                ou[i] = dub[i + 1] + dt * tu
-                ov[i] = dvb[i + 1] + dt * tv
+                _tring(R, as_, PU[jj, i], PV[jj, i], DU[jj, i], DV[jj, i], i + 1)
         else:
             for i in range(mx):
-                tu, tv = _trhs(pub, pvb, pum, pup, pvm, pvp, dub, dvb, dum, dup, dvm, dvp, i, nu,
-                               ihy2, ihx2, ihy, ihx)
-                ou[i] = alpha * d0u[i] + beta * (dub[i + 1] + dt * tu)
-                ov[i] = alpha * d0v[i] + beta * (dvb[i + 1] + dt * tv)
+                _tring(R, as_, puyhi[i], pvyhi[i], duyhi[i], dvyhi[i], i + 1)
+        # one loop per case (first stage or not, dnu zero or not): a branch inside kept it scalar
+        if dp and first:
+            for i in range(mx):
+                _tpart(R, bs, cs, as_, D0U, D0V, outU, outV, j, i, k, True, True, alpha, beta)
+        elif dp:
+            for i in range(mx):
+                _tpart(R, bs, cs, as_, D0U, D0V, outU, outV, j, i, k, True, False, alpha, beta)
+        elif first:
+            for i in range(mx):
+                _tpart(R, bs, cs, as_, D0U, D0V, outU, outV, j, i, k, False, True, alpha, beta)
+        else:
+            for i in range(mx):
+                _tpart(R, bs, cs, as_, D0U, D0V, outU, outV, j, i, k, False, False, alpha, beta)
 
 
 @njit(cache=True, inline="always")

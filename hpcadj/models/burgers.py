@@ -22,6 +22,8 @@ stages of their weight times dt <w_k, lap mu_k> (the periodic Laplacian is symme
 ``kernels.burgers.adjoint_stage``) and an allreduce adds the ranks' sums, so it is deterministic for
 a given decomposition and agrees across rank counts to round-off (not bitwise). At 1024^2 the
 adjoint step costs about 1.9 steps on 1 and 2 ranks (experiments/kernels; 2.7-2.8 before).
+The tangent step is pointwise and stencil arithmetic too (its advection terms gathered, see
+``kernels.burgers._tpart``), so tangents are bitwise the same on any rank count.
 
 Controls: ``u0`` (initial velocity, both components, shape (ny, nx, 2)) and ``nu`` (scalar viscosity).
 Objective: the final kinetic energy J = 1/2 h^2 sum |w_n|^2.

@@ -6,7 +6,8 @@
 One rank, no mpirun. The model's step and adjoint step (outputs from its buffer pool, as the driver
 has them) with the old kernels and with this tree's, alternating in rounds of --reps calls, then each
 kernel alone: a forward stage and the adjoint stage's three modes (separate outputs, so no update in
-place) and the tangent stage's two loops (first stage; later stages, dnu nonzero). Prints medians over the rounds of each round's median, in ms, and adjoint / step. Both trees'
+place) and the tangent stage's two loops (first stage; later stages, dnu nonzero). Prints
+medians over the rounds of each round's median, in ms, adjoint / step and tangent / step. Both trees'
 kernels are compiled without numba's cache (it cannot reload a module run from a path); their
 signatures are the same, the adjoint stage's sum <lap w, mu> (old) or <w, lap mu> (new) the same
 quantity.

@@ -6,7 +6,9 @@
 One rank, no mpirun. The model's step and adjoint step (outputs from its buffer pool, as the driver
 has them) with the old kernels and with this tree's, alternating in rounds of --reps calls, then each
 kernel alone: a forward stage and the adjoint stage's three modes (separate outputs, so no update in
-place) and the tangent stage's two loops (first stage; later stages, dnu nonzero). Prints
+place), the tangent stage's two loops (first stage; later stages, dnu nonzero) and, where the tree
+has it, tangent_forward_stage's (a tree without it: the tangent step as before, w1 and w2 by
+``stage`` and three tangent stages). Prints
 medians over the rounds of each round's median, in ms, adjoint / step and tangent / step. Both trees'
 kernels are compiled without numba's cache (it cannot reload a module run from a path); their
 signatures are the same, the adjoint stage's sum <lap w, mu> (old) or <w, lap mu> (new) the same
@@ -30,7 +32,8 @@ KERNEL = Path("hpcadj") / "models" / "kernels" / "burgers.py"
 def _kernels(path: Path, name: str):
     ns = {"__name__": name}
     exec(compile(path.read_text().replace("cache=True", "cache=False"), name, "exec"), ns)
-    return types.SimpleNamespace(**{k: ns[k] for k in ("stage", "adjoint_stage", "tangent_stage")})
+    names = ("stage", "adjoint_stage", "tangent_stage", "tangent_forward_stage")
+    return types.SimpleNamespace(**{k: ns[k] for k in names if k in ns})
 
 
 def main():
@@ -70,6 +73,23 @@ def main():
     dcontrols = {k: v.copy() for k, v in controls.items()}  # dnu = nu: the tangent's dnu loops
     dnu = float(m.nu)
 
+    def unfused_tangent_step(k):
+        """The tangent step of trees before tangent_forward_stage: w1, w2 by ``stage``, three tangent stages."""
+        from hpcadj.models.burgers import scalar_value
+        dt, nu, ih = m._step_dt(0, u), m.nu, m._ih
+        dn = scalar_value(m.comm, dcontrols["nu"])
+        (W0, F0), (W1, F1), (W2, F2) = m._stages(u, dt)
+        d1v, d2v = m._scratch(2), m._scratch(3)
+        out = m._pool.new_vec()
+        D0 = m._block(u1)
+        k.tangent_stage(*W0, *F0, *D0, *m._faces(u1, 3), *D0, 0.0, 1.0, True, nu, dn, dt, ih,
+                        *m._block(d1v, readonly=False))
+        k.tangent_stage(*W1, *F1, *m._block(d1v), *m._faces(d1v, 3), *D0, 0.75, 0.25, False, nu, dn, dt, ih,
+                        *m._block(d2v, readonly=False))
+        k.tangent_stage(*W2, *F2, *m._block(d2v), *m._faces(d2v, 3), *D0, 1.0 / 3.0, 2.0 / 3.0, False, nu, dn,
+                        dt, ih, *m._block(out, readonly=False))
+        return out
+
     def model_call(fn):
         def call():
             fn().destroy()
@@ -78,12 +98,19 @@ def main():
     def calls(k):
         return {"step": model_call(lambda: m.step(0, u)),
                 "adjoint step": model_call(lambda: m.adjoint_step(0, u, u1, u1, grad)),
-                "tangent step": model_call(lambda: m.tangent_step(0, u, u1, u1, dcontrols)),
+                "tangent step": model_call((lambda: m.tangent_step(0, u, u1, u1, dcontrols))
+                                           if hasattr(k, "tangent_forward_stage") else
+                                           (lambda: unfused_tangent_step(k))),
                 "stage": lambda: k.stage(*W, *F, *W, 0.75, 0.25, False, *args_, *O1),
                 "tangent stage 1": lambda: k.tangent_stage(*W, *F, *M, *FM, *W, 0.0, 1.0, True, m.nu, dnu, m.dt,
                                                            m._ih, *O1),
                 "tangent stage 2": lambda: k.tangent_stage(*W, *F, *M, *FM, *W, 0.75, 0.25, False, m.nu, dnu,
                                                            m.dt, m._ih, *O1),
+                **({"fused stage 1": lambda: k.tangent_forward_stage(*W, *F, *M, *FM, *W, *W, 0.0, 1.0, True, m.nu,
+                                                                     dnu, m.dt, m._ih, *O2, *O1),
+                    "fused stage 2": lambda: k.tangent_forward_stage(*W, *F, *M, *FM, *W, *W, 0.75, 0.25, False,
+                                                                     m.nu, dnu, m.dt, m._ih, *O2, *O1)}
+                   if hasattr(k, "tangent_forward_stage") else {}),
                 **{f"adjoint stage {mode}": (lambda mode=mode: k.adjoint_stage(*W, *F, *M, *FM, mode, *args_,
                                                                                *O1, *O2))
                    for mode in (3, 2, 1)}}
@@ -113,7 +140,9 @@ def main():
               + " / ".join(f"{ms[(who, f'adjoint stage {mode}')]:.2f}" for mode in (3, 2, 1)))
         print(f"  {who}: tangent step {ms[(who, 'tangent step')]:.2f}  tangent / step "
               f"{ms[(who, 'tangent step')] / ms[(who, 'step')]:.2f}   tangent stage first / not "
-              f"{ms[(who, 'tangent stage 1')]:.2f} / {ms[(who, 'tangent stage 2')]:.2f}")
+              f"{ms[(who, 'tangent stage 1')]:.2f} / {ms[(who, 'tangent stage 2')]:.2f}"
+              + (f"   tangent+forward stage first / not {ms[(who, 'fused stage 1')]:.2f} / "
+                 f"{ms[(who, 'fused stage 2')]:.2f}" if (who, 'fused stage 1') in ms else ""))
 
 
 if __name__ == "__main__":

@@ -198,16 +198,52 @@ def _tring(R, t, pu, pv, du, dv, i):
     R[t + 6, i] = pu * du
 
 
-@njit(cache=True, error_model="numpy")
-def tangent_stage(PU, PV, FPU, FPV, DU, DV, FDU, FDV, D0U, D0V, alpha, beta, first, nu, dnu, dt, ih,
-                  outU, outV):
-    """out = [alpha d0 + beta] (d + dt T), T = -b(d, w) - b(w, d) + nu lap d + dnu lap w.
+@njit(cache=True, inline="always")
+def _fring(R, bs, cs, as_, w0u, w0v, ou, ov, j, i, alpha, beta, first, nu, dt, ihy2, ihx2, ihy, ihx):
+    """Point (j, i) of a forward stage from the ring of :func:`_tangent_rows` (w_u, w_v in fields
+    0, 1 of rows ``bs`` / ``cs`` / ``as_``): :func:`stage`'s arithmetic operation for operation
+    (:func:`_rhs`, :func:`_adv`, :func:`_lap` in the same order on the same values), so bitwise its
+    output."""
+    # _adv(ub, vb, vm, vp, ub, um, up): b(w, w)_u
+    bx = (R[cs, i + 2] - R[cs, i]) * ihx
+    by = (R[as_, i + 1] - R[bs, i + 1]) * ihy
+    fx = (R[cs, i + 2] * R[cs, i + 2] - R[cs, i] * R[cs, i]) * ihx
+    fy = (R[as_ + 1, i + 1] * R[as_, i + 1] - R[bs + 1, i + 1] * R[bs, i + 1]) * ihy
+    au = 0.5 * (R[cs, i + 1] * bx + R[cs + 1, i + 1] * by + fx + fy)
+    # _lap(ub, um, up)
+    centre = R[cs, i + 1]
+    lu = 0.0
+    lu += (R[bs, i + 1] - centre) * ihy2
+    lu += (R[as_, i + 1] - centre) * ihy2
+    lu += (R[cs, i] - centre) * ihx2
+    lu += (R[cs, i + 2] - centre) * ihx2
+    nu_ = -au + nu * lu
+    # _adv(ub, vb, vm, vp, vb, vm, vp): b(w, w)_v
+    bx = (R[cs + 1, i + 2] - R[cs + 1, i]) * ihx
+    by = (R[as_ + 1, i + 1] - R[bs + 1, i + 1]) * ihy
+    fx = (R[cs, i + 2] * R[cs + 1, i + 2] - R[cs, i] * R[cs + 1, i]) * ihx
+    fy = (R[as_ + 1, i + 1] * R[as_ + 1, i + 1] - R[bs + 1, i + 1] * R[bs + 1, i + 1]) * ihy
+    av = 0.5 * (R[cs, i + 1] * bx + R[cs + 1, i + 1] * by + fx + fy)
+    # _lap(vb, vm, vp)
+    centre = R[cs + 1, i + 1]
+    lv = 0.0
+    lv += (R[bs + 1, i + 1] - centre) * ihy2
+    lv += (R[as_ + 1, i + 1] - centre) * ihy2
+    lv += (R[cs + 1, i] - centre) * ihx2
+    lv += (R[cs + 1, i + 2] - centre) * ihx2
+    nv_ = -av + nu * lv
+    if first:
+        ou[j, i] = R[cs, i + 1] + dt * nu_
+        ov[j, i] = R[cs + 1, i + 1] + dt * nv_
+    else:
+        ou[j, i] = alpha * w0u[j, i] + beta * (R[cs, i + 1] + dt * nu_)
+        ov[j, i] = alpha * w0v[j, i] + beta * (R[cs + 1, i + 1] + dt * nv_)
 
-    The stage's inputs pass through a ring of three rows (j - 1, j, j + 1; row j + 1 copied while
-    row j is computed), each holding w, d and the products S, Q_v, Q_u of :func:`_tpart` with the
-    row's x halo; the ring's rows lie 512 bytes apart modulo 4096 (a state's 1024-point rows are
-    8 KiB, so all map to the same cache sets). Rows are addressed by index, never by a row view:
-    a view per row and array costs numba's reference counting."""
+
+@njit(cache=True, inline="always")
+def _tangent_rows(PU, PV, FPU, FPV, DU, DV, FDU, FDV, W0U, W0V, D0U, D0V, alpha, beta, first, nu, dnu,
+                  dt, ih, fwd, outWU, outWV, outU, outV):
+    """The body of :func:`tangent_stage` (``fwd`` False) and :func:`tangent_forward_stage`."""
     puylo, puyhi, puxlo, puxhi = FPU
     pvylo, pvyhi, pvxlo, pvxhi = FPV
     duylo, duyhi, duxlo, duxhi = FDU
@@ -238,6 +274,15 @@ def tangent_stage(PU, PV, FPU, FPV, DU, DV, FDU, FDV, D0U, D0V, alpha, beta, fir
         else:
             for i in range(mx):
                 _tring(R, as_, puyhi[i], pvyhi[i], duyhi[i], dvyhi[i], i + 1)
+        if fwd:  # the forward stage's row j from the same ring rows (its own loop: registers)
+            if first:
+                for i in range(mx):
+                    _fring(R, bs, cs, as_, W0U, W0V, outWU, outWV, j, i, alpha, beta, True, nu, dt,
+                           ihy2, ihx2, ihy, ihx)
+            else:
+                for i in range(mx):
+                    _fring(R, bs, cs, as_, W0U, W0V, outWU, outWV, j, i, alpha, beta, False, nu, dt,
+                           ihy2, ihx2, ihy, ihx)
         # one loop per case (first stage or not, dnu zero or not): a branch inside kept it scalar
         if dp and first:
             for i in range(mx):
@@ -251,6 +296,31 @@ def tangent_stage(PU, PV, FPU, FPV, DU, DV, FDU, FDV, D0U, D0V, alpha, beta, fir
         else:
             for i in range(mx):
                 _tpart(R, bs, cs, as_, D0U, D0V, outU, outV, j, i, k, False, False, alpha, beta)
+
+
+@njit(cache=True, error_model="numpy")
+def tangent_stage(PU, PV, FPU, FPV, DU, DV, FDU, FDV, D0U, D0V, alpha, beta, first, nu, dnu, dt, ih,
+                  outU, outV):
+    """out = [alpha d0 + beta] (d + dt T), T = -b(d, w) - b(w, d) + nu lap d + dnu lap w.
+
+    The stage's inputs pass through a ring of three rows (j - 1, j, j + 1; row j + 1 copied while
+    row j is computed), each holding w, d and the products S, Q_v, Q_u of :func:`_tpart` with the
+    row's x halo; the ring's rows lie 512 bytes apart modulo 4096 (a state's 1024-point rows are
+    8 KiB, so all map to the same cache sets). Rows are addressed by index, never by a row view:
+    a view per row and array costs numba's reference counting."""
+    _tangent_rows(PU, PV, FPU, FPV, DU, DV, FDU, FDV, D0U, D0V, D0U, D0V, alpha, beta, first, nu, dnu,
+                  dt, ih, False, outU, outV, outU, outV)
+
+
+@njit(cache=True, error_model="numpy")
+def tangent_forward_stage(PU, PV, FPU, FPV, DU, DV, FDU, FDV, W0U, W0V, D0U, D0V, alpha, beta, first,
+                          nu, dnu, dt, ih, outWU, outWV, outU, outV):
+    """:func:`tangent_stage` at w (= P) and, from the same ring rows, the forward stage w -> outW of
+    :func:`stage` (``W0`` its w0): bitwise :func:`stage`'s output, so the tangent step linearises at
+    exactly the forward trajectory, without a second read of w and its halo. Outputs must not alias
+    inputs (rows j - 1 .. j + 1 of P and D are read after row j's outputs are written)."""
+    _tangent_rows(PU, PV, FPU, FPV, DU, DV, FDU, FDV, W0U, W0V, D0U, D0V, alpha, beta, first, nu, dnu,
+                  dt, ih, True, outWU, outWV, outU, outV)
 
 
 @njit(cache=True, inline="always")

@@ -19,21 +19,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-import types
 from pathlib import Path
 
 import numpy as np
 
+from _ab import load_kernels, median_ms
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 KERNEL = Path("hpcadj") / "models" / "kernels" / "burgers.py"
-
-
-def _kernels(path: Path, name: str):
-    ns = {"__name__": name}
-    exec(compile(path.read_text().replace("cache=True", "cache=False"), name, "exec"), ns)
-    names = ("stage", "adjoint_stage", "tangent_stage", "tangent_forward_stage")
-    return types.SimpleNamespace(**{k: ns[k] for k in names if k in ns})
 
 
 def main():
@@ -58,7 +51,8 @@ def main():
     except ValueError as exc:
         print(f"ab_burgers: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    trees = {"old": _kernels(old_path, "old_burgers_kernels"), "new": _kernels(ROOT / KERNEL, "new_burgers_kernels")}
+    trees = {"old": load_kernels(old_path, "old_burgers_kernels"),
+             "new": load_kernels(ROOT / KERNEL, "new_burgers_kernels")}
     m = burgers.BurgersModel(mpi().COMM_SELF, sizes, n_steps=2)
     controls = m.default_controls()
     m.set_controls(controls)
@@ -122,13 +116,7 @@ def main():
             for who, k in trees.items():
                 burgers.kern = k
                 for name, fn in calls(k).items():
-                    fn()
-                    xs = []
-                    for _ in range(args.reps):
-                        t0 = time.perf_counter()
-                        fn()
-                        xs.append(time.perf_counter() - t0)
-                    times.setdefault((who, name), []).append(1e3 * float(np.median(xs)))
+                    times.setdefault((who, name), []).append(median_ms(fn, args.reps))
     finally:
         burgers.kern = model_kern
     ms = {k: float(np.median(v)) for k, v in times.items()}

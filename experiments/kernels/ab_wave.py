@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import types
-import time
 from pathlib import Path
 
 import numpy as np
+
+from _ab import load_kernels, median_ms
 
 
 def main():
@@ -37,9 +37,7 @@ def main():
     from hpcadj.models.wave import WaveModel
     from hpcadj.stack import mpi
 
-    old = types.SimpleNamespace()
-    exec(compile(path.read_text().replace("cache=True", "cache=False"), "old_wave_kernels", "exec"),
-         old.__dict__)
+    old = load_kernels(path, "old_wave_kernels")
     n = args.grid
     m = WaveModel(mpi().COMM_SELF, (n, n, n), n_steps=10, observed=None)
     m.set_controls(m.default_controls())
@@ -72,13 +70,7 @@ def main():
     times = {k: [] for k in calls}
     for _ in range(args.rounds):
         for name, fn in calls.items():
-            fn()
-            xs = []
-            for _ in range(args.reps):
-                t0 = time.perf_counter()
-                fn()
-                xs.append(time.perf_counter() - t0)
-            times[name].append(1e3 * float(np.median(xs)))
+            times[name].append(median_ms(fn, args.reps))
     ms = {k: float(np.median(v)) for k, v in times.items()}
     print(f"wave {n}^3, 1 rank: ms (median of {args.rounds} rounds of median-of-{args.reps})")
     for who in ("old", "new"):

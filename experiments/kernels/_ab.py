@@ -12,8 +12,9 @@ import numpy as np
 
 def load_kernels(path: Path, name: str) -> types.SimpleNamespace:
     """The kernel module at ``path`` as a namespace, compiled without numba's cache (it cannot reload
-    a module run from a path)."""
-    ns = {"__name__": name}
+    a module run from a path); its relative imports (``from .fma import fma``) resolve in this tree's
+    ``hpcadj.models.kernels``."""
+    ns = {"__name__": name, "__package__": "hpcadj.models.kernels"}
     exec(compile(Path(path).read_text().replace("cache=True", "cache=False"), name, "exec"), ns)
     return types.SimpleNamespace(**ns)
 

@@ -14,16 +14,16 @@ Time stepping: SSP-RK3 (Shu-Osher)
     w1 = w + dt N(w);  w2 = 3/4 w + 1/4 (w1 + dt N(w1));  w_{i+1} = 1/3 w + 2/3 (w2 + dt N(w2)),
 
 with the default dt = cfl * min(sqrt(3) / max(|u|/h + |v|/h), 2.5 / (8 nu / h^2)) from the default
-initial velocity, fixed at construction so that dt never depends on the controls. The adjoint step
-recomputes the stages w, w1, w2 from u_i and runs the three stages backwards; everything is pointwise
-or a stencil, so states and dJ/du0 are bitwise the same on any rank count. dJ/dnu = sum over the
-stages of their weight times dt <w_k, lap mu_k> (the periodic Laplacian is symmetric, so this is
-<lap w_k, mu_k>): each rank sums its block column by column (a vectorisable order, see
-``kernels.burgers.adjoint_stage``) and an allreduce adds the ranks' sums, so it is deterministic for
-a given decomposition and agrees across rank counts to round-off (not bitwise). At 1024^2 the
-adjoint step costs about 1.9 steps on 1 and 2 ranks (experiments/kernels; 2.7-2.8 before).
-The tangent step is pointwise and stencil arithmetic too (its advection terms gathered, see
-``kernels.burgers._tpart``), so tangents are bitwise the same on any rank count.
+initial velocity, fixed at construction so that dt never depends on the controls. The step runs the
+three stages as three passes over the block (``kernels.burgers.stage``); the tangent step and the
+adjoint step are one pass each (``kernels.burgers.tangent_step`` / ``adjoint_step``: the stages as a
+wavefront over the rows, from a 3- and 5-point deep halo, the stage states never stored), the adjoint
+recomputing w1, w2 from u_i and running the three stages backwards. Everything is pointwise or a
+stencil, so states, tangents and dJ/du0 are bitwise the same on any rank count. dJ/dnu = sum over
+the stages of their weight times dt <w_k, lap mu_k> (the periodic Laplacian is symmetric, so this is
+<lap w_k, mu_k>): each rank sums its block column by column (a vectorisable order) and an allreduce
+adds the ranks' sums, so it is deterministic for a given decomposition and agrees across rank counts
+to round-off (not bitwise). Costs at 1024^2: experiments/kernels.
 
 Controls: ``u0`` (initial velocity, both components, shape (ny, nx, 2)) and ``nu`` (scalar viscosity).
 Objective: the final kinetic energy J = 1/2 h^2 sum |w_n|^2.
@@ -79,13 +79,13 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         self.default_nu_value = float(nu)
         hy, hx = self.h
         self._ih = (1.0 / hy ** 2, 1.0 / hx ** 2, 1.0 / (2.0 * hy), 1.0 / (2.0 * hx))
-        # scratch of one step (stage states, adjoint stage vectors) and halo buffers: overwritten by
-        # every call, never carried from one to the next, so steps stay pure. Two (the stages w1, w2)
-        # serve a step and an adjoint step; the tangent's two more are made at its first call
+        # scratch of one step (the stage states w1, w2) and halo buffers: overwritten by every call,
+        # never carried from one to the next, so steps stay pure
         self._stage_vecs = [kernels.new_vec(self.grid) for _ in range(2)]
         self._split_pair = kernels.SplitPair(self.field, self.grid)
         # one halo (one scatter) per component, straight from the state Vec
-        self._halos = (self._split_pair.halo(0, slots=4), self._split_pair.halo(1, slots=4))
+        self._halos = (self._split_pair.halo(0, slots=3), self._split_pair.halo(1, slots=3))
+        self._deep_halos = self._adjoint_deep = None  # the fused steps' deep halos, made at first use
         self.field.release()
         self._pool = self._split_pair.pool
         self._u0 = None  # u0 as the split initial state (set_controls)
@@ -159,13 +159,7 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         """u_0: the split u0 made by set_controls, shared (states are never changed in place)."""
         return self._split_pair.share(self._u0)
 
-    def _scratch(self, k):
-        """Scratch Vec k of a step (k = 2, 3: the tangent's, made at first use)."""
-        while len(self._stage_vecs) <= k:
-            self._stage_vecs.append(kernels.new_vec(self.grid))
-        return self._stage_vecs[k]
-
-    # -- the stages (fused kernels in kernels/burgers.py) ------------------------------------
+    # -- blocks and halos (the kernels are in kernels/burgers.py) ----------------------------
     def _block(self, vec, readonly=True):
         """A state's owned (u, v) as one (2, ny, nx) view (split layout)."""
         return self._split_pair.fields(vec, readonly)
@@ -178,26 +172,18 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         """A state's owned block in the control layout (ny, nx, 2), a copy."""
         return np.stack(tuple(self._block(vec)), axis=-1)
 
-    def _stages(self, u, dt, out=None):
-        """Stage states w1, w2 of one RK3 step of size ``dt`` into scratch Vecs (and u_{i+1} into ``out``).
-
-        Returns the (fields, faces) pairs of w, w1, w2, each a (u, v) pair; their halos occupy slots 0-2."""
-        nu, ih = self.nu, self._ih
-        w1v, w2v = self._stage_vecs[0], self._stage_vecs[1]
-        W0, F0 = self._block(u), self._faces(u, 0)
-        kern.stage(*W0, *F0, *W0, 0.0, 1.0, True, nu, dt, ih, *self._block(w1v, readonly=False))
-        W1, F1 = self._block(w1v), self._faces(w1v, 1)
-        kern.stage(*W1, *F1, *W0, 0.75, 0.25, False, nu, dt, ih, *self._block(w2v, readonly=False))
-        W2, F2 = self._block(w2v), self._faces(w2v, 2)
-        if out is not None:
-            kern.stage(*W2, *F2, *W0, 1.0 / 3.0, 2.0 / 3.0, False, nu, dt, ih, *self._block(out, readonly=False))
-        return (W0, F0), (W1, F1), (W2, F2)
-
     # -- forward -----------------------------------------------------------------------------
     def step(self, i, u):
-        dt = self._step_dt(i, u)
+        """Three stage passes: w1, w2 into the scratch Vecs, u_{i+1} into a new state."""
+        dt, nu, ih = self._step_dt(i, u), self.nu, self._ih
+        w1v, w2v = self._stage_vecs
         out = self._pool.new_vec()
-        self._stages(u, dt, out)
+        W0 = self._block(u)
+        kern.stage(*W0, *self._faces(u, 0), *W0, 0.0, 1.0, True, nu, dt, ih, *self._block(w1v, readonly=False))
+        kern.stage(*self._block(w1v), *self._faces(w1v, 1), *W0, 0.75, 0.25, False, nu, dt, ih,
+                   *self._block(w2v, readonly=False))
+        kern.stage(*self._block(w2v), *self._faces(w2v, 2), *W0, 1.0 / 3.0, 2.0 / 3.0, False, nu, dt, ih,
+                   *self._block(out, readonly=False))
         return out
 
     def objective(self, i, u):
@@ -229,21 +215,30 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
 
     # -- adjoint -----------------------------------------------------------------------------
     def adjoint_step(self, i, u, u_next, lam_next, grad):
-        dt, nu, ih = self._step_dt(i, u), self.nu, self._ih
-        (W0, F0), (W1, F1), (W2, F2) = self._stages(u, dt)
-        # both backward stages that make a stage vector write it in place over what they read (the
-        # kernel reads old values only): b over w2, then c over b, so w1 and w2's scratch is all
-        bv = cv = self._stage_vecs[1]
+        """All three backward stages and the two forward stages they need in one pass
+        (``kern.adjoint_step``, temporal blocking): w1, w2 and the backward stage vectors are made
+        row by row inside it and never stored."""
+        dt = self._step_dt(i, u)
+        hu, hv, hm, hn = self._adjoint_halos()
         out = self._pool.new_vec()
-        lam = self._block(out, readonly=False)
-        g2 = kern.adjoint_stage(*W2, *F2, *self._block(lam_next), *self._faces(lam_next, 3), 3, nu, dt, ih,
-                                *self._block(bv, readonly=False), *lam)
-        g1 = kern.adjoint_stage(*W1, *F1, *self._block(bv), *self._faces(bv, 3), 2, nu, dt, ih,
-                                *self._block(cv, readonly=False), *lam)
-        g0 = kern.adjoint_stage(*W0, *F0, *self._block(cv), *self._faces(cv, 3), 1, nu, dt, ih,
-                                *self._block(cv, readonly=False), *lam)
-        scalar_add(self.comm, grad["nu"], dt * ((2.0 / 3.0) * g2 + 0.25 * g1 + g0))
+        g3, g2, g1 = kern.adjoint_step(*self._block(u), hu.strips(u), hv.strips(u), *self._block(lam_next),
+                                       hm.strips(lam_next, 1), hn.strips(lam_next, 1), self.nu, dt, self._ih,
+                                       *self._block(out, readonly=False))
+        scalar_add(self.comm, grad["nu"], dt * ((2.0 / 3.0) * g3 + 0.25 * g2 + g1))
         return out
+
+    def _adjoint_halos(self):
+        """u_i's depth-5 halos (u, v) and lambda_{i+1}'s depth-3 halos (slot 1 of the tangent's)."""
+        if self._adjoint_deep is None:
+            depth = kern.ADJOINT_DEPTHS[0]
+            self._adjoint_deep = tuple(self._split_pair.deep_halo(c, depth) for c in (0, 1))
+        return self._adjoint_deep + self._depth3_halos()
+
+    def _depth3_halos(self):
+        """The depth-3 halos of both components, two slots each (the tangent step's u_i and du_i)."""
+        if self._deep_halos is None:
+            self._deep_halos = tuple(self._split_pair.deep_halo(c, kern.TANGENT_DEPTH, slots=2) for c in (0, 1))
+        return self._deep_halos
 
     def initial_adjoint(self, lam0, grad):
         self._split_pair.add_into(grad["u0"], lam0)
@@ -253,25 +248,14 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         return self._split_pair.split(dcontrols["u0"])
 
     def tangent_step(self, i, u, u_next, du, dcontrols):
-        """Tangent stages 1 and 2 each recompute the forward stage that reads the same w_k in the same
-        pass (``kern.tangent_forward_stage``: bitwise ``kern.stage``'s w_{k+1}), stage 3 only the
-        tangent."""
-        dt, nu, ih = self._step_dt(i, u), self.nu, self._ih
+        """All three tangent stages in one pass (``kern.tangent_step``, temporal blocking): the stage
+        states w1, w2 are recomputed from u_i inside it, bitwise ``kern.stage``'s, and never stored."""
+        dt = self._step_dt(i, u)
         dnu = scalar_value(self.comm, dcontrols["nu"])
-        d1v, d2v = self._scratch(2), self._scratch(3)
-        w1v, w2v = self._stage_vecs[0], self._stage_vecs[1]
+        hu, hv = self._depth3_halos()
         out = self._pool.new_vec()
-        W0, F0 = self._block(u), self._faces(u, 0)
-        D0 = self._block(du)
-        kern.tangent_forward_stage(*W0, *F0, *D0, *self._faces(du, 3), *W0, *D0, 0.0, 1.0, True, nu, dnu, dt,
-                                   ih, *self._block(w1v, readonly=False), *self._block(d1v, readonly=False))
-        W1, F1 = self._block(w1v), self._faces(w1v, 1)
-        kern.tangent_forward_stage(*W1, *F1, *self._block(d1v), *self._faces(d1v, 3), *W0, *D0, 0.75, 0.25,
-                                   False, nu, dnu, dt, ih, *self._block(w2v, readonly=False),
-                                   *self._block(d2v, readonly=False))
-        W2, F2 = self._block(w2v), self._faces(w2v, 2)
-        kern.tangent_stage(*W2, *F2, *self._block(d2v), *self._faces(d2v, 3), *D0, 1.0 / 3.0, 2.0 / 3.0,
-                           False, nu, dnu, dt, ih, *self._block(out, readonly=False))
+        kern.tangent_step(*self._block(u), hu.strips(u, 0), hv.strips(u, 0), *self._block(du), hu.strips(du, 1),
+                          hv.strips(du, 1), self.nu, dnu, dt, self._ih, *self._block(out, readonly=False))
         return out
 
     # -- snapshots ---------------------------------------------------------------------------

@@ -59,6 +59,8 @@ class Grid:
         self.gstart = tuple(r[0] for r in reversed(ghosts))
         self.gshape = tuple(r[1] - r[0] for r in reversed(ghosts))
         self.dim = len(sizes)
+        # cells per rank along each axis (x first), kept for index maps made after the DMDA is gone
+        self.ownership_ranges = tuple(np.asarray(r, dtype=np.int64) for r in self.da.getOwnershipRanges())
         self.dof = int(dof)
         self.components = () if self.dof == 1 else (self.dof,)
         self._local = self.da.createLocalVec()

@@ -1,18 +1,44 @@
-"""Fused SSP-RK3 stage kernels of the burgers model: forward, tangent and adjoint stages (numba).
+"""SSP-RK3 kernels of the burgers model: the forward stage, and the whole tangent and adjoint steps (numba).
 
 A state is the pair (u, v) stored as two contiguous (ny, nx) fields (the model's *split* layout), so
-every inner loop reads and writes unit-stride rows and LLVM vectorises it; the pair interleaved point
-by point kept the loops scalar (stride-2 loads). ``error_model="numpy"`` drops numba's zero check on
-each division (the divisors are constants), which also kept loops scalar; the arithmetic is IEEE in
-the written order either way (no fastmath): the forward stage the same operations as the
-interleaved kernels had, the adjoint and tangent stages fewer (their terms gathered, see
-:func:`_arhs` and :func:`_tpart`).
-``F*`` are the four periodic halo faces (ylo, yhi, xlo, xhi) of one field. ``ih`` = (1/hy^2, 1/hx^2,
-1/(2 hy), 1/(2 hx)). One kernel call is one RK stage over the owned block: it reads the stage input
-and its halo, the right-hand side is evaluated point by point (skew-symmetric central advection,
-5-point Laplacian) and combined with the stage coefficients in the same loop, so nothing full-size is
-made but the stage output itself. Every point reads only its star neighbours, so states are bitwise
-the same on any decomposition.
+every inner loop reads and writes unit-stride rows and LLVM vectorises it. ``ih`` = (1/hy^2, 1/hx^2,
+1/(2 hy), 1/(2 hx)).
+
+The stage map. With the stage weights alpha, beta (out = alpha w0 + beta (x + dt N(x)),
+N(w) = -b(w, w) + nu lap w) folded into five constants, component u of S(x) = beta (x + dt N(x)) is
+
+    c0 u + lx (u_e + u_w) + ly (u_n + u_s) + cx [u_e A - u_w B] + cy [u_n C - u_s D]
+
+with A = u + u_e, B = u + u_w, C = v + v_n, D = v + v_s (e, w, n, s the east, west, north and south
+neighbours), cx = -beta dt / (4 hx), cy = -beta dt / (4 hy), lx = beta dt nu / hx^2, ly likewise,
+c0 = beta - 2 (lx + ly); component v the same with v_e, v_w, v_n, v_s in the brackets. The brackets
+are the skew-symmetric advection b(w, w) = 1/2 [w . grad w + div(w w)] with central differences,
+its terms gathered (u (u_e - u_w) + u_e^2 - u_w^2 = u_e A - u_w B); the rest is the 5-point
+Laplacian: 28 floating-point operations a point (the plain form took about 80), most of them fused
+multiply-adds. Its tangent (:func:`_tp`) and transpose (:func:`_ap`) are gathered the same way.
+
+Rounding. The arithmetic is IEEE in the written order, no fastmath, and every multiply-add is an
+explicit FMA (``fma.fma``: one rounding wherever it runs, vector or scalar), so a point's result
+depends only on its neighbours' values, never on the decomposition or the vector lane it fell in:
+states, tangents and adjoints are bitwise the same on any rank count and from call to call.
+
+Passes. The forward step is three passes of :func:`stage` (one halo exchange each, the driver's
+states at the step's ends); each is memory-bound. The tangent and adjoint steps are one pass each
+(:func:`tangent_step`, :func:`adjoint_step`): their stages run as a wavefront over the rows, each
+stage a few rows behind the one it reads, through rings of padded rows that stay in cache, on a
+margin of halo points recomputed from a deep halo (:class:`..DeepHalo`), so the stage states never
+go to memory and no exchange falls between stages. The halo points a rank recomputes are made by
+the same arithmetic from the same values as on their owner, so the one-pass steps are bitwise the
+stage-by-stage ones.
+
+Memory lessons (1024^2, one core, measured): the rows of the fields a pass reads from memory are
+read side by side in one loop (a row of one field, then of the next, ran at a third of the speed:
+the prefetcher restarts on every row); the rings' rows lie 512 bytes apart modulo 4096 (a 1024-point
+row is 8 KiB, so rows at their natural spacing share the same L1 sets); the one-pass steps write
+each output row from a small row buffer in a loop of its own (stores that miss in cache, issued
+inside the long arithmetic loop, held its loads up: 18.8 -> 13.2 ns a point), while the
+memory-bound forward stage writes straight from its arithmetic loop (its buffered variant was
+slower); and every state buffer is page-aligned (``kernels.new_vec``).
 """
 
 from __future__ import annotations
@@ -20,444 +46,432 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-
-@njit(cache=True, inline="always")
-def _yrows(W, ylo, yhi, j):
-    my = W.shape[0]
-    ym = W[j - 1] if j > 0 else ylo
-    yp = W[j + 1] if j < my - 1 else yhi
-    return ym, yp
+from .fma import fma
 
 
 @njit(cache=True, inline="always")
-def _fill(buf, W, xlo, xhi, j):
-    """buf[1:-1] = W[j], buf[0] / buf[-1] the x-neighbours from the faces."""
-    mx = W.shape[1]
-    row = W[j]
-    buf[0] = xlo[j]
-    buf[mx + 1] = xhi[j]
+def _rows(n, width):
+    """n ring rows of at least ``width`` values each, 512 bytes apart modulo 4096."""
+    return np.empty((n, width + (64 - width) % 512))
+
+
+@njit(cache=True, inline="always")
+def _ring_row(R, t, X, xlo, xhi, jj):
+    """Row jj of field X with its x halo into ring row t."""
+    mx = X.shape[1]
+    R[t, 0] = xlo[jj]
+    R[t, mx + 1] = xhi[jj]
     for i in range(mx):
-        buf[i + 1] = row[i]
+        R[t, i + 1] = X[jj, i]
 
 
 @njit(cache=True, inline="always")
-def _lap(xb, ym, yp, i, ihy2, ihx2):
-    centre = xb[i + 1]
-    lap = 0.0
-    lap += (ym[i] - centre) * ihy2
-    lap += (yp[i] - centre) * ihy2
-    lap += (xb[i] - centre) * ihx2
-    lap += (xb[i + 2] - centre) * ihx2
-    return lap
+def _ring_face(R, t, face):
+    """A y face (row -1) into ring row t (its x halo is never read)."""
+    for i in range(face.shape[0]):
+        R[t, i + 1] = face[i]
 
 
 @njit(cache=True, inline="always")
-def _adv(aub, avb, avm, avp, bb, bm, bp, i, ihy, ihx):
-    """One component of b(a, w) = 1/2 [a . grad w_c + div(a w_c)], central differences: ``aub`` /
-    ``avb`` the x-row buffers of a's components, ``avm`` / ``avp`` a's v rows below / above, ``bb``
-    (``bm``, ``bp``) w_c's x-row buffer (rows below / above)."""
-    bx = (bb[i + 2] - bb[i]) * ihx
-    by = (bp[i] - bm[i]) * ihy
-    fx = (aub[i + 2] * bb[i + 2] - aub[i] * bb[i]) * ihx
-    fy = (avp[i] * bp[i] - avm[i] * bm[i]) * ihy
-    return 0.5 * (aub[i + 1] * bx + avb[i + 1] * by + fx + fy)
+def _constants(beta, nu, dt, ih):
+    """(c0, lx, ly, cx, cy) of the stage map S (module docstring)."""
+    ihy2, ihx2, ihy, ihx = ih
+    bdt = beta * dt
+    lx = (bdt * nu) * ihx2
+    ly = (bdt * nu) * ihy2
+    cx = -(bdt * (0.5 * ihx))
+    cy = -(bdt * (0.5 * ihy))
+    return beta - 2.0 * (lx + ly), lx, ly, cx, cy
 
 
 @njit(cache=True, inline="always")
-def _rhs(ub, vb, um, up, vm, vp, i, nu, ihy2, ihx2, ihy, ihx):
-    """N(x) = -b(x, x) + nu lap x at point i of a row: (u, v) components."""
-    nu_ = -_adv(ub, vb, vm, vp, ub, um, up, i, ihy, ihx) + nu * _lap(ub, um, up, i, ihy2, ihx2)
-    nv_ = -_adv(ub, vb, vm, vp, vb, vm, vp, i, ihy, ihx) + nu * _lap(vb, vm, vp, i, ihy2, ihx2)
-    return nu_, nv_
+def _sp(u, ue, uw, un, us, v, ve, vw, vn, vs, k):
+    """S(x) at a point from its star values (module docstring)."""
+    c0, lx, ly, cx, cy = k
+    a = u + ue
+    b = u + uw
+    c = v + vn
+    d = v + vs
+    xu = fma(ue, a, -(uw * b))
+    yu = fma(un, c, -(us * d))
+    xv = fma(ve, a, -(vw * b))
+    yv = fma(vn, c, -(vs * d))
+    su = fma(cy, yu, fma(cx, xu, fma(ly, un + us, fma(lx, ue + uw, c0 * u))))
+    sv = fma(cy, yv, fma(cx, xv, fma(ly, vn + vs, fma(lx, ve + vw, c0 * v))))
+    return su, sv
+
+
+@njit(cache=True, inline="always")
+def _s(R, bs, cs, un, vn, i, k):
+    """S(x) at point i of row j: x's rows j - 1 (slot ``bs``) and j (``cs``) in a ring, its row
+    j + 1 values ``un``, ``vn`` given."""
+    return _sp(R[cs, i + 1], R[cs, i + 2], R[cs, i], un, R[bs, i + 1],
+               R[cs + 1, i + 1], R[cs + 1, i + 2], R[cs + 1, i], vn, R[bs + 1, i + 1], k)
+
+
+@njit(cache=True, inline="always")
+def _stage_row(R, bs, cs, NU, NV, jn, W0U, W0V, j, alpha, first, k, outU, outV):
+    """Row j of a forward stage; x's row j + 1 is row ``jn`` of NU, NV (the block, or its y face)."""
+    mx = outU.shape[1]
+    if first:
+        for i in range(mx):
+            su, sv = _s(R, bs, cs, NU[jn, i], NV[jn, i], i, k)
+            outU[j, i] = su
+            outV[j, i] = sv
+    else:
+        for i in range(mx):
+            su, sv = _s(R, bs, cs, NU[jn, i], NV[jn, i], i, k)
+            outU[j, i] = fma(alpha, W0U[j, i], su)
+            outV[j, i] = fma(alpha, W0V[j, i], sv)
 
 
 @njit(cache=True, error_model="numpy")
 def stage(XU, XV, FU, FV, W0U, W0V, alpha, beta, first, nu, dt, ih, outU, outV):
-    """out = x + dt N(x) (``first``) or alpha w0 + beta (x + dt N(x)), N(w) = -b(w, w) + nu lap w.
+    """out = S(x) (``first``: alpha = 0, beta = 1) or alpha w0 + S(x), S(x) = beta (x + dt N(x)).
 
-    One loop per case, so each writes its outputs straight from registers (a row buffer and a
-    second pass over it cost a quarter of the stage)."""
-    uylo, uyhi, uxlo, uxhi = FU
-    vylo, vyhi, vxlo, vxhi = FV
-    ihy2, ihx2, ihy, ihx = ih
+    ``FU``, ``FV`` are the one-point halo faces (ylo, yhi, xlo, xhi) of x's two fields. Rows j - 1
+    and j of x sit in a ring of two padded rows per field (the x halo at both ends); row j + 1 is
+    read where it lies, inside the arithmetic loop, so its memory traffic overlaps the arithmetic,
+    and is copied into the ring afterwards, over row j - 1."""
+    k = _constants(beta, nu, dt, ih)
     my, mx = XU.shape
-    ub = np.empty(mx + 2)
-    vb = np.empty(mx + 2)
+    R = _rows(4, mx + 2)
+    _ring_face(R, 0, FU[0])
+    _ring_face(R, 1, FV[0])
+    if my > 0:
+        _ring_row(R, 2, XU, FU[2], FU[3], 0)
+        _ring_row(R, 3, XV, FV[2], FV[3], 0)
+    topU, topV = FU[1].reshape((1, mx)), FV[1].reshape((1, mx))
     for j in range(my):
-        um, up = _yrows(XU, uylo, uyhi, j)
-        vm, vp = _yrows(XV, vylo, vyhi, j)
-        _fill(ub, XU, uxlo, uxhi, j)
-        _fill(vb, XV, vxlo, vxhi, j)
-        ou, ov = outU[j], outV[j]
-        if first:
-            for i in range(mx):
-                nu_, nv_ = _rhs(ub, vb, um, up, vm, vp, i, nu, ihy2, ihx2, ihy, ihx)
-                ou[i] = ub[i + 1] + dt * nu_
-                ov[i] = vb[i + 1] + dt * nv_
+        bs, cs = 2 * (j % 2), 2 * ((j + 1) % 2)
+        if j + 1 < my:
+            _stage_row(R, bs, cs, XU, XV, j + 1, W0U, W0V, j, alpha, first, k, outU, outV)
+            _ring_row(R, bs, XU, FU[2], FU[3], j + 1)
+            _ring_row(R, bs + 1, XV, FV[2], FV[3], j + 1)
         else:
-            w0u, w0v = W0U[j], W0V[j]
-            for i in range(mx):
-                nu_, nv_ = _rhs(ub, vb, um, up, vm, vp, i, nu, ihy2, ihx2, ihy, ihx)
-                ou[i] = alpha * w0u[i] + beta * (ub[i + 1] + dt * nu_)
-                ov[i] = alpha * w0v[i] + beta * (vb[i + 1] + dt * nv_)
+            _stage_row(R, bs, cs, topU, topV, 0, W0U, W0V, j, alpha, first, k, outU, outV)
 
 
 @njit(cache=True, inline="always")
-def _tpart(R, bs, cs, as_, d0u, d0v, ou, ov, j, i, k, dp, first, alpha, beta):
-    """Point (j, i) of a tangent stage: out = [alpha d0 + beta] (d + dt T), T = -b(d, w) - b(w, d)
-    + nu lap d [+ dnu lap w] (``dp``: with the dnu term). ``R`` is the ring of :func:`tangent_stage`
-    (row ``bs``/``cs``/``as_`` + f: field f of rows j - 1 / j / j + 1); ``k`` = (kx, ky, 2 kx,
-    2 ky, lnx, lny, ldx, ldy), kx = -dt/(4 hx), ky = -dt/(4 hy), lnx = dt nu/hx^2, lny = dt nu/hy^2,
-    ldx / ldy the same with dnu.
-
-    With one-sided differences of d at the point (e, w, n, s: d_e - d, d - d_w, d_n - d, d - d_s),
-    dt times component u of T is
-
-        kx [d_u dx w_u + w_u (e + w)] + 2 kx (Q_u,e - Q_u,w) + ky [d_v dy w_u + w_v (n + s)
-        + (S_n - S_s)] + lny (n - s) + lnx (e - w)  [+ the same for w_u with ldy, ldx],
-
-    dx f = f_e - f_w, dy f = f_n - f_s, Q_u = w_u d_u, S = d_v w_u + w_v d_u (made once per point
-    in the ring); v: x and y swapped, Q_v = w_v d_v and the same S. That is -b(d, w) - b(w, d) with
-    its common terms gathered (the flux products of both advections meet in Q and S), the 1/2,
-    1/(2h), dt and nu folded into the constants. IEEE arithmetic in the written order (no
-    fastmath), point by point: the same on any decomposition."""
-    kx, ky, kx2, ky2, lnx, lny, ldx, ldy = k
-    pu = R[cs, i + 1]
-    pue = R[cs, i + 2]
-    puw = R[cs, i]
-    pun = R[as_, i + 1]
-    pus = R[bs, i + 1]
-    pv = R[cs + 1, i + 1]
-    pve = R[cs + 1, i + 2]
-    pvw = R[cs + 1, i]
-    pvn = R[as_ + 1, i + 1]
-    pvs = R[bs + 1, i + 1]
-    du = R[cs + 2, i + 1]
-    due = R[cs + 2, i + 2]
-    duw = R[cs + 2, i]
-    dun = R[as_ + 2, i + 1]
-    dus = R[bs + 2, i + 1]
-    dv = R[cs + 3, i + 1]
-    dve = R[cs + 3, i + 2]
-    dvw = R[cs + 3, i]
-    dvn = R[as_ + 3, i + 1]
-    dvs = R[bs + 3, i + 1]
-    eu = due - du
-    wu = du - duw
-    nu_ = dun - du
-    su = du - dus
-    ev = dve - dv
-    wv = dv - dvw
-    nv = dvn - dv
-    sv = dv - dvs
+def _tp(u, ue, uw, un, us, v, ve, vw, vn, vs, du, due, duw, dun, dus, dv, dve, dvw, dvn, dvs, k, m, dp):
+    """S'(x) d [+ dnu dS/dnu] at a point from the star values of x and d. With A, B, C, D as for S
+    and dA = d_u + d_u,e etc., the bracket of u is d_u,e A + u_e dA - (d_u,w B + u_w dB);
+    dS/dnu = beta dt lap x (``m`` = (-2 (mx + my), mx, my), mx = beta dt dnu / hx^2)."""
+    c0, lx, ly, cx, cy = k
+    m0, mx_, my_ = m
+    a = u + ue
+    b = u + uw
+    c = v + vn
+    d = v + vs
+    da = du + due
+    db = du + duw
+    dc = dv + dvn
+    dd = dv + dvs
+    xu = fma(due, a, fma(ue, da, -fma(duw, b, uw * db)))
+    yu = fma(dun, c, fma(un, dc, -fma(dus, d, us * dd)))
+    xv = fma(dve, a, fma(ve, da, -fma(dvw, b, vw * db)))
+    yv = fma(dvn, c, fma(vn, dc, -fma(dvs, d, vs * dd)))
+    tu = fma(cy, yu, fma(cx, xu, fma(ly, dun + dus, fma(lx, due + duw, c0 * du))))
+    tv = fma(cy, yv, fma(cx, xv, fma(ly, dvn + dvs, fma(lx, dve + dvw, c0 * dv))))
     if dp:
-        epu = pue - pu
-        wpu = pu - puw
-        npu = pun - pu
-        spu = pu - pus
-        epv = pve - pv
-        wpv = pv - pvw
-        npv = pvn - pv
-        spv = pv - pvs
-        dxpu = epu + wpu
-        dypu = npu + spu
-        dxpv = epv + wpv
-        dypv = npv + spv
-    else:
-        dxpu = pue - puw
-        dypu = pun - pus
-        dxpv = pve - pvw
-        dypv = pvn - pvs
-    xu = du * dxpu + pu * (eu + wu)
-    yu = (dv * dypu + pv * (nu_ + su)) + (R[as_ + 4, i + 1] - R[bs + 4, i + 1])
-    tu = ((kx * xu + kx2 * (R[cs + 6, i + 2] - R[cs + 6, i])) + ky * yu) + (lny * (nu_ - su) + lnx * (eu - wu))
-    yv = dv * dypv + pv * (nv + sv)
-    xv = (du * dxpv + pu * (ev + wv)) + (R[cs + 4, i + 2] - R[cs + 4, i])
-    tv = ((ky * yv + ky2 * (R[as_ + 5, i + 1] - R[bs + 5, i + 1])) + kx * xv) + (lny * (nv - sv) + lnx * (ev - wv))
-    if dp:
-        tu += ldy * (npu - spu) + ldx * (epu - wpu)
-        tv += ldy * (npv - spv) + ldx * (epv - wpv)
-    if first:
-        ou[j, i] = du + tu
-        ov[j, i] = dv + tv
-    else:
-        ou[j, i] = alpha * d0u[j, i] + beta * (du + tu)
-        ov[j, i] = alpha * d0v[j, i] + beta * (dv + tv)
+        tu = fma(my_, un + us, fma(mx_, ue + uw, fma(m0, u, tu)))
+        tv = fma(my_, vn + vs, fma(mx_, ve + vw, fma(m0, v, tv)))
+    return tu, tv
+
+
+TANGENT_DEPTH = 3  # the halo depth tangent_step reads: three stages of a one-point stencil
 
 
 @njit(cache=True, inline="always")
-def _tring(R, t, pu, pv, du, dv, i):
-    """Row slot ``t`` of the ring at column i (halo included): the four fields and the products
-    S = d_v w_u + w_v d_u, Q_v = w_v d_v, Q_u = w_u d_u."""
-    R[t, i] = pu
-    R[t + 1, i] = pv
-    R[t + 2, i] = du
-    R[t + 3, i] = dv
-    R[t + 4, i] = dv * pu + pv * du
-    R[t + 5, i] = pv * dv
-    R[t + 6, i] = pu * du
-
-
-@njit(cache=True, inline="always")
-def _fring(R, bs, cs, as_, w0u, w0v, ou, ov, j, i, alpha, beta, first, nu, dt, ihy2, ihx2, ihy, ihx):
-    """Point (j, i) of a forward stage from the ring of :func:`_tangent_rows` (w_u, w_v in fields
-    0, 1 of rows ``bs`` / ``cs`` / ``as_``): :func:`stage`'s arithmetic operation for operation
-    (:func:`_rhs`, :func:`_adv`, :func:`_lap` in the same order on the same values), so bitwise its
-    output."""
-    # _adv(ub, vb, vm, vp, ub, um, up): b(w, w)_u
-    bx = (R[cs, i + 2] - R[cs, i]) * ihx
-    by = (R[as_, i + 1] - R[bs, i + 1]) * ihy
-    fx = (R[cs, i + 2] * R[cs, i + 2] - R[cs, i] * R[cs, i]) * ihx
-    fy = (R[as_ + 1, i + 1] * R[as_, i + 1] - R[bs + 1, i + 1] * R[bs, i + 1]) * ihy
-    au = 0.5 * (R[cs, i + 1] * bx + R[cs + 1, i + 1] * by + fx + fy)
-    # _lap(ub, um, up)
-    centre = R[cs, i + 1]
-    lu = 0.0
-    lu += (R[bs, i + 1] - centre) * ihy2
-    lu += (R[as_, i + 1] - centre) * ihy2
-    lu += (R[cs, i] - centre) * ihx2
-    lu += (R[cs, i + 2] - centre) * ihx2
-    nu_ = -au + nu * lu
-    # _adv(ub, vb, vm, vp, vb, vm, vp): b(w, w)_v
-    bx = (R[cs + 1, i + 2] - R[cs + 1, i]) * ihx
-    by = (R[as_ + 1, i + 1] - R[bs + 1, i + 1]) * ihy
-    fx = (R[cs, i + 2] * R[cs + 1, i + 2] - R[cs, i] * R[cs + 1, i]) * ihx
-    fy = (R[as_ + 1, i + 1] * R[as_ + 1, i + 1] - R[bs + 1, i + 1] * R[bs + 1, i + 1]) * ihy
-    av = 0.5 * (R[cs, i + 1] * bx + R[cs + 1, i + 1] * by + fx + fy)
-    # _lap(vb, vm, vp)
-    centre = R[cs + 1, i + 1]
-    lv = 0.0
-    lv += (R[bs + 1, i + 1] - centre) * ihy2
-    lv += (R[as_ + 1, i + 1] - centre) * ihy2
-    lv += (R[cs + 1, i] - centre) * ihx2
-    lv += (R[cs + 1, i + 2] - centre) * ihx2
-    nv_ = -av + nu * lv
-    if first:
-        ou[j, i] = R[cs, i + 1] + dt * nu_
-        ov[j, i] = R[cs + 1, i + 1] + dt * nv_
+def _deep_rows(R, t, X, HX, Y, HY, r, d):
+    """Row r (-d <= r < my + d) of the fields X and Y with their depth-d halos ``HX``, ``HY`` =
+    (ylo, yhi, xlo, xhi) into ring rows t and t + 1: columns -d .. mx + d - 1 at indices
+    0 .. mx + 2d - 1. Both fields in one loop: streams read one after the other (a row of X, then of
+    Y) ran a third as fast as two read side by side (the prefetcher restarts on every row)."""
+    my, mx = X.shape
+    if r < 0:
+        for c in range(mx + 2 * d):
+            R[t, c] = HX[0][r + d, c]
+            R[t + 1, c] = HY[0][r + d, c]
+    elif r >= my:
+        for c in range(mx + 2 * d):
+            R[t, c] = HX[1][r - my, c]
+            R[t + 1, c] = HY[1][r - my, c]
     else:
-        ou[j, i] = alpha * w0u[j, i] + beta * (R[cs, i + 1] + dt * nu_)
-        ov[j, i] = alpha * w0v[j, i] + beta * (R[cs + 1, i + 1] + dt * nv_)
+        for c in range(d):
+            R[t, c] = HX[2][r, c]
+            R[t + 1, c] = HY[2][r, c]
+            R[t, mx + d + c] = HX[3][r, c]
+            R[t + 1, mx + d + c] = HY[3][r, c]
+        for c in range(mx):
+            R[t, d + c] = X[r, c]
+            R[t + 1, d + c] = Y[r, c]
 
 
 @njit(cache=True, inline="always")
-def _tangent_rows(PU, PV, FPU, FPV, DU, DV, FDU, FDV, W0U, W0V, D0U, D0V, alpha, beta, first, nu, dnu,
-                  dt, ih, fwd, outWU, outWV, outU, outV):
-    """The body of :func:`tangent_stage` (``fwd`` False) and :func:`tangent_forward_stage`."""
-    puylo, puyhi, puxlo, puxhi = FPU
-    pvylo, pvyhi, pvxlo, pvxhi = FPV
-    duylo, duyhi, duxlo, duxhi = FDU
-    dvylo, dvyhi, dvxlo, dvxhi = FDV
-    ihy2, ihx2, ihy, ihx = ih
-    kx = -(dt * (0.5 * ihx))
-    ky = -(dt * (0.5 * ihy))
-    k = (kx, ky, 2.0 * kx, 2.0 * ky, (dt * nu) * ihx2, (dt * nu) * ihy2, (dt * dnu) * ihx2, (dt * dnu) * ihy2)
-    my, mx = PU.shape
-    stride = mx + 2 + (64 - (mx + 2)) % 512  # 512 bytes mod 4096
-    R = np.empty((21, stride))  # row jj's seven fields from row 7 ((jj + 1) % 3)
-    for i in range(mx):  # row -1: the lower faces
-        _tring(R, 0, puylo[i], pvylo[i], duylo[i], dvylo[i], i + 1)
-    if my > 0:  # row 0 (later rows: one ahead of the loop below)
-        _tring(R, 7, puxlo[0], pvxlo[0], duxlo[0], dvxlo[0], 0)
-        _tring(R, 7, puxhi[0], pvxhi[0], duxhi[0], dvxhi[0], mx + 1)
-        for i in range(mx):
-            _tring(R, 7, PU[0, i], PV[0, i], DU[0, i], DV[0, i], i + 1)
+def _store_row(RO, outU, outV, r):
+    """Row r of the outputs from the row buffer RO: the arithmetic loop writes into RO (in cache)
+    and this loop streams it out. Stores that miss in cache, issued inside a long arithmetic loop,
+    held its loads up (burgers' fused tangent step: 18.8 -> 13.2 ns a point with the buffer)."""
+    for i in range(outU.shape[1]):
+        outU[r, i] = RO[0, i]
+        outV[r, i] = RO[1, i]
+
+
+@njit(cache=True, inline="always")
+def _s3(R, bs, cs, ns, i, k):
+    """S(x) at ring index i + 1 of row slot ``cs`` (rows below / above in ``bs`` / ``ns``)."""
+    return _sp(R[cs, i + 1], R[cs, i + 2], R[cs, i], R[ns, i + 1], R[bs, i + 1],
+               R[cs + 1, i + 1], R[cs + 1, i + 2], R[cs + 1, i], R[ns + 1, i + 1], R[bs + 1, i + 1], k)
+
+
+@njit(cache=True, inline="always")
+def _t3(R, bs, cs, ns, i, k, m, dp):
+    """:func:`_tp` at ring index i + 1 of row slot ``cs`` (x in fields +0, +1, d in +2, +3)."""
+    return _tp(R[cs, i + 1], R[cs, i + 2], R[cs, i], R[ns, i + 1], R[bs, i + 1],
+               R[cs + 1, i + 1], R[cs + 1, i + 2], R[cs + 1, i], R[ns + 1, i + 1], R[bs + 1, i + 1],
+               R[cs + 2, i + 1], R[cs + 2, i + 2], R[cs + 2, i], R[ns + 2, i + 1], R[bs + 2, i + 1],
+               R[cs + 3, i + 1], R[cs + 3, i + 2], R[cs + 3, i], R[ns + 3, i + 1], R[bs + 3, i + 1], k, m, dp)
+
+
+@njit(cache=True, inline="always")
+def _dnu_terms(beta, dt, dnu, ih):
+    """``m`` of :func:`_tp` for stage weight beta."""
+    ihy2, ihx2, _, _ = ih
+    mx_ = (beta * dt * dnu) * ihx2
+    my_ = (beta * dt * dnu) * ihy2
+    return -2.0 * (mx_ + my_), mx_, my_
+
+
+@njit(cache=True, error_model="numpy")
+def tangent_step(WU, WV, HWU, HWV, DU, DV, HDU, HDV, nu, dnu, dt, ih, outU, outV):
+    """d_{i+1} of one whole SSP-RK3 tangent step in one pass over the block (temporal blocking).
+
+    From w = u_i and d = its tangent, each with its depth-3 halo (``H*``, :class:`DeepHalo` strips),
+    the three stages run as a wavefront over the rows: at step t, row t of (w, d) enters a ring of
+    four padded rows, stage 1 makes (w1, d1) of row t - 1 (columns -2 .. mx + 1) into a ring of
+    three, stage 2 (w2, d2) of row t - 2 (columns -1 .. mx) into another, and stage 3 the output row
+    t - 3. The stage states never leave the cache: the pass reads w and d once and writes d_{i+1}
+    (48 bytes a point where three stage passes move 224), and no halo exchange falls between stages.
+    The halo points each rank recomputes are made by the same arithmetic from the same values as
+    their owner's, and w1, w2 are :func:`stage`'s arithmetic, so the result is bitwise that of the
+    three stage-by-stage passes this replaced (w1, w2 by ``stage``, each tangent stage a pass of its
+    own), on any decomposition."""
+    d = TANGENT_DEPTH
+    my, mx = WU.shape
+    k1, k2, k3 = _constants(1.0, nu, dt, ih), _constants(0.25, nu, dt, ih), _constants(2.0 / 3.0, nu, dt, ih)
+    m1, m2, m3 = _dnu_terms(1.0, dt, dnu, ih), _dnu_terms(0.25, dt, dnu, ih), _dnu_terms(2.0 / 3.0, dt, dnu, ih)
     dp = dnu != 0.0
-    for j in range(my):
-        bs, cs, as_ = 7 * (j % 3), 7 * ((j + 1) % 3), 7 * ((j + 2) % 3)
-        jj = j + 1
-        if jj < my:
-            _tring(R, as_, puxlo[jj], pvxlo[jj], duxlo[jj], dvxlo[jj], 0)
-            _tring(R, as_, puxhi[jj], pvxhi[jj], duxhi[jj], dvxhi[jj], mx + 1)
-            for i in range(mx):
-                _tring(R, as_, PU[jj, i], PV[jj, i], DU[jj, i], DV[jj, i], i + 1)
-        else:
-            for i in range(mx):
-                _tring(R, as_, puyhi[i], pvyhi[i], duyhi[i], dvyhi[i], i + 1)
-        if fwd:  # the forward stage's row j from the same ring rows (its own loop: registers)
-            if first:
+    third = 1.0 / 3.0
+    R0 = _rows(16, mx + 6)  # rows t - 3 .. t of (w, d): 4 slots x 4 fields, columns -3 .. mx + 2
+    R1 = _rows(12, mx + 4)  # rows of (w1, d1): 3 slots x 4 fields, columns -2 .. mx + 1
+    R2 = _rows(12, mx + 2)  # rows of (w2, d2), columns -1 .. mx
+    RO = _rows(2, mx)  # the output row
+    for t in range(-d, my + d):
+        s0 = 4 * ((t + d) % 4)
+        _deep_rows(R0, s0, WU, HWU, WV, HWV, t, d)
+        _deep_rows(R0, s0 + 2, DU, HDU, DV, HDV, t, d)
+        r = t - 1  # stage 1, row r, columns -2 .. mx + 1 (ring index c + 2; R0's c + 3)
+        if r >= -2 and r <= my + 1:
+            bs, cs, ns = 4 * ((r - 1 + d) % 4), 4 * ((r + d) % 4), s0
+            q = 4 * ((r + 2) % 3)
+            for i in range(mx + 4):
+                su, sv = _s3(R0, bs, cs, ns, i, k1)
+                R1[q, i] = su
+                R1[q + 1, i] = sv
+            if dp:  # one loop per case: a branch inside a loop keeps it scalar
+                for i in range(mx + 4):
+                    tu, tv = _t3(R0, bs, cs, ns, i, k1, m1, True)
+                    R1[q + 2, i] = tu
+                    R1[q + 3, i] = tv
+            else:
+                for i in range(mx + 4):
+                    tu, tv = _t3(R0, bs, cs, ns, i, k1, m1, False)
+                    R1[q + 2, i] = tu
+                    R1[q + 3, i] = tv
+        r = t - 2  # stage 2, row r, columns -1 .. mx (ring index c + 1; R1's c + 2, R0's c + 3)
+        if r >= -1 and r <= my:
+            bs, cs, ns = 4 * ((r + 1) % 3), 4 * ((r + 2) % 3), 4 * ((r + 3) % 3)
+            c0 = 4 * ((r + d) % 4)
+            q = 4 * ((r + 1) % 3)
+            for i in range(mx + 2):
+                su, sv = _s3(R1, bs, cs, ns, i, k2)
+                R2[q, i] = fma(0.75, R0[c0, i + 2], su)
+                R2[q + 1, i] = fma(0.75, R0[c0 + 1, i + 2], sv)
+            if dp:
+                for i in range(mx + 2):
+                    tu, tv = _t3(R1, bs, cs, ns, i, k2, m2, True)
+                    R2[q + 2, i] = fma(0.75, R0[c0 + 2, i + 2], tu)
+                    R2[q + 3, i] = fma(0.75, R0[c0 + 3, i + 2], tv)
+            else:
+                for i in range(mx + 2):
+                    tu, tv = _t3(R1, bs, cs, ns, i, k2, m2, False)
+                    R2[q + 2, i] = fma(0.75, R0[c0 + 2, i + 2], tu)
+                    R2[q + 3, i] = fma(0.75, R0[c0 + 3, i + 2], tv)
+        r = t - 3  # stage 3, row r, columns 0 .. mx - 1 (R2's c + 1, R0's c + 3)
+        if r >= 0 and r < my:
+            bs, cs, ns = 4 * (r % 3), 4 * ((r + 1) % 3), 4 * ((r + 2) % 3)
+            c0 = 4 * ((r + d) % 4)
+            if dp:
                 for i in range(mx):
-                    _fring(R, bs, cs, as_, W0U, W0V, outWU, outWV, j, i, alpha, beta, True, nu, dt,
-                           ihy2, ihx2, ihy, ihx)
+                    tu, tv = _t3(R2, bs, cs, ns, i, k3, m3, True)
+                    RO[0, i] = fma(third, R0[c0 + 2, i + 3], tu)
+                    RO[1, i] = fma(third, R0[c0 + 3, i + 3], tv)
             else:
                 for i in range(mx):
-                    _fring(R, bs, cs, as_, W0U, W0V, outWU, outWV, j, i, alpha, beta, False, nu, dt,
-                           ihy2, ihx2, ihy, ihx)
-        # one loop per case (first stage or not, dnu zero or not): a branch inside kept it scalar
-        if dp and first:
-            for i in range(mx):
-                _tpart(R, bs, cs, as_, D0U, D0V, outU, outV, j, i, k, True, True, alpha, beta)
-        elif dp:
-            for i in range(mx):
-                _tpart(R, bs, cs, as_, D0U, D0V, outU, outV, j, i, k, True, False, alpha, beta)
-        elif first:
-            for i in range(mx):
-                _tpart(R, bs, cs, as_, D0U, D0V, outU, outV, j, i, k, False, True, alpha, beta)
-        else:
-            for i in range(mx):
-                _tpart(R, bs, cs, as_, D0U, D0V, outU, outV, j, i, k, False, False, alpha, beta)
-
-
-@njit(cache=True, error_model="numpy")
-def tangent_stage(PU, PV, FPU, FPV, DU, DV, FDU, FDV, D0U, D0V, alpha, beta, first, nu, dnu, dt, ih,
-                  outU, outV):
-    """out = [alpha d0 + beta] (d + dt T), T = -b(d, w) - b(w, d) + nu lap d + dnu lap w.
-
-    The stage's inputs pass through a ring of three rows (j - 1, j, j + 1; row j + 1 copied while
-    row j is computed), each holding w, d and the products S, Q_v, Q_u of :func:`_tpart` with the
-    row's x halo; the ring's rows lie 512 bytes apart modulo 4096 (a state's 1024-point rows are
-    8 KiB, so all map to the same cache sets). Rows are addressed by index, never by a row view:
-    a view per row and array costs numba's reference counting."""
-    _tangent_rows(PU, PV, FPU, FPV, DU, DV, FDU, FDV, D0U, D0V, D0U, D0V, alpha, beta, first, nu, dnu,
-                  dt, ih, False, outU, outV, outU, outV)
-
-
-@njit(cache=True, error_model="numpy")
-def tangent_forward_stage(PU, PV, FPU, FPV, DU, DV, FDU, FDV, W0U, W0V, D0U, D0V, alpha, beta, first,
-                          nu, dnu, dt, ih, outWU, outWV, outU, outV):
-    """:func:`tangent_stage` at w (= P) and, from the same ring rows, the forward stage w -> outW of
-    :func:`stage` (``W0`` its w0): bitwise :func:`stage`'s output, so the tangent step linearises at
-    exactly the forward trajectory, without a second read of w and its halo. Outputs must not alias
-    inputs (rows j - 1 .. j + 1 of P and D are read after row j's outputs are written)."""
-    _tangent_rows(PU, PV, FPU, FPV, DU, DV, FDU, FDV, W0U, W0V, D0U, D0V, alpha, beta, first, nu, dnu,
-                  dt, ih, True, outWU, outWV, outU, outV)
+                    tu, tv = _t3(R2, bs, cs, ns, i, k3, m3, False)
+                    RO[0, i] = fma(third, R0[c0 + 2, i + 3], tu)
+                    RO[1, i] = fma(third, R0[c0 + 3, i + 3], tv)
+            _store_row(RO, outU, outV, r)
 
 
 @njit(cache=True, inline="always")
-def _arhs(pub, pvb, pum, pup, pvm, pvp, mub, mvb, mum, mup, mvm, mvp, i, cly, clx, cy, cx):
-    """mu + dt t per component, t = (N'(w))^T mu, and dt nu w . lap mu (dJ/dnu's term), at point i.
+def _ap(u, ue, uw, un, us, v, ve, vw, vn, vs, mu, mue, muw, mun, mus, mv, mve, mvw, mvn, mvs, beta, kn, cx, cy,
+        ihy2, ihx2, m4):
+    """S'(w)^T mu at a point from the star values of w and mu, and the point's w . lap mu (dJ/dnu's
+    term).
 
-    ``cy``, ``cx`` = dt/(4 hy), dt/(4 hx); ``cly``, ``clx`` = dt nu/hy^2, dt nu/hx^2. In the
-    one-sided differences of mu at the point (e, w: east and west, mu_e - mu and mu - mu_w; n, s:
-    north and south) dt times component u of t is
+    Transposing S' (module docstring) gives, for component u,
 
-        cx [(2 w_u + w_u,e) e_u + (2 w_u + w_u,w) w_u' - mu_v dx w_v + w_v dx mu_v]
-        + cy [w_v dy mu_u + dy(w_v mu_u)] + cly (n_u - s_u) + clx (e_u - w_u'),
+        beta mu_u + beta dt nu lap mu_u + cx [mu_u,w (B + u) - mu_u,e (A + u) + mu_u (u_e - u_w)
+        + mu_v (v_e - v_w) - v (mu_v,e - mu_v,w)] + cy [mu_u,s D - mu_u,n C]
 
-    dx f = f_e - f_w (w_u' the west difference of mu_u): that is b(w, mu)_u + nu lap mu_u -
-    1/2 sum_c (mu_c d_x w_c - w_c d_x mu_c) with its common terms gathered, 2 w_u dx mu_u +
-    dx(w_u mu_u) - mu_u dx w_u = (2 w_u + w_u,e) e_u + (2 w_u + w_u,w) w_u' (v: x and y swapped).
-    dJ/dnu's term is w . lap mu, not lap w . mu: the periodic Laplacian is symmetric, so their sums
-    over the grid agree, and dt nu lap mu is made for the nu lap mu term anyway. Everything is
-    IEEE arithmetic in the written order (no fastmath), point by point, so the same on any
-    decomposition; it is not bitwise the order of the older kernels (differences ~1e-16)."""
-    au = pub[i + 1]
-    av = pvb[i + 1]
-    mu = mub[i + 1]
-    mv = mvb[i + 1]
-    aue = pub[i + 2]
-    auw = pub[i]
-    mve = mvb[i + 2]
-    mvw = mvb[i]
-    mum_ = mum[i]
-    mvm_ = mvm[i]
-    eu = mub[i + 2] - mu
-    wu = mu - mub[i]
-    nu_ = mup[i] - mu
-    su_ = mu - mum_
-    ev = mve - mv
-    wv = mv - mvw
-    nv = mvp[i] - mv
-    sv_ = mv - mvm_
-    dymu = nu_ + su_
-    dxmv = ev + wv
-    lu = cly * (nu_ - su_) + clx * (eu - wu)
-    lv = cly * (nv - sv_) + clx * (ev - wv)
-    au2 = au + au
-    av2 = av + av
-    xu = (au2 + aue) * eu + (au2 + auw) * wu - mv * (pvb[i + 2] - pvb[i]) + av * dxmv
-    yu = av * dymu + (pvp[i] * mup[i] - pvm[i] * mum_)
-    su = mu + ((cx * xu + cy * yu) + lu)
-    yv = (av2 + pvp[i]) * nv + (av2 + pvm[i]) * sv_ - mu * (pup[i] - pum[i]) + au * dymu
-    xv = au * dxmv + (aue * mve - auw * mvw)
-    sv = mv + ((cy * yv + cx * xv) + lv)
-    return su, sv, au * lu + av * lv
+    and for v the same with x and y (and u and v) swapped. dJ/dnu's term is w . lap mu, not
+    lap w . mu: the periodic Laplacian is symmetric, so their sums over the grid agree, and lap mu
+    is made for the nu term anyway."""
+    a = u + ue
+    b = u + uw
+    c = v + vn
+    d = v + vs
+    lu = fma(ihx2, mue + muw, fma(ihy2, mun + mus, m4 * mu))
+    lv = fma(ihx2, mve + mvw, fma(ihy2, mvn + mvs, m4 * mv))
+    xu = fma(muw, b + u, fma(-mue, a + u, fma(mu, ue - uw, fma(mv, ve - vw, -(v * (mve - mvw))))))
+    yu = fma(mus, d, -(mun * c))
+    xv = fma(mvw, b, -(mve * a))
+    yv = fma(mvs, d + v, fma(-mvn, c + v, fma(mv, vn - vs, fma(mu, un - us, -(u * (mun - mus))))))
+    su = fma(cx, xu, fma(cy, yu, fma(kn, lu, beta * mu)))
+    sv = fma(cx, xv, fma(cy, yv, fma(kn, lv, beta * mv)))
+    return su, sv, fma(u, lu, v * lv)
+
+
+ADJOINT_DEPTHS = (5, 3)  # adjoint_step's halo depths: u_i (two stages forward, three back), lambda_{i+1}
+
+
+@njit(cache=True, inline="always")
+def _a2(RP, bp, cp, np_, ip, RM, bm, cm, nm, im, terms):
+    """:func:`_ap` with w in ring RP (rows ``bp``, ``cp``, ``np_``, centre index ip + 1) and mu in
+    ring RM (rows ``bm``, ``cm``, ``nm``, centre index im + 1); ``terms`` from :func:`_backward_terms`."""
+    beta, kn, cx, cy, ihy2, ihx2, m4 = terms
+    return _ap(RP[cp, ip + 1], RP[cp, ip + 2], RP[cp, ip], RP[np_, ip + 1], RP[bp, ip + 1],
+               RP[cp + 1, ip + 1], RP[cp + 1, ip + 2], RP[cp + 1, ip], RP[np_ + 1, ip + 1], RP[bp + 1, ip + 1],
+               RM[cm, im + 1], RM[cm, im + 2], RM[cm, im], RM[nm, im + 1], RM[bm, im + 1],
+               RM[cm + 1, im + 1], RM[cm + 1, im + 2], RM[cm + 1, im], RM[nm + 1, im + 1], RM[bm + 1, im + 1],
+               beta, kn, cx, cy, ihy2, ihx2, m4)
+
+
+@njit(cache=True, inline="always")
+def _backward_terms(beta, nu, dt, ih):
+    """(beta, kn, cx, cy, ihy2, ihx2, m4) of :func:`_ap` for stage weight beta."""
+    ihy2, ihx2, ihy, ihx = ih
+    bdt = beta * dt
+    return beta, bdt * nu, -(bdt * (0.5 * ihx)), -(bdt * (0.5 * ihy)), ihy2, ihx2, -2.0 * (ihx2 + ihy2)
 
 
 @njit(cache=True, error_model="numpy")
-def adjoint_stage(PU, PV, FPU, FPV, MU, MV, FMU, FMV, mode, nu, dt, ih, out1U, out1V, out2U, out2V):
-    """One RK stage backwards: t = (N'(w))^T mu; returns the local sum <w, lap mu> (for dJ/dnu).
+def adjoint_step(WU, WV, HWU, HWV, MU, MV, HMU, HMV, nu, dt, ih, outU, outV):
+    """lambda_i of one whole SSP-RK3 adjoint step in one pass over the block (temporal blocking);
+    returns the local sums of w_k . lap mu_k of backward stages 3, 2, 1 (for dJ/dnu).
 
-    (N'(w))^T mu = b(w, mu) + nu lap mu - 1/2 sum_d (mu_d grad w_d - w_d grad mu_d) (b(w, .) is
-    antisymmetric on the periodic grid; its terms gathered as in :func:`_arhs`). mode 3: out1 =
-    2/3 (mu + dt t), out2 = mu/3 + 3/4 out1 (mu/3 as mu * (1/3)); mode 2: out1 = 1/4 (mu + dt t);
-    mode 1: out2 += mu + dt t.
-
-    The sum's order (a vectorisable one): column i of the block adds its points' terms
-    dt nu (w_u lap mu_u + w_v lap mu_v) row by row, j = 0, 1, ... (acc[i], inside the vectorised
-    loop); then the columns' sums are added in order, i = 0, 1, ..., and divided by dt nu. The order
-    is fixed for a given block, so the sum is deterministic, but another decomposition sums in
-    another order (as the ranks' sums, combined by an allreduce, always did).
-
-    ``out1`` may be the memory of P or M (an update in place, so the adjoint step needs no scratch
-    of its own for it): each row of P and M is copied before its outputs are written and the row
-    below is read from that copy, so every point reads its inputs' old values. The copies' rows lie
-    512 bytes apart modulo 4096 (the state's rows are 8 KiB at 1024 points, so all in the same
-    cache sets): eight copied rows, each in their own sets, ran the stage 5-10 % faster than at
-    mx + 2 apart.
-    """
-    puylo, puyhi, puxlo, puxhi = FPU
-    pvylo, pvyhi, pvxlo, pvxhi = FPV
-    muylo, muyhi, muxlo, muxhi = FMU
-    mvylo, mvyhi, mvxlo, mvxhi = FMV
-    ihy2, ihx2, ihy, ihx = ih
-    cy = dt * (0.5 * ihy)
-    cx = dt * (0.5 * ihx)
-    cly = (dt * nu) * ihy2
-    clx = (dt * nu) * ihx2
+    From w = u_i with its depth-5 halo and mu = lambda_{i+1} with its depth-3 halo (``H*``,
+    :class:`DeepHalo` strips), a wavefront over the rows: at step t, row t of w enters a ring; the
+    forward stages make w1 of row t - 1 and w2 of row t - 2; backward stage 3 makes b = S3'(w2)^T mu of
+    row t - 3 (mu's row t - 2 enters its ring), stage 2 c = S2'(w1)^T b of row t - 4, and stage 1 the
+    output row t - 5: lambda_i = (mu/3 + 3/4 b) + S1'(w)^T c. Each stage runs on the columns and rows
+    the next one reads (w1 on a 4-point margin, ..., c on 1). The stage states and the backward
+    vectors never leave the cache (the pass reads w and mu once and writes lambda_i: 48 bytes a
+    point where five stage passes move 256), and no halo exchange falls between stages. Every point
+    is :func:`stage`'s and the stage-wise backward arithmetic on the same values, whoever computes
+    it, so lambda_i is bitwise the same on any decomposition; each backward stage's sum adds its
+    owned points' terms per column, rows in order, then the columns in order."""
+    dw, dm = ADJOINT_DEPTHS
+    my, mx = WU.shape
+    k1, k2 = _constants(1.0, nu, dt, ih), _constants(0.25, nu, dt, ih)
+    a3, a2, a1 = _backward_terms(2.0 / 3.0, nu, dt, ih), _backward_terms(0.25, nu, dt, ih), \
+        _backward_terms(1.0, nu, dt, ih)
     third = 1.0 / 3.0
-    my, mx = PU.shape
-    stride = mx + 2 + (64 - (mx + 2)) % 512  # 512 bytes mod 4096
-    rows = np.empty((2, 4, stride))  # row j's copies (pu, pv, mu, mv) in rows[j % 2], row j - 1's in the other
-    below = rows[1]
-    for i in range(mx):  # row -1: the lower faces
-        below[0, i + 1] = puylo[i]
-        below[1, i + 1] = pvylo[i]
-        below[2, i + 1] = muylo[i]
-        below[3, i + 1] = mvylo[i]
-    acc = np.zeros(mx)  # per column: the sum over rows of dt nu w . lap mu
-    for j in range(my):
-        cur = rows[j % 2]
-        below = rows[(j + 1) % 2]
-        pub, pvb, mub, mvb = cur[0, :mx + 2], cur[1, :mx + 2], cur[2, :mx + 2], cur[3, :mx + 2]
-        pum, pvm, mum, mvm = below[0, 1:mx + 1], below[1, 1:mx + 1], below[2, 1:mx + 1], below[3, 1:mx + 1]
-        pup = PU[j + 1] if j < my - 1 else puyhi
-        pvp = PV[j + 1] if j < my - 1 else pvyhi
-        mup = MU[j + 1] if j < my - 1 else muyhi
-        mvp = MV[j + 1] if j < my - 1 else mvyhi
-        _fill(pub, PU, puxlo, puxhi, j)
-        _fill(pvb, PV, pvxlo, pvxhi, j)
-        _fill(mub, MU, muxlo, muxhi, j)
-        _fill(mvb, MV, mvxlo, mvxhi, j)
-        if mode == 3:
-            o1u, o1v, o2u, o2v = out1U[j], out1V[j], out2U[j], out2V[j]
+    RW = _rows(14, mx + 10)  # w rows t - 6 .. t (7 slots x 2 fields), columns -5 .. mx + 4
+    R1 = _rows(10, mx + 8)  # w1 rows t - 5 .. t - 1, columns -4 .. mx + 3
+    R2 = _rows(6, mx + 6)  # w2 rows t - 4 .. t - 2, columns -3 .. mx + 2
+    RM = _rows(8, mx + 6)  # mu rows t - 5 .. t - 2, columns -3 .. mx + 2
+    RB = _rows(6, mx + 4)  # b rows t - 5 .. t - 3, columns -2 .. mx + 1
+    RC = _rows(6, mx + 2)  # c rows t - 6 .. t - 4, columns -1 .. mx
+    RO = _rows(2, mx)  # the output row
+    g = np.empty(mx + 4)
+    acc3, acc2, acc1 = np.zeros(mx), np.zeros(mx), np.zeros(mx)
+    for t in range(-dw, my + dw):
+        _deep_rows(RW, 2 * ((t + 7) % 7), WU, HWU, WV, HWV, t, dw)
+        r = t - 2
+        if r >= -dm and r < my + dm:
+            _deep_rows(RM, 2 * ((r + 4) % 4), MU, HMU, MV, HMV, r, dm)
+        r = t - 1  # w1 = S1(w), row r, columns -4 .. mx + 3 (RW's c + 5, R1's c + 4)
+        if r >= -4 and r <= my + 3:
+            bs, cs, ns = 2 * ((r + 6) % 7), 2 * ((r + 7) % 7), 2 * ((r + 8) % 7)
+            q = 2 * ((r + 5) % 5)
+            for i in range(mx + 8):
+                su, sv = _s3(RW, bs, cs, ns, i, k1)
+                R1[q, i] = su
+                R1[q + 1, i] = sv
+        r = t - 2  # w2 = 3/4 w + S2(w1), row r, columns -3 .. mx + 2 (R1's c + 4, R2's c + 3)
+        if r >= -3 and r <= my + 2:
+            bs, cs, ns = 2 * ((r + 4) % 5), 2 * ((r + 5) % 5), 2 * ((r + 6) % 5)
+            w0 = 2 * ((r + 7) % 7)
+            q = 2 * ((r + 3) % 3)
+            for i in range(mx + 6):
+                su, sv = _s3(R1, bs, cs, ns, i, k2)
+                R2[q, i] = fma(0.75, RW[w0, i + 2], su)
+                R2[q + 1, i] = fma(0.75, RW[w0 + 1, i + 2], sv)
+        r = t - 3  # b = S3'(w2)^T mu, row r, columns -2 .. mx + 1 (R2's and RM's c + 3, RB's c + 2)
+        if r >= -2 and r <= my + 1:
+            bp, cp, np_ = 2 * ((r + 2) % 3), 2 * ((r + 3) % 3), 2 * ((r + 4) % 3)
+            bm, cm, nm = 2 * ((r + 3) % 4), 2 * ((r + 4) % 4), 2 * ((r + 5) % 4)
+            q = 2 * ((r + 3) % 3)
+            for i in range(mx + 4):
+                su, sv, gi = _a2(R2, bp, cp, np_, i, RM, bm, cm, nm, i, a3)
+                g[i] = gi
+                RB[q, i] = su
+                RB[q + 1, i] = sv
+            if r >= 0 and r < my:
+                for i in range(mx):
+                    acc3[i] += g[i + 2]
+        r = t - 4  # c = S2'(w1)^T b, row r, columns -1 .. mx (R1's c + 4, RB's c + 2, RC's c + 1)
+        if r >= -1 and r <= my:
+            bp, cp, np_ = 2 * ((r + 4) % 5), 2 * ((r + 5) % 5), 2 * ((r + 6) % 5)
+            bm, cm, nm = 2 * ((r + 2) % 3), 2 * ((r + 3) % 3), 2 * ((r + 4) % 3)
+            q = 2 * ((r + 3) % 3)
+            for i in range(mx + 2):
+                su, sv, gi = _a2(R1, bp, cp, np_, i + 2, RB, bm, cm, nm, i, a2)
+                g[i] = gi
+                RC[q, i] = su
+                RC[q + 1, i] = sv
+            if r >= 0 and r < my:
+                for i in range(mx):
+                    acc2[i] += g[i + 1]
+        r = t - 5  # lambda_i = (mu/3 + 3/4 b) + S1'(w)^T c, row r (RW's c + 5, RC's c + 1, RB's c + 2, RM's c + 3)
+        if r >= 0 and r < my:
+            bp, cp, np_ = 2 * ((r + 6) % 7), 2 * ((r + 7) % 7), 2 * ((r + 8) % 7)
+            bm, cm, nm = 2 * ((r + 2) % 3), 2 * ((r + 3) % 3), 2 * ((r + 4) % 3)
+            b0, m0 = 2 * ((r + 3) % 3), 2 * ((r + 4) % 4)
             for i in range(mx):
-                su, sv, g = _arhs(pub, pvb, pum, pup, pvm, pvp, mub, mvb, mum, mup, mvm, mvp,
-                                  i, cly, clx, cy, cx)
-                acc[i] += g
-                b = (2.0 / 3.0) * su
-                o1u[i] = b
-                o2u[i] = mub[i + 1] * third + 0.75 * b
-                b = (2.0 / 3.0) * sv
-                o1v[i] = b
-                o2v[i] = mvb[i + 1] * third + 0.75 * b
-        elif mode == 2:
-            o1u, o1v = out1U[j], out1V[j]
-            for i in range(mx):
-                su, sv, g = _arhs(pub, pvb, pum, pup, pvm, pvp, mub, mvb, mum, mup, mvm, mvp,
-                                  i, cly, clx, cy, cx)
-                acc[i] += g
-                o1u[i] = 0.25 * su
-                o1v[i] = 0.25 * sv
-        else:
-            o2u, o2v = out2U[j], out2V[j]
-            for i in range(mx):
-                su, sv, g = _arhs(pub, pvb, pum, pup, pvm, pvp, mub, mvb, mum, mup, mvm, mvp,
-                                  i, cly, clx, cy, cx)
-                acc[i] += g
-                o2u[i] += su
-                o2v[i] += sv
-    dnu = 0.0
+                su, sv, gi = _a2(RW, bp, cp, np_, i + 4, RC, bm, cm, nm, i, a1)
+                acc1[i] += gi
+                RO[0, i] = fma(0.75, RB[b0, i + 2], RM[m0, i + 3] * third) + su
+                RO[1, i] = fma(0.75, RB[b0 + 1, i + 2], RM[m0 + 1, i + 3] * third) + sv
+            _store_row(RO, outU, outV, r)
+    g3 = g2 = g1 = 0.0
     for i in range(mx):
-        dnu += acc[i]
-    return dnu / (dt * nu)
+        g3 += acc3[i]
+    for i in range(mx):
+        g2 += acc2[i]
+    for i in range(mx):
+        g1 += acc1[i]
+    return g3, g2, g1

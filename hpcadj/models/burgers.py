@@ -149,10 +149,10 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
 
     def working_set_states(self) -> float:
         """3: the model's own share beside the driver's states, the controls, the gradient and the RAM
-        slots: the two stage scratch Vecs (the backward stages write in place) and the halo buffers;
-        its kept u0 is u_0 itself. Measured by experiments/memory_budget/probe.py (2 ranks, 3 RAM
-        slots, 10 steps; peak RSS above baseline per state per rank): 1024^2 11.1 states in all,
-        2.1 of them the model's; 256^2 11.7 (2.7). Was 20.8 at 1024^2. A tangent sweep adds two."""
+        slots: the step's two stage scratch Vecs and the halo buffers (the one-pass tangent and adjoint
+        steps add only their row rings and deep-halo strips, under 1 MiB at 1024^2); its kept u0 is
+        u_0 itself. Measured by experiments/memory_budget/probe.py (3 RAM slots, 10 steps; peak RSS
+        above baseline per state per rank): 1024^2 10.2 / 10.3 states in all on 1 / 2 ranks."""
         return 3.0
 
     def initial_state(self):
@@ -231,13 +231,15 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         """u_i's depth-5 halos (u, v) and lambda_{i+1}'s depth-3 halos (slot 1 of the tangent's)."""
         if self._adjoint_deep is None:
             depth = kern.ADJOINT_DEPTHS[0]
-            self._adjoint_deep = tuple(self._split_pair.deep_halo(c, depth) for c in (0, 1))
+            self._adjoint_deep = tuple(self._split_pair.deep_halo(c, depth, template=self._stage_vecs[0])
+                                       for c in (0, 1))
         return self._adjoint_deep + self._depth3_halos()
 
     def _depth3_halos(self):
         """The depth-3 halos of both components, two slots each (the tangent step's u_i and du_i)."""
         if self._deep_halos is None:
-            self._deep_halos = tuple(self._split_pair.deep_halo(c, kern.TANGENT_DEPTH, slots=2) for c in (0, 1))
+            self._deep_halos = tuple(self._split_pair.deep_halo(c, kern.TANGENT_DEPTH, slots=2,
+                                                                template=self._stage_vecs[0]) for c in (0, 1))
         return self._deep_halos
 
     def initial_adjoint(self, lam0, grad):

@@ -126,7 +126,10 @@ class DeepHalo:
     ``source`` and ``index_map`` as for :class:`Halo`. Points outside a non-periodic domain are 0.
     """
 
-    def __init__(self, grid, depth: int, slots: int = 1, source=None, index_map=None):
+    def __init__(self, grid, depth: int, slots: int = 1, source=None, index_map=None, template=None):
+        """``template``: a Vec of the source layout to build the scatter on (a model's scratch state):
+        made lazily, in the middle of a sweep, the halo's own full-size Vec would add a state to the
+        process's peak."""
         PETSc = petsc()
         if grid.dim != 2 or depth < 1:
             raise ValueError("DeepHalo is 2-D, depth >= 1")
@@ -146,11 +149,11 @@ class DeepHalo:
         self._seqs = [PETSc.Vec().createSeq(self.size, comm=PETSc.COMM_SELF) for _ in range(slots)]
         for seq in self._seqs:
             seq.set(0.0)  # points outside the domain stay 0
-        src = (source or grid).create_vec()
+        src = template if template is not None else (source or grid).create_vec()
         is_from = PETSc.IS().createGeneral(flat[inside].astype(PETSc.IntType), comm=PETSc.COMM_SELF)
         is_to = PETSc.IS().createGeneral(np.flatnonzero(inside).astype(PETSc.IntType), comm=PETSc.COMM_SELF)
         self._scatter = PETSc.Scatter().create(src, is_from, self._seqs[0], is_to)
-        for obj in (src, is_from, is_to):
+        for obj in (is_from, is_to) if template is not None else (src, is_from, is_to):
             obj.destroy()
         self._views = []
         for seq in self._seqs:
@@ -246,9 +249,11 @@ class SplitPair:
         """The one-point halo of one field read straight from split states."""
         return Halo(self.field, slots=slots, source=self._pair, index_map=self._index_map(component))
 
-    def deep_halo(self, component: int, depth: int, slots: int = 1) -> "DeepHalo":
-        """The depth-``depth`` box halo of one field read straight from split states (2-D)."""
-        return DeepHalo(self.field, depth, slots=slots, source=self._pair, index_map=self._index_map(component))
+    def deep_halo(self, component: int, depth: int, slots: int = 1, template=None) -> "DeepHalo":
+        """The depth-``depth`` box halo of one field read straight from split states (2-D);
+        ``template`` as for :class:`DeepHalo`."""
+        return DeepHalo(self.field, depth, slots=slots, source=self._pair, index_map=self._index_map(component),
+                        template=template)
 
     def fields(self, vec, readonly: bool = True) -> np.ndarray:
         """A state's two owned fields as one (2, *field shape) view."""

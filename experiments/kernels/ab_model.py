@@ -1,7 +1,9 @@
-"""Burgers' model against an older tree's, on the same inputs in one process (issue 15).
+"""An explicit model (wave or burgers) against an older tree's, on the same inputs in one process
+(issue 15).
 
-    git archive cbccc56 | tar -x -C /tmp/old          # stage-by-stage tangent and adjoint steps
-    python experiments/kernels/ab_burgers.py --old /tmp/old [--grid 1024x1024] [--rounds 4] [--reps 13]
+    git archive cbccc56 | tar -x -C /tmp/old          # burgers: stage-by-stage tangent and adjoint steps
+    python experiments/kernels/ab_model.py --old /tmp/old --model burgers [--grid 1024x1024] \
+        [--rounds 4] [--reps 13]
 
 One rank, no mpirun. The older tree's package is imported beside this one (as ``hpcadj_old``, from a
 copy under the system's temporary directory), and both trees' models, each with its own kernels,
@@ -25,48 +27,52 @@ import numpy as np
 from _ab import median_ms
 
 
-def import_old(root: Path):
-    """The package under ``root``/hpcadj, importable as ``hpcadj_old`` (its imports are relative)."""
-    where = Path(tempfile.mkdtemp(prefix="ab_burgers_"))
+def import_old(root: Path, model: str):
+    """The model module of the package under ``root``/hpcadj, imported as ``hpcadj_old`` (the
+    package's own imports are relative)."""
+    where = Path(tempfile.mkdtemp(prefix="ab_model_"))
     shutil.copytree(root / "hpcadj", where / "hpcadj_old")
     sys.path.insert(0, str(where))
-    return importlib.import_module("hpcadj_old.models.burgers"), where
+    return importlib.import_module(f"hpcadj_old.models.{model}"), where
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--old", required=True, help="root of the older tree (a git archive)")
-    ap.add_argument("--grid", default="1024x1024")
+    ap.add_argument("--model", choices=("burgers", "wave"), default="burgers")
+    ap.add_argument("--grid", default=None, help="default: 1024x1024 (burgers), 128x128x128 (wave)")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--reps", type=int, default=13)
     args = ap.parse_args()
-    from hpcadj.models import burgers
     from hpcadj.models.dmda import parse_grid
     from hpcadj.stack import mpi, petsc
 
+    grid = args.grid or ("1024x1024" if args.model == "burgers" else "128x128x128")
     try:
-        sizes = parse_grid(args.grid)
-        if not (Path(args.old) / "hpcadj" / "models" / "burgers.py").is_file():
-            raise ValueError(f"no hpcadj/models/burgers.py under {args.old}")
-        if len(sizes) != 2 or min(sizes) < 3 or args.rounds < 1 or args.reps < 3:
-            raise ValueError(f"need a 2-D grid of at least 3x3, --rounds >= 1 and --reps >= 3, got "
-                             f"{args.grid}, {args.rounds}, {args.reps}")
+        sizes = parse_grid(grid)
+        if not (Path(args.old) / "hpcadj" / "models" / f"{args.model}.py").is_file():
+            raise ValueError(f"no hpcadj/models/{args.model}.py under {args.old}")
+        if (args.model == "burgers" and len(sizes) != 2) or min(sizes) < 5 or args.rounds < 1 or args.reps < 3:
+            raise ValueError(f"need a grid of at least 5 points an axis (2-D for burgers), --rounds >= 1 "
+                             f"and --reps >= 3, got {grid}, {args.rounds}, {args.reps}")
     except ValueError as exc:
-        print(f"ab_burgers: {exc}", file=sys.stderr)
+        print(f"ab_model: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     PETSc = petsc()
-    old_burgers, where = import_old(Path(args.old))
+    new_module = importlib.import_module(f"hpcadj.models.{args.model}")
+    old_module, where = import_old(Path(args.old), args.model)
     try:
         comm = mpi().COMM_SELF
         cases = {}
-        for who, module in (("old", old_burgers), ("new", burgers)):
-            m = module.BurgersModel(comm, sizes, n_steps=2)
+        for who, module in (("old", old_module), ("new", new_module)):
+            cls = module.BurgersModel if args.model == "burgers" else module.WaveModel
+            m = cls(comm, sizes, n_steps=2)
             controls = m.default_controls()
             m.set_controls(controls)
             grad = {k: v.duplicate() for k, v in controls.items()}
             u = m.step(0, m.initial_state())
             lam = m.step(1, u)
-            dcontrols = {k: v.copy() for k, v in controls.items()}  # dnu = nu: the tangent's dnu loops
+            dcontrols = {k: v.copy() for k, v in controls.items()}  # a direction in every control
             cases[who] = {"step": lambda m=m, u=u: m.step(1, u),
                           "adjoint step": lambda m=m, u=u, lam=lam, grad=grad: m.adjoint_step(1, u, lam, lam, grad),
                           "tangent step": lambda m=m, u=u, lam=lam, dc=dcontrols: m.tangent_step(1, u, lam, lam, dc)}
@@ -88,7 +94,7 @@ def main():
                 for name, fn in calls.items():
                     times.setdefault((who, name), []).append(median_ms(destroyed(fn), args.reps))
         ms = {k: float(np.median(v)) for k, v in times.items()}
-        print(f"burgers {args.grid}, 1 rank: ms (median of {args.rounds} rounds of median-of-{args.reps})")
+        print(f"{args.model} {grid}, 1 rank: ms (median of {args.rounds} rounds of median-of-{args.reps})")
         for who in cases:
             step = ms[(who, "step")]
             print(f"  {who}: step {step:.2f}  adjoint step {ms[(who, 'adjoint step')]:.2f} "

@@ -1,4 +1,4 @@
-"""What ab_wave.py and ab_burgers.py share: an older tree's kernel module loaded beside this tree's,
+"""What ab_wave.py and ab_model.py share: an older tree's kernel module loaded beside this tree's,
 and one kernel call's median time."""
 
 from __future__ import annotations

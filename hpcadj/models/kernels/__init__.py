@@ -87,10 +87,7 @@ class Halo:
 
     def faces(self, vec, slot: int = 0):
         """Scatter ``vec``'s neighbour faces into buffer ``slot``; return its face arrays."""
-        PETSc = petsc()
-        self._scatter.scatter(vec, self._seqs[slot], addv=PETSc.InsertMode.INSERT,
-                              mode=PETSc.ScatterMode.FORWARD)
-        return self._views[slot]
+        return _gather(self, vec, slot)
 
 
 def petsc_indices(grid, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
@@ -166,10 +163,14 @@ class DeepHalo:
 
     def strips(self, vec, slot: int = 0):
         """Scatter ``vec``'s halo into buffer ``slot``; return (ylo, yhi, xlo, xhi)."""
-        PETSc = petsc()
-        self._scatter.scatter(vec, self._seqs[slot], addv=PETSc.InsertMode.INSERT,
-                              mode=PETSc.ScatterMode.FORWARD)
-        return self._views[slot]
+        return _gather(self, vec, slot)
+
+
+def _gather(halo, vec, slot):
+    """A halo's scatter from ``vec`` into its buffer ``slot``; that buffer's views."""
+    PETSc = petsc()
+    halo._scatter.scatter(vec, halo._seqs[slot], addv=PETSc.InsertMode.INSERT, mode=PETSc.ScatterMode.FORWARD)
+    return halo._views[slot]
 
 
 def _plain_vec(layout):

@@ -49,6 +49,7 @@ from numba import njit
 from .fma import fma
 
 
+# -- rings of rows -----------------------------------------------------------------------------
 @njit(cache=True, inline="always")
 def _rows(n, width):
     """n ring rows of at least ``width`` values each, 512 bytes apart modulo 4096."""
@@ -73,6 +74,43 @@ def _ring_face(R, t, face):
 
 
 @njit(cache=True, inline="always")
+def _deep_rows(R, t, X, HX, Y, HY, r, d):
+    """Row r (-d <= r < my + d) of the fields X and Y with their depth-d halos ``HX``, ``HY`` =
+    (ylo, yhi, xlo, xhi) into ring rows t and t + 1: columns -d .. mx + d - 1 at indices
+    0 .. mx + 2d - 1. Both fields in one loop: streams read one after the other (a row of X, then of
+    Y) ran a third as fast as two read side by side (the prefetcher restarts on every row)."""
+    my, mx = X.shape
+    if r < 0:
+        for c in range(mx + 2 * d):
+            R[t, c] = HX[0][r + d, c]
+            R[t + 1, c] = HY[0][r + d, c]
+    elif r >= my:
+        for c in range(mx + 2 * d):
+            R[t, c] = HX[1][r - my, c]
+            R[t + 1, c] = HY[1][r - my, c]
+    else:
+        for c in range(d):
+            R[t, c] = HX[2][r, c]
+            R[t + 1, c] = HY[2][r, c]
+            R[t, mx + d + c] = HX[3][r, c]
+            R[t + 1, mx + d + c] = HY[3][r, c]
+        for c in range(mx):
+            R[t, d + c] = X[r, c]
+            R[t + 1, d + c] = Y[r, c]
+
+
+@njit(cache=True, inline="always")
+def _store_row(RO, outU, outV, r):
+    """Row r of the outputs from the row buffer RO: the arithmetic loop writes into RO (in cache)
+    and this loop streams it out. Stores that miss in cache, issued inside a long arithmetic loop,
+    held its loads up (burgers' fused tangent step: 18.8 -> 13.2 ns a point with the buffer)."""
+    for i in range(outU.shape[1]):
+        outU[r, i] = RO[0, i]
+        outV[r, i] = RO[1, i]
+
+
+# -- the point arithmetic: the stage map, its tangent, its transpose ---------------------------
+@njit(cache=True, inline="always")
 def _constants(beta, nu, dt, ih):
     """(c0, lx, ly, cx, cy) of the stage map S (module docstring)."""
     ihy2, ihx2, ihy, ihx = ih
@@ -82,6 +120,23 @@ def _constants(beta, nu, dt, ih):
     cx = -(bdt * (0.5 * ihx))
     cy = -(bdt * (0.5 * ihy))
     return beta - 2.0 * (lx + ly), lx, ly, cx, cy
+
+
+@njit(cache=True, inline="always")
+def _dnu_terms(beta, dt, dnu, ih):
+    """``m`` of :func:`_tp` for stage weight beta."""
+    ihy2, ihx2, _, _ = ih
+    mx_ = (beta * dt * dnu) * ihx2
+    my_ = (beta * dt * dnu) * ihy2
+    return -2.0 * (mx_ + my_), mx_, my_
+
+
+@njit(cache=True, inline="always")
+def _backward_terms(beta, nu, dt, ih):
+    """(beta, kn, cx, cy, ihy2, ihx2, m4) of :func:`_ap` for stage weight beta."""
+    ihy2, ihx2, ihy, ihx = ih
+    bdt = beta * dt
+    return beta, bdt * nu, -(bdt * (0.5 * ihx)), -(bdt * (0.5 * ihy)), ihy2, ihx2, -2.0 * (ihx2 + ihy2)
 
 
 @njit(cache=True, inline="always")
@@ -101,6 +156,63 @@ def _sp(u, ue, uw, un, us, v, ve, vw, vn, vs, k):
     return su, sv
 
 
+@njit(cache=True, inline="always")
+def _tp(u, ue, uw, un, us, v, ve, vw, vn, vs, du, due, duw, dun, dus, dv, dve, dvw, dvn, dvs, k, m, dp):
+    """S'(x) d [+ dnu dS/dnu] at a point from the star values of x and d. With A, B, C, D as for S
+    and dA = d_u + d_u,e etc., the bracket of u is d_u,e A + u_e dA - (d_u,w B + u_w dB);
+    dS/dnu = beta dt lap x (``m`` = (-2 (mx + my), mx, my), mx = beta dt dnu / hx^2)."""
+    c0, lx, ly, cx, cy = k
+    m0, mx_, my_ = m
+    a = u + ue
+    b = u + uw
+    c = v + vn
+    d = v + vs
+    da = du + due
+    db = du + duw
+    dc = dv + dvn
+    dd = dv + dvs
+    xu = fma(due, a, fma(ue, da, -fma(duw, b, uw * db)))
+    yu = fma(dun, c, fma(un, dc, -fma(dus, d, us * dd)))
+    xv = fma(dve, a, fma(ve, da, -fma(dvw, b, vw * db)))
+    yv = fma(dvn, c, fma(vn, dc, -fma(dvs, d, vs * dd)))
+    tu = fma(cy, yu, fma(cx, xu, fma(ly, dun + dus, fma(lx, due + duw, c0 * du))))
+    tv = fma(cy, yv, fma(cx, xv, fma(ly, dvn + dvs, fma(lx, dve + dvw, c0 * dv))))
+    if dp:
+        tu = fma(my_, un + us, fma(mx_, ue + uw, fma(m0, u, tu)))
+        tv = fma(my_, vn + vs, fma(mx_, ve + vw, fma(m0, v, tv)))
+    return tu, tv
+
+
+@njit(cache=True, inline="always")
+def _ap(u, ue, uw, un, us, v, ve, vw, vn, vs, mu, mue, muw, mun, mus, mv, mve, mvw, mvn, mvs, beta, kn, cx, cy,
+        ihy2, ihx2, m4):
+    """S'(w)^T mu at a point from the star values of w and mu, and the point's w . lap mu (dJ/dnu's
+    term).
+
+    Transposing S' (module docstring) gives, for component u,
+
+        beta mu_u + beta dt nu lap mu_u + cx [mu_u,w (B + u) - mu_u,e (A + u) + mu_u (u_e - u_w)
+        + mu_v (v_e - v_w) - v (mu_v,e - mu_v,w)] + cy [mu_u,s D - mu_u,n C]
+
+    and for v the same with x and y (and u and v) swapped. dJ/dnu's term is w . lap mu, not
+    lap w . mu: the periodic Laplacian is symmetric, so their sums over the grid agree, and lap mu
+    is made for the nu term anyway."""
+    a = u + ue
+    b = u + uw
+    c = v + vn
+    d = v + vs
+    lu = fma(ihx2, mue + muw, fma(ihy2, mun + mus, m4 * mu))
+    lv = fma(ihx2, mve + mvw, fma(ihy2, mvn + mvs, m4 * mv))
+    xu = fma(muw, b + u, fma(-mue, a + u, fma(mu, ue - uw, fma(mv, ve - vw, -(v * (mve - mvw))))))
+    yu = fma(mus, d, -(mun * c))
+    xv = fma(mvw, b, -(mve * a))
+    yv = fma(mvs, d + v, fma(-mvn, c + v, fma(mv, vn - vs, fma(mu, un - us, -(u * (mun - mus))))))
+    su = fma(cx, xu, fma(cy, yu, fma(kn, lu, beta * mu)))
+    sv = fma(cx, xv, fma(cy, yv, fma(kn, lv, beta * mv)))
+    return su, sv, fma(u, lu, v * lv)
+
+
+# -- the forward stage (the step: three passes) ------------------------------------------------
 @njit(cache=True, inline="always")
 def _s(R, bs, cs, un, vn, i, k):
     """S(x) at point i of row j: x's rows j - 1 (slot ``bs``) and j (``cs``) in a ring, its row
@@ -152,70 +264,8 @@ def stage(XU, XV, FU, FV, W0U, W0V, alpha, beta, first, nu, dt, ih, outU, outV):
             _stage_row(R, bs, cs, topU, topV, 0, W0U, W0V, j, alpha, first, k, outU, outV)
 
 
-@njit(cache=True, inline="always")
-def _tp(u, ue, uw, un, us, v, ve, vw, vn, vs, du, due, duw, dun, dus, dv, dve, dvw, dvn, dvs, k, m, dp):
-    """S'(x) d [+ dnu dS/dnu] at a point from the star values of x and d. With A, B, C, D as for S
-    and dA = d_u + d_u,e etc., the bracket of u is d_u,e A + u_e dA - (d_u,w B + u_w dB);
-    dS/dnu = beta dt lap x (``m`` = (-2 (mx + my), mx, my), mx = beta dt dnu / hx^2)."""
-    c0, lx, ly, cx, cy = k
-    m0, mx_, my_ = m
-    a = u + ue
-    b = u + uw
-    c = v + vn
-    d = v + vs
-    da = du + due
-    db = du + duw
-    dc = dv + dvn
-    dd = dv + dvs
-    xu = fma(due, a, fma(ue, da, -fma(duw, b, uw * db)))
-    yu = fma(dun, c, fma(un, dc, -fma(dus, d, us * dd)))
-    xv = fma(dve, a, fma(ve, da, -fma(dvw, b, vw * db)))
-    yv = fma(dvn, c, fma(vn, dc, -fma(dvs, d, vs * dd)))
-    tu = fma(cy, yu, fma(cx, xu, fma(ly, dun + dus, fma(lx, due + duw, c0 * du))))
-    tv = fma(cy, yv, fma(cx, xv, fma(ly, dvn + dvs, fma(lx, dve + dvw, c0 * dv))))
-    if dp:
-        tu = fma(my_, un + us, fma(mx_, ue + uw, fma(m0, u, tu)))
-        tv = fma(my_, vn + vs, fma(mx_, ve + vw, fma(m0, v, tv)))
-    return tu, tv
-
-
+# -- the tangent step in one pass --------------------------------------------------------------
 TANGENT_DEPTH = 3  # the halo depth tangent_step reads: three stages of a one-point stencil
-
-
-@njit(cache=True, inline="always")
-def _deep_rows(R, t, X, HX, Y, HY, r, d):
-    """Row r (-d <= r < my + d) of the fields X and Y with their depth-d halos ``HX``, ``HY`` =
-    (ylo, yhi, xlo, xhi) into ring rows t and t + 1: columns -d .. mx + d - 1 at indices
-    0 .. mx + 2d - 1. Both fields in one loop: streams read one after the other (a row of X, then of
-    Y) ran a third as fast as two read side by side (the prefetcher restarts on every row)."""
-    my, mx = X.shape
-    if r < 0:
-        for c in range(mx + 2 * d):
-            R[t, c] = HX[0][r + d, c]
-            R[t + 1, c] = HY[0][r + d, c]
-    elif r >= my:
-        for c in range(mx + 2 * d):
-            R[t, c] = HX[1][r - my, c]
-            R[t + 1, c] = HY[1][r - my, c]
-    else:
-        for c in range(d):
-            R[t, c] = HX[2][r, c]
-            R[t + 1, c] = HY[2][r, c]
-            R[t, mx + d + c] = HX[3][r, c]
-            R[t + 1, mx + d + c] = HY[3][r, c]
-        for c in range(mx):
-            R[t, d + c] = X[r, c]
-            R[t + 1, d + c] = Y[r, c]
-
-
-@njit(cache=True, inline="always")
-def _store_row(RO, outU, outV, r):
-    """Row r of the outputs from the row buffer RO: the arithmetic loop writes into RO (in cache)
-    and this loop streams it out. Stores that miss in cache, issued inside a long arithmetic loop,
-    held its loads up (burgers' fused tangent step: 18.8 -> 13.2 ns a point with the buffer)."""
-    for i in range(outU.shape[1]):
-        outU[r, i] = RO[0, i]
-        outV[r, i] = RO[1, i]
 
 
 @njit(cache=True, inline="always")
@@ -232,15 +282,6 @@ def _t3(R, bs, cs, ns, i, k, m, dp):
                R[cs + 1, i + 1], R[cs + 1, i + 2], R[cs + 1, i], R[ns + 1, i + 1], R[bs + 1, i + 1],
                R[cs + 2, i + 1], R[cs + 2, i + 2], R[cs + 2, i], R[ns + 2, i + 1], R[bs + 2, i + 1],
                R[cs + 3, i + 1], R[cs + 3, i + 2], R[cs + 3, i], R[ns + 3, i + 1], R[bs + 3, i + 1], k, m, dp)
-
-
-@njit(cache=True, inline="always")
-def _dnu_terms(beta, dt, dnu, ih):
-    """``m`` of :func:`_tp` for stage weight beta."""
-    ihy2, ihx2, _, _ = ih
-    mx_ = (beta * dt * dnu) * ihx2
-    my_ = (beta * dt * dnu) * ihy2
-    return -2.0 * (mx_ + my_), mx_, my_
 
 
 @njit(cache=True, error_model="numpy")
@@ -325,35 +366,7 @@ def tangent_step(WU, WV, HWU, HWV, DU, DV, HDU, HDV, nu, dnu, dt, ih, outU, outV
             _store_row(RO, outU, outV, r)
 
 
-@njit(cache=True, inline="always")
-def _ap(u, ue, uw, un, us, v, ve, vw, vn, vs, mu, mue, muw, mun, mus, mv, mve, mvw, mvn, mvs, beta, kn, cx, cy,
-        ihy2, ihx2, m4):
-    """S'(w)^T mu at a point from the star values of w and mu, and the point's w . lap mu (dJ/dnu's
-    term).
-
-    Transposing S' (module docstring) gives, for component u,
-
-        beta mu_u + beta dt nu lap mu_u + cx [mu_u,w (B + u) - mu_u,e (A + u) + mu_u (u_e - u_w)
-        + mu_v (v_e - v_w) - v (mu_v,e - mu_v,w)] + cy [mu_u,s D - mu_u,n C]
-
-    and for v the same with x and y (and u and v) swapped. dJ/dnu's term is w . lap mu, not
-    lap w . mu: the periodic Laplacian is symmetric, so their sums over the grid agree, and lap mu
-    is made for the nu term anyway."""
-    a = u + ue
-    b = u + uw
-    c = v + vn
-    d = v + vs
-    lu = fma(ihx2, mue + muw, fma(ihy2, mun + mus, m4 * mu))
-    lv = fma(ihx2, mve + mvw, fma(ihy2, mvn + mvs, m4 * mv))
-    xu = fma(muw, b + u, fma(-mue, a + u, fma(mu, ue - uw, fma(mv, ve - vw, -(v * (mve - mvw))))))
-    yu = fma(mus, d, -(mun * c))
-    xv = fma(mvw, b, -(mve * a))
-    yv = fma(mvs, d + v, fma(-mvn, c + v, fma(mv, vn - vs, fma(mu, un - us, -(u * (mun - mus))))))
-    su = fma(cx, xu, fma(cy, yu, fma(kn, lu, beta * mu)))
-    sv = fma(cx, xv, fma(cy, yv, fma(kn, lv, beta * mv)))
-    return su, sv, fma(u, lu, v * lv)
-
-
+# -- the adjoint step in one pass --------------------------------------------------------------
 ADJOINT_DEPTHS = (5, 3)  # adjoint_step's halo depths: u_i (two stages forward, three back), lambda_{i+1}
 
 
@@ -370,11 +383,19 @@ def _a2(RP, bp, cp, np_, ip, RM, bm, cm, nm, im, terms):
 
 
 @njit(cache=True, inline="always")
-def _backward_terms(beta, nu, dt, ih):
-    """(beta, kn, cx, cy, ihy2, ihx2, m4) of :func:`_ap` for stage weight beta."""
-    ihy2, ihx2, ihy, ihx = ih
-    bdt = beta * dt
-    return beta, bdt * nu, -(bdt * (0.5 * ihx)), -(bdt * (0.5 * ihy)), ihy2, ihx2, -2.0 * (ihx2 + ihy2)
+def _backward_row(RP, bp, cp, np_, shift, RM, bm, cm, nm, n, terms, g, RQ, q, acc, owned, margin):
+    """One backward stage's row of n points into ring RQ (row slot q, index i): w from ring RP at
+    index shift + i + 1, mu from RM at i + 1; the terms of its owned points (ring index margin ..
+    margin + mx - 1) added to acc when ``owned`` (a row of the block, not of the margin)."""
+    shift = max(shift, 0)  # non-negative: the index shift + i needs no wraparound select (gathers)
+    for i in range(n):
+        su, sv, gi = _a2(RP, bp, cp, np_, shift + i, RM, bm, cm, nm, i, terms)
+        g[i] = gi
+        RQ[q, i] = su
+        RQ[q + 1, i] = sv
+    if owned:
+        for i in range(acc.shape[0]):
+            acc[i] += g[i + margin]
 
 
 @njit(cache=True, error_model="numpy")
@@ -434,28 +455,14 @@ def adjoint_step(WU, WV, HWU, HWV, MU, MV, HMU, HMV, nu, dt, ih, outU, outV):
         if r >= -2 and r <= my + 1:
             bp, cp, np_ = 2 * ((r + 2) % 3), 2 * ((r + 3) % 3), 2 * ((r + 4) % 3)
             bm, cm, nm = 2 * ((r + 3) % 4), 2 * ((r + 4) % 4), 2 * ((r + 5) % 4)
-            q = 2 * ((r + 3) % 3)
-            for i in range(mx + 4):
-                su, sv, gi = _a2(R2, bp, cp, np_, i, RM, bm, cm, nm, i, a3)
-                g[i] = gi
-                RB[q, i] = su
-                RB[q + 1, i] = sv
-            if r >= 0 and r < my:
-                for i in range(mx):
-                    acc3[i] += g[i + 2]
+            _backward_row(R2, bp, cp, np_, 0, RM, bm, cm, nm, mx + 4, a3, g, RB, 2 * ((r + 3) % 3), acc3,
+                          r >= 0 and r < my, 2)
         r = t - 4  # c = S2'(w1)^T b, row r, columns -1 .. mx (R1's c + 4, RB's c + 2, RC's c + 1)
         if r >= -1 and r <= my:
             bp, cp, np_ = 2 * ((r + 4) % 5), 2 * ((r + 5) % 5), 2 * ((r + 6) % 5)
             bm, cm, nm = 2 * ((r + 2) % 3), 2 * ((r + 3) % 3), 2 * ((r + 4) % 3)
-            q = 2 * ((r + 3) % 3)
-            for i in range(mx + 2):
-                su, sv, gi = _a2(R1, bp, cp, np_, i + 2, RB, bm, cm, nm, i, a2)
-                g[i] = gi
-                RC[q, i] = su
-                RC[q + 1, i] = sv
-            if r >= 0 and r < my:
-                for i in range(mx):
-                    acc2[i] += g[i + 1]
+            _backward_row(R1, bp, cp, np_, 2, RB, bm, cm, nm, mx + 2, a2, g, RC, 2 * ((r + 3) % 3), acc2,
+                          r >= 0 and r < my, 1)
         r = t - 5  # lambda_i = (mu/3 + 3/4 b) + S1'(w)^T c, row r (RW's c + 5, RC's c + 1, RB's c + 2, RM's c + 3)
         if r >= 0 and r < my:
             bp, cp, np_ = 2 * ((r + 6) % 7), 2 * ((r + 7) % 7), 2 * ((r + 8) % 7)

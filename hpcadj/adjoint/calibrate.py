@@ -11,9 +11,10 @@ that are not equally fast, or jitter on one of them, then cost what they cost in
 before every call hid a 30 % slower rank; predictions ran 16-26 % short). Timing the first calls
 overestimated a wave 128^3 step several times over.
 
-A RAM level also gets its first-touch cost (``LevelCost.fill_s``): the seconds to fault in one
-snapshot's worth of fresh memory, which a run pays once for every slot it fills (the state a level
-holds by reference is memory the model's later steps cannot reuse).
+A RAM level also gets its first-touch cost (``LevelCost.fill_s``): the mean seconds to fault in one
+snapshot's worth of fresh memory over as many slots as the level has, held at once as a run holds
+them, which a run pays once for every slot it fills (the state a level holds by reference is memory
+the model's later steps cannot reuse).
 """
 
 from __future__ import annotations
@@ -45,20 +46,37 @@ def _timed(comm, fn, repeats: int, calls: int = 1) -> float:
     return statistics.median(samples)
 
 
-def _fill_seconds(comm, nbytes: int, repeats: int) -> float:
-    """Slowest rank's median seconds to fault in ``nbytes`` of fresh memory (one new slot's worth)."""
+#: at most this many bytes a rank of fresh memory held while measuring a RAM slot's first touch
+FILL_PROBE_BYTES = 512 * 2 ** 20
+
+
+def _fill_seconds(comm, nbytes: int, slots: int, repeats: int) -> float:
+    """Mean seconds a run pays to fault in one fresh RAM slot (``nbytes`` a rank), slowest rank.
+
+    A run fills its slots one after another and keeps them, so the blocks here are held too, on
+    every rank at once, as many as the level has slots (at most FILL_PROBE_BYTES a rank; at least
+    ``repeats``, 3 or more): freed and allocated again, a block reuses the pages just freed and
+    reads a warm figure. On a virtual machine the first few hundred MiB may come from such warm
+    pages while the rest costs a host page fault each (seen: 8 ms per 16 MiB slot for the first 24
+    of two ranks' slots, 59 ms for the last 8 of 32). Slots beyond the probe are priced at the mean
+    of its last quarter."""
     from ..stack import mpi
 
-    samples = []
-    for _ in range(max(repeats, 3)):
+    probe = max(min(slots, FILL_PROBE_BYTES // max(nbytes, 1)), repeats, 3)
+    samples, held = [], []
+    for _ in range(probe):
         comm.Barrier()
         t0 = time.perf_counter()
         block = mapped_empty((max(nbytes // 8, 1),), "f8")
         block.fill(0.0)
         elapsed = time.perf_counter() - t0
-        del block
+        held.append(block)
         samples.append(comm.allreduce(elapsed, op=mpi().MAX))
-    return statistics.median(samples)
+    del held
+    if slots <= probe:
+        return statistics.fmean(samples)
+    tail = statistics.fmean(samples[-max(probe // 4, 1):])
+    return (sum(samples) + (slots - probe) * tail) / slots
 
 
 def calibrate(model, controls, comm, plans: list[LevelPlan], config: CheckpointConfig,
@@ -160,7 +178,7 @@ def _level_cost(plan, layout, comm, config, snapshot, repeats, forward_s, energy
         overlap = min(hidden, forward_s / sync_write if sync_write > 0 else 1.0, 1.0)
     kind = plan.kind
     local = sum(f.local_nbytes for f in layout.values())
-    fill_s = _fill_seconds(comm, local, repeats) if kind == "ram" else 0.0
+    fill_s = _fill_seconds(comm, local, plan.slots, repeats) if kind == "ram" else 0.0
     return LevelCost(plan.name, write_s=sync_write, read_s=read_s,
                      write_j=energy.write_joules(kind, nbytes, sync_write, cores),
                      read_j=energy.read_joules(kind, nbytes, read_s, cores), overlap=overlap, fill_s=fill_s)

@@ -2,6 +2,8 @@
 
 import math
 
+import pytest
+
 from hpcadj.adjoint.calibrate import calibrate
 from hpcadj.adjoint.manager import CheckpointConfig, LevelPlan
 from hpcadj.adjoint.session import Checkpointing, GradientSession
@@ -39,3 +41,35 @@ def test_predicted_makespan_adds_each_filled_ram_slot(comm, shared_tmp):
     priced = summary.forward_steps * 1.0 + summary.adjoint_steps * 2.0 + 0.01 * (summary.writes[0] + summary.reads[0])
     assert summary.peak[0] == 4
     assert math.isclose(planned.predicted_s, priced + 0.5 * 4, rel_tol=1e-12)
+
+
+def test_fill_probe_holds_its_slots_and_prices_the_rest_at_its_tail(comm, monkeypatch):
+    """A RAM slot's first touch is measured over blocks held at once, as a run holds its slots (a
+    block freed and allocated again reuses warm pages), at most FILL_PROBE_BYTES a rank; slots past
+    the probe cost the mean of its last quarter (a VM's cold pages come last)."""
+    import types
+
+    from hpcadj.adjoint import calibrate as cal
+
+    live, peak, clock = [0], [0], [0.0]
+    costs = [1.0] * 6 + [5.0] * 2  # the probe's 8 blocks: the last quarter comes cold
+
+    class Block:
+        def __init__(self):
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+
+        def fill(self, value):
+            clock[0] += costs.pop(0)
+
+        def __del__(self):
+            live[0] -= 1
+
+    monkeypatch.setattr(cal, "mapped_empty", lambda shape, dtype: Block())
+    monkeypatch.setattr(cal, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(cal, "FILL_PROBE_BYTES", 8 * 1024)
+    fill = cal._fill_seconds(comm, 1024, slots=20, repeats=2)
+    assert peak[0] == 8 and live[0] == 0
+    assert fill == pytest.approx((6 * 1.0 + 2 * 5.0 + 12 * 5.0) / 20)
+    costs[:] = [2.0, 4.0, 6.0]  # fewer slots than the floor of 3 blocks: their plain mean
+    assert cal._fill_seconds(comm, 1024, slots=2, repeats=2) == pytest.approx(4.0)

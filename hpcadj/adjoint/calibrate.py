@@ -46,23 +46,25 @@ def _timed(comm, fn, repeats: int, calls: int = 1) -> float:
     return statistics.median(samples)
 
 
-#: at most this many bytes a rank of fresh memory held while measuring a RAM slot's first touch
+#: at most this many bytes a rank, and this many blocks, of fresh memory held while measuring a RAM
+#: slot's first touch
 FILL_PROBE_BYTES = 512 * 2 ** 20
+FILL_PROBE_SLOTS = 64
 
 
 def _fill_seconds(comm, nbytes: int, slots: int, repeats: int) -> float:
     """Mean seconds a run pays to fault in one fresh RAM slot (``nbytes`` a rank), slowest rank.
 
     A run fills its slots one after another and keeps them, so the blocks here are held too, on
-    every rank at once, as many as the level has slots (at most FILL_PROBE_BYTES a rank; at least
-    ``repeats``, 3 or more): freed and allocated again, a block reuses the pages just freed and
+    every rank at once, as many as the level has slots (at most FILL_PROBE_SLOTS blocks and
+    FILL_PROBE_BYTES a rank; at least ``repeats``, 3 or more): freed and allocated again, a block reuses the pages just freed and
     reads a warm figure. On a virtual machine the first few hundred MiB may come from such warm
     pages while the rest costs a host page fault each (seen: 8 ms per 16 MiB slot for the first 24
     of two ranks' slots, 59 ms for the last 8 of 32). Slots beyond the probe are priced at the mean
     of its last quarter."""
     from ..stack import mpi
 
-    probe = max(min(slots, FILL_PROBE_BYTES // max(nbytes, 1)), repeats, 3)
+    probe = max(min(slots, FILL_PROBE_SLOTS, FILL_PROBE_BYTES // max(nbytes, 1)), repeats, 3)
     samples, held = [], []
     for _ in range(probe):
         comm.Barrier()

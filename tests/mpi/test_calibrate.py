@@ -73,3 +73,8 @@ def test_fill_probe_holds_its_slots_and_prices_the_rest_at_its_tail(comm, monkey
     assert fill == pytest.approx((6 * 1.0 + 2 * 5.0 + 12 * 5.0) / 20)
     costs[:] = [2.0, 4.0, 6.0]  # fewer slots than the floor of 3 blocks: their plain mean
     assert cal._fill_seconds(comm, 1024, slots=2, repeats=2) == pytest.approx(4.0)
+    monkeypatch.setattr(cal, "FILL_PROBE_BYTES", 2 ** 40)  # tiny states, many slots: the block cap
+    costs[:] = [1.0] * cal.FILL_PROBE_SLOTS
+    peak[0] = 0
+    assert cal._fill_seconds(comm, 8, slots=10 ** 6, repeats=2) == pytest.approx(1.0)
+    assert peak[0] == cal.FILL_PROBE_SLOTS

@@ -26,8 +26,22 @@ from numba import njit
 
 
 @njit(cache=True, inline="always")
+def _z_planes(U, zlo, zhi, k, has_z):
+    """Planes (ny, nx) of U's z neighbours of plane k, from U or from its faces (in 2-D: plane k
+    itself, which the Laplacian then ignores). Plane views are taken once per k and indexed [j, i]:
+    a row view per array and row costs numba's reference counting (an atomic update each)."""
+    mz = U.shape[0]
+    if not has_z:
+        return U[k], U[k]
+    return (U[k - 1] if k > 0 else zlo), (U[k + 1] if k < mz - 1 else zhi)
+
+
+@njit(cache=True, inline="always")
 def _rows(U, zlo, zhi, ylo, yhi, k, j, has_z):
-    """Rows (nx[, dof]) of U's z and y neighbours of row (k, j), from U or from its faces."""
+    """Rows (nx) of U's z and y neighbours of row (k, j), from U or from its faces: the step's
+    row views. Taken as plane views instead (as the adjoint and tangent do), the step ran 15-30 %
+    faster and put the adjoint at 1.8-2.6 steps at 96^3 on one rank (issue 15's bound is 2): kept
+    until the adjoint gains as much (experiments/kernels/README.md)."""
     mz, my = U.shape[0], U.shape[1]
     if has_z:
         zm = U[k - 1, j] if k > 0 else zlo[j]
@@ -38,6 +52,13 @@ def _rows(U, zlo, zhi, ylo, yhi, k, j, has_z):
     ym = U[k, j - 1] if j > 0 else ylo[k]
     yp = U[k, j + 1] if j < my - 1 else yhi[k]
     return zm, zp, ym, yp
+
+
+@njit(cache=True, inline="always")
+def _y_rows(Uk, ylo, yhi, k, j):
+    """Rows (nx) of plane Uk's y neighbours of row j, from the plane or from the faces."""
+    my = Uk.shape[0]
+    return (Uk[j - 1] if j > 0 else ylo[k]), (Uk[j + 1] if j < my - 1 else yhi[k])
 
 
 @njit(cache=True, inline="always")
@@ -109,22 +130,16 @@ def _fill_q(Q, LC, FL, c, sigma, hdt, FQ, k):
         fq = qzlo if k < 0 else qzhi
         fl = lzlo if k < 0 else lzhi
         for j in range(my):
-            qrow = Q[j + 1]
-            frq = fq[j]
-            frl = fl[j]
             for i in range(mx):
-                qrow[i + 1] = frq[i] * frl[i]
+                Q[j + 1, i + 1] = fq[j, i] * fl[j, i]
         return
+    ck, Sk, LCk = c[k], sigma[k], LC[k]  # plane views, indexed [j, i] (see _z_planes)
     for j in range(my):
-        qrow = Q[j + 1]
-        qrow[0] = qxlo[k, j] * lxlo[k, j]
-        qrow[mx + 1] = qxhi[k, j] * lxhi[k, j]
-        crow = c[k, j]
-        srow = sigma[k, j]
-        lrow = LC[k, j]
+        Q[j + 1, 0] = qxlo[k, j] * lxlo[k, j]
+        Q[j + 1, mx + 1] = qxhi[k, j] * lxhi[k, j]
         for i in range(mx):
-            ci = crow[i]
-            qrow[i + 1] = ((ci * ci) * (1.0 / (1.0 + hdt * srow[i]))) * lrow[i]
+            ci = ck[j, i]
+            Q[j + 1, i + 1] = ((ci * ci) * (1.0 / (1.0 + hdt * Sk[j, i]))) * LCk[j, i]
     lo = Q[0]
     hi = Q[my + 1]
     qlo, llo, qhi, lhi = qylo[k], lylo[k], qyhi[k], lyhi[k]
@@ -158,39 +173,28 @@ def adjoint_step(LP, LC, FL, U, FU, sigma, hdt, c, FQ, ih2, has_z, dt2, r, grad,
         Qc = ring[(k + 1) % 3]
         Qm = ring[k % 3]
         Qp = ring[(k + 2) % 3]
+        Uk, LCk, LPk, Sk, ck, Gk, OPk, Ok = U[k], LC[k], LP[k], sigma[k], c[k], grad[k], out_p[k], out_c[k]
+        Uzm, Uzp = _z_planes(U, uzlo, uzhi, k, has_z)
         for j in range(my):
-            uzm, uzp, uym, uyp = _rows(U, uzlo, uzhi, uylo, uyhi, k, j, has_z)
-            qrow = Qc[j + 1]
-            qym = Qc[j]
-            qyp = Qc[j + 2]
-            qzm = Qm[j + 1]
-            qzp = Qp[j + 1]
-            lrow = LC[k, j]
-            lprow = LP[k, j]
-            urow = U[k, j]
+            uym, uyp = _y_rows(Uk, uylo, uyhi, k, j)
             ubuf[0] = uxlo[k, j]
             ubuf[mx + 1] = uxhi[k, j]
             for i in range(mx):
-                ubuf[i + 1] = urow[i]
-            srow = sigma[k, j]
-            vrow = c[k, j]
-            grow = grad[k, j]
-            oprow = out_p[k, j]
-            orow = out_c[k, j]
+                ubuf[i + 1] = Uk[j, i]
             for i in range(mx):
-                q = qrow[i + 1]
-                lapq = _lap(q, qzm[i + 1], qzp[i + 1], qym[i + 1], qyp[i + 1], qrow[i], qrow[i + 2],
-                            ihz2, ihy2, ihx2, has_z)
+                q = Qc[j + 1, i + 1]
+                lapq = _lap(q, Qm[j + 1, i + 1], Qp[j + 1, i + 1], Qc[j, i + 1], Qc[j + 2, i + 1], Qc[j + 1, i],
+                            Qc[j + 1, i + 2], ihz2, ihy2, ihx2, has_z)
                 uc = ubuf[i + 1]
-                lapu = _lap(uc, uzm[i], uzp[i], uym[i], uyp[i], ubuf[i], ubuf[i + 2],
+                lapu = _lap(uc, Uzm[j, i], Uzp[j, i], uym[i], uyp[i], ubuf[i], ubuf[i + 2],
                             ihz2, ihy2, ihx2, has_z)
-                s = hdt * srow[i]
+                s = hdt * Sk[j, i]
                 a = 1.0 / (1.0 + s)
                 b = r - s
-                mu = a * lrow[i]
-                oprow[i] = -b * mu
-                orow[i] = (lprow[i] + two * mu) + dt2 * lapq
-                grow[i] += two_dt2 * vrow[i] * mu * lapu
+                mu = a * LCk[j, i]
+                OPk[j, i] = -b * mu
+                Ok[j, i] = (LPk[j, i] + two * mu) + dt2 * lapq
+                Gk[j, i] += two_dt2 * ck[j, i] * mu * lapu
 
 
 @njit(cache=True, error_model="numpy")
@@ -205,8 +209,8 @@ def tangent_step(DP, DC, FD, U, FU, sigma, hdt, c, dc, ih2, has_z, dt2, r, out_p
     ubuf = np.empty(mx + 2)
     two = 1.0 + r
     for k in range(mz):
-        # plane views, indexed [j, i] in the loops: a row view per array and row cost numba's
-        # reference counting (an atomic update each) about a quarter of the kernel at 96^3
+        # plane views, indexed [j, i] in the loops (see _z_planes): the row views cost about a
+        # quarter of the kernel at 96^3
         Dk, Uk, DPk, OPk = DC[k], U[k], DP[k], out_p[k]
         Sk, Ck, dCk, Ok = sigma[k], c[k], dc[k], out_c[k]
         if has_z:

@@ -57,11 +57,11 @@ def _fill_seconds(comm, nbytes: int, slots: int, repeats: int) -> float:
 
     A run fills its slots one after another and keeps them, so the blocks here are held too, on
     every rank at once, as many as the level has slots (at most FILL_PROBE_SLOTS blocks and
-    FILL_PROBE_BYTES a rank; at least ``repeats``, 3 or more): freed and allocated again, a block reuses the pages just freed and
-    reads a warm figure. On a virtual machine the first few hundred MiB may come from such warm
-    pages while the rest costs a host page fault each (seen: 8 ms per 16 MiB slot for the first 24
-    of two ranks' slots, 59 ms for the last 8 of 32). Slots beyond the probe are priced at the mean
-    of its last quarter."""
+    FILL_PROBE_BYTES a rank; at least ``repeats``, 3 or more): freed and allocated again, a block
+    reuses the pages just freed and reads a warm figure. On a virtual machine the first few hundred
+    MiB may come from such warm pages while the rest costs a host page fault each (seen: 8 ms per
+    16 MiB slot for the first 24 of two ranks' slots, 59 ms for the last 8 of 32). Slots beyond the
+    probe are priced at the mean of its last quarter."""
     from ..stack import mpi
 
     probe = max(min(slots, FILL_PROBE_SLOTS, FILL_PROBE_BYTES // max(nbytes, 1)), repeats, 3)

@@ -1,5 +1,5 @@
-"""What ab_wave.py and ab_model.py share: an older tree's kernel module loaded beside this tree's,
-and one kernel call's median time."""
+"""What the A/B scripts share: an older tree's kernel module loaded beside this tree's (ab_wave.py),
+and one kernel call's median time (ab_wave.py, ab_model.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ import numpy as np
 
 def load_kernels(path: Path, name: str) -> types.SimpleNamespace:
     """The kernel module at ``path`` as a namespace, compiled without numba's cache (it cannot reload
-    a module run from a path); its relative imports (``from .fma import fma``) resolve in this tree's
-    ``hpcadj.models.kernels``."""
-    ns = {"__name__": name, "__package__": "hpcadj.models.kernels"}
+    a module run from a path)."""
+    ns = {"__name__": name}
     exec(compile(Path(path).read_text().replace("cache=True", "cache=False"), name, "exec"), ns)
     return types.SimpleNamespace(**ns)
 

@@ -131,7 +131,6 @@ class DeepHalo:
         if grid.dim != 2 or depth < 1:
             raise ValueError("DeepHalo is 2-D, depth >= 1")
         (my, mx), (ys, xs), d = grid.shape, grid.start, int(depth)
-        self.depth = d
         padded_cols = np.arange(xs - d, xs + mx + d)
         parts = [petsc_indices(grid, np.arange(ys - d, ys), padded_cols),
                  petsc_indices(grid, np.arange(ys + my, ys + my + d), padded_cols),
@@ -142,8 +141,7 @@ class DeepHalo:
         self._shapes = [p.shape for p in parts]
         flat = np.concatenate([p.ravel() for p in parts])
         inside = flat >= 0
-        self.size = int(flat.size)
-        self._seqs = [PETSc.Vec().createSeq(self.size, comm=PETSc.COMM_SELF) for _ in range(slots)]
+        self._seqs = [PETSc.Vec().createSeq(flat.size, comm=PETSc.COMM_SELF) for _ in range(slots)]
         for seq in self._seqs:
             seq.set(0.0)  # points outside the domain stay 0
         src = template if template is not None else (source or grid).create_vec()

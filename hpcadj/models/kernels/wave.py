@@ -26,22 +26,13 @@ from numba import njit
 
 
 @njit(cache=True, inline="always")
-def _z_planes(U, zlo, zhi, k, has_z):
-    """Planes (ny, nx) of U's z neighbours of plane k, from U or from its faces (in 2-D: plane k
-    itself, which the Laplacian then ignores). Plane views are taken once per k and indexed [j, i]:
-    a row view per array and row costs numba's reference counting (an atomic update each)."""
-    mz = U.shape[0]
-    if not has_z:
-        return U[k], U[k]
-    return (U[k - 1] if k > 0 else zlo), (U[k + 1] if k < mz - 1 else zhi)
-
-
-@njit(cache=True, inline="always")
 def _rows(U, zlo, zhi, ylo, yhi, k, j, has_z):
     """Rows (nx) of U's z and y neighbours of row (k, j), from U or from its faces: the step's
-    row views. Taken as plane views instead (as the adjoint and tangent do), the step ran 15-30 %
-    faster and put the adjoint at 1.8-2.6 steps at 96^3 on one rank (issue 15's bound is 2): kept
-    until the adjoint gains as much (experiments/kernels/README.md)."""
+    row views. The adjoint and the tangent take plane views once per k instead and index [j, i] (a
+    row view per array and row costs numba's reference counting, an atomic update each), written out
+    in each kernel: as inline helpers returning the views they ran 4-11 % slower (measured). Taken as
+    plane views, the step ran 15-30 % faster and put the adjoint at 1.8-2.6 steps at 96^3 on one rank
+    (issue 15's bound is 2): kept until the adjoint gains as much (experiments/kernels/README.md)."""
     mz, my = U.shape[0], U.shape[1]
     if has_z:
         zm = U[k - 1, j] if k > 0 else zlo[j]
@@ -52,13 +43,6 @@ def _rows(U, zlo, zhi, ylo, yhi, k, j, has_z):
     ym = U[k, j - 1] if j > 0 else ylo[k]
     yp = U[k, j + 1] if j < my - 1 else yhi[k]
     return zm, zp, ym, yp
-
-
-@njit(cache=True, inline="always")
-def _y_rows(Uk, ylo, yhi, k, j):
-    """Rows (nx) of plane Uk's y neighbours of row j, from the plane or from the faces."""
-    my = Uk.shape[0]
-    return (Uk[j - 1] if j > 0 else ylo[k]), (Uk[j + 1] if j < my - 1 else yhi[k])
 
 
 @njit(cache=True, inline="always")
@@ -133,7 +117,7 @@ def _fill_q(Q, LC, FL, c, sigma, hdt, FQ, k):
             for i in range(mx):
                 Q[j + 1, i + 1] = fq[j, i] * fl[j, i]
         return
-    ck, Sk, LCk = c[k], sigma[k], LC[k]  # plane views, indexed [j, i] (see _z_planes)
+    ck, Sk, LCk = c[k], sigma[k], LC[k]  # plane views, indexed [j, i] (see _rows)
     for j in range(my):
         Q[j + 1, 0] = qxlo[k, j] * lxlo[k, j]
         Q[j + 1, mx + 1] = qxhi[k, j] * lxhi[k, j]
@@ -174,9 +158,14 @@ def adjoint_step(LP, LC, FL, U, FU, sigma, hdt, c, FQ, ih2, has_z, dt2, r, grad,
         Qm = ring[k % 3]
         Qp = ring[(k + 2) % 3]
         Uk, LCk, LPk, Sk, ck, Gk, OPk, Ok = U[k], LC[k], LP[k], sigma[k], c[k], grad[k], out_p[k], out_c[k]
-        Uzm, Uzp = _z_planes(U, uzlo, uzhi, k, has_z)
+        if has_z:
+            Uzm = U[k - 1] if k > 0 else uzlo
+            Uzp = U[k + 1] if k < mz - 1 else uzhi
+        else:
+            Uzm = Uzp = Uk
         for j in range(my):
-            uym, uyp = _y_rows(Uk, uylo, uyhi, k, j)
+            uym = Uk[j - 1] if j > 0 else uylo[k]
+            uyp = Uk[j + 1] if j < my - 1 else uyhi[k]
             ubuf[0] = uxlo[k, j]
             ubuf[mx + 1] = uxhi[k, j]
             for i in range(mx):
@@ -209,8 +198,8 @@ def tangent_step(DP, DC, FD, U, FU, sigma, hdt, c, dc, ih2, has_z, dt2, r, out_p
     ubuf = np.empty(mx + 2)
     two = 1.0 + r
     for k in range(mz):
-        # plane views, indexed [j, i] in the loops (see _z_planes): the row views cost about a
-        # quarter of the kernel at 96^3
+        # plane views, indexed [j, i] in the loops (see _rows): the row views cost about a quarter
+        # of the kernel at 96^3
         Dk, Uk, DPk, OPk = DC[k], U[k], DP[k], out_p[k]
         Sk, Ck, dCk, Ok = sigma[k], c[k], dc[k], out_c[k]
         if has_z:

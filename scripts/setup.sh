@@ -26,7 +26,7 @@ fi
 stamp=.venv/.hpcadj-setup
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   [ -x .venv/bin/python ] || /usr/bin/python3 -m venv --system-site-packages .venv
-  # Keep Debian's numpy: petsc4py and h5py are built against it (DESIGN.md, stack pitfalls).
+  # Keep Debian's numpy: petsc4py and h5py are built against it (docs/architecture.md, pitfalls).
   sysnumpy=$(/usr/bin/python3 -c 'import numpy; print(numpy.__version__)')
   echo "numpy==$sysnumpy" > .venv/constraints.txt
   .venv/bin/python -m pip install -q --disable-pip-version-check -c .venv/constraints.txt \

@@ -1,6 +1,6 @@
-"""Every command shown in README.md, jobs/README.md and experiments/**/README.md runs, at small sizes
-with the same flags, so a documented command cannot rot (DESIGN.md: argparse once swallowed the
-README's own ``-heat_ksp_type gmres``).
+"""Every command shown in README.md, docs/*.md, jobs/README.md and experiments/**/README.md runs, at
+small sizes with the same flags, so a documented command cannot rot (docs/architecture.md, pitfalls:
+argparse once swallowed the README's own ``-heat_ksp_type gmres``).
 
 What counts as a documented command: every line of a fenced ``sh``/``bash`` block, every line of an
 unlabelled fenced block that starts with a command (``hpcadj``, ``mpirun``, ``make``, ``python``,

@@ -26,7 +26,7 @@ class SolverError(RuntimeError):
 
 
 class Stepper(abc.ABC):
-    """A distributed time stepper with its exact discrete adjoint (Seam 1 of DESIGN.md).
+    """A distributed time stepper with its exact discrete adjoint (Seam 1 of docs/architecture.md).
 
     Attributes
     ----------
@@ -81,7 +81,7 @@ class Stepper(abc.ABC):
 
         The default adds :meth:`objective_gradient`'s Vec. A model whose dJ_i/du_i touches a few
         points (receivers) overrides it to add just those: no full-size Vec and ``axpy`` per step.
-        Collective; write through ``lam.getArray()`` on every rank (see DESIGN.md's stale norms).
+        Collective; write through ``lam.getArray()`` on every rank (docs/architecture.md: stale norms).
         """
         dj = self.objective_gradient(i, u)
         if dj is not None:

@@ -5,7 +5,7 @@ planners can minimise either: :meth:`CostProfile.vector` turns it into an :class
 generic per-operation cost vector every planner and the simulator take. Minimising energy instead
 of time is only a matter of passing ``profile.vector("energy")``.
 
-Predicted makespan of a plan (DESIGN.md)::
+Predicted makespan of a plan (docs/architecture.md, multi-level plans)::
 
     forward_evaluations * forward + n * adjoint + sum_k writes_k * write_k + sum_k reads_k * read_k
 

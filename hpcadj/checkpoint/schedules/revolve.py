@@ -2,10 +2,10 @@
 
 With s slots (u_0's included) and the driver's two working states (actions.py), reversing n steps
 needs at least ``1 + t*n - beta(s+1, t-1)`` forward evaluations, t the least integer with
-``beta(s, t) >= n`` (Griewank & Walther, ACM TOMS 26(1), 2000; DESIGN.md). The "1 +" is the last
-step u_{n-1} -> u_n, which the first sweep evaluates once for the objective; every other step is
-evaluated as in the classical model, where reversing a chain of L steps from a checkpoint costs
-``p(L, s) = t*L - beta(s+1, t-1)`` forward steps.
+``beta(s, t) >= n`` (Griewank & Walther, ACM TOMS 26(1), 2000; docs/architecture.md, step counting).
+The "1 +" is the last step u_{n-1} -> u_n, which the first sweep evaluates once for the objective;
+every other step is evaluated as in the classical model, where reversing a chain of L steps from a
+checkpoint costs ``p(L, s) = t*L - beta(s+1, t-1)`` forward steps.
 
 Actions are generated on the fly from an explicit stack of pending segments (no O(n*s) table, no
 recursion): splits come from the closed-form range of optimal first advances, so n = 10^6 streams
@@ -44,7 +44,7 @@ def classic_cost(length: int, slots: int) -> int:
 
 
 def min_forward_steps(n_steps: int, slots: int) -> int:
-    """The least forward evaluations for n steps with ``slots`` slots on one level (DESIGN.md)."""
+    """The least forward evaluations for n steps with ``slots`` slots on one level (docs/architecture.md)."""
     if n_steps < 1 or slots < 1:
         raise ValueError("need n_steps >= 1 and slots >= 1")
     return 1 + classic_cost(n_steps, slots)

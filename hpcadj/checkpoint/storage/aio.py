@@ -91,10 +91,11 @@ class Transport:
 
     ``threaded``: the operations (``store``, ``load``, ``drop``, ``shutdown``) an asynchronous level
     may run on its I/O thread: plain file I/O and checksums only, never an MPI or HDF5 call (see
-    DESIGN.md); the others run on the caller's thread. ``agrees_reads``: ``load`` agrees its outcome
-    over the communicator itself (a collective read). ``defers_commit``: ``store`` never raises; it
-    returns an outcome that ``settle`` publishes collectively on the caller's thread, failing the
-    step on every rank alike, so its queued operations are never skipped after a failure.
+    docs/architecture.md, "Threads"); the others run on the caller's thread. ``agrees_reads``:
+    ``load`` agrees its outcome over the communicator itself (a collective read). ``defers_commit``:
+    ``store`` never raises; it returns an outcome that ``settle`` publishes collectively on the
+    caller's thread, failing the step on every rank alike, so its queued operations are never
+    skipped after a failure.
     """
 
     threaded = frozenset({"store", "load", "drop", "shutdown"})

@@ -35,7 +35,8 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message):
-        raise CliError(f"{self.prog}: {message}")
+        command = self.prog.split(" ", 1)[1] if " " in self.prog else ""
+        raise CliError(f"{command}: {message}" if command else message)
 
 
 #: rank variables of the launchers (OpenMPI, MPICH/Hydra, PMIx, SLURM's srun), for errors raised before
@@ -149,12 +150,21 @@ def _is_number(token: str) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Run one command in this process (tests call it repeatedly; PETSc stays initialised)."""
     argv = sys.argv[1:] if argv is None else argv
+    from . import models
+
+    models.PLUGGED.clear()
     try:
+        spec = models.spec_in_argv(list(argv))
+        if spec is not None:  # before the parser: the model may add options of its own
+            try:
+                models.plug(spec)
+            except ValueError as exc:
+                raise CliError(str(exc)) from None
         parser = build_parser()
         argv, petsc_opts = take_petsc_options(list(argv), parser)
         args, unknown = parser.parse_known_args(argv)
         petsc_opts += split_petsc_options(unknown)
-        if petsc_opts and args.command not in PETSC_COMMANDS:
+        if petsc_opts and args.command not in PETSC_COMMANDS and not (args.command == "plan" and args.model):
             raise CliError(f"{args.command} runs no PETSc solver, so it takes no PETSc option "
                            f"(got {' '.join(petsc_opts)})")
         args.petsc_options = petsc_opts

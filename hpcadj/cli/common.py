@@ -8,7 +8,7 @@ import math
 from ..models import registered_models
 from ..models.base import SolverError
 from . import CliError
-from .models import model_cli
+from .models import SPEC_FORMS, is_spec, model_cli, model_names
 
 
 def int_in(low: int, high: int | None = None):
@@ -50,19 +50,39 @@ def positive_float(text: str) -> float:
     return value
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """--model, --grid, --steps, --dt and every model's own options.
+def model_name(text: str) -> str:
+    """An argparse ``type=``: a registered model's name, or a spec of the user's own model."""
+    if text in registered_models() or is_spec(text):
+        return text
+    raise argparse.ArgumentTypeError(f"unknown model {text!r}: choose from {', '.join(sorted(registered_models()))}, "
+                                     f"or name your own as {SPEC_FORMS}")
+
+
+def step_count(text: str) -> int:
+    """An argparse ``type=``: a whole number of steps (``2.7`` is refused, not taken as 2)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, default: str | None = "heat",
+                        steps: bool = True) -> None:
+    """--model, --grid, --steps (unless the command has its own), --dt and every model's own options.
 
     Records which model added which option (``args.model_options``) and the shared options
     (``args.common_model_options``), so :func:`build_model` can refuse a flag the model never uses.
     """
-    models = registered_models()
-    parser.add_argument("--model", default="heat", choices=sorted(models),
-                        help="PDE model (default: heat)")
+    names = model_names()
+    parser.add_argument("--model", default=default, type=model_name, metavar="MODEL",
+                        help=f"PDE model: {', '.join(n for n in names if not is_spec(n))}, or your own as "
+                             f"{SPEC_FORMS} (a Stepper class, a ModelCLI or a factory(comm, args))"
+                             + (f" (default: {default})" if default else ""))
     start = len(parser._actions)
     parser.add_argument("--grid", default=None, metavar="NXxNY[xNZ]",
                         help="interior grid points per axis, e.g. 128x128 or 32x32x32")
-    parser.add_argument("--steps", type=int, default=None, help="number of time steps n")
+    if steps:
+        parser.add_argument("--steps", type=step_count, default=None, help="number of time steps n")
     parser.add_argument("--dt", type=positive_float, default=None, help="time step (model default if omitted)")
     parser.add_argument("--adaptive", action="store_true", default=False,
                         help="adaptive time steps up to --t-final (heat, burgers, wave): n is unknown until the "
@@ -71,7 +91,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="simulated end time of an --adaptive run")
     common = _options(parser._actions[start:])
     owners = {}
-    for name in sorted(models):
+    for name in names:
         start = len(parser._actions)
         model_cli(name).add_arguments(parser)
         owners.update({opt: name for opt in _options(parser._actions[start:])})
@@ -98,6 +118,26 @@ class _ReadTracker(argparse.Namespace):
         return object.__getattribute__(self, name)
 
 
+def _build_user_model(adapter, spec: str, comm, args):
+    """Build a --model spec's model; an exception in the user's code becomes one line naming its
+    type, message and file:line (memory running out and ValueError keep their own handling)."""
+    from . import out_of_memory
+    from .models import user_error
+
+    try:
+        return adapter.build(comm, args)
+    except ValueError as exc:
+        if spec in str(exc):
+            raise
+        raise ValueError(f"--model {spec}: {exc}") from exc
+    except SolverError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's code: one line, not a traceback
+        if out_of_memory(exc):
+            raise
+        raise ValueError(f"--model {spec}: building the model failed: {user_error(exc)}") from None
+
+
 def unused_model_options(args, read: set) -> list[str]:
     """The model flags given on the command line that the selected model does not use: another
     model's own options, and shared ones (--grid, --steps, --dt) its adapter's ``build`` never read."""
@@ -121,7 +161,9 @@ def build_model(args, comm):
         raise CliError(f"--dt must be positive, got {args.dt}")
     tracked = _ReadTracker(args)
     try:
-        model = model_cli(args.model).build(comm, tracked)
+        adapter = model_cli(args.model)
+        model = _build_user_model(adapter, args.model, comm, tracked) if is_spec(args.model) else \
+            adapter.build(comm, tracked)
     except ValueError as exc:
         from . import out_of_memory
 

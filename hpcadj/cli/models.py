@@ -2,17 +2,26 @@
 
 The Stepper contract (``hpcadj.models.base``) is physics only; argparse lives here. A model reaches
 ``hpcadj run --model NAME`` through a :class:`ModelCLI`: the built-in models through the adapters
-below, another package's through the ``hpcadj.models`` entry point, whose value is either
+below, another package's through the ``hpcadj.models`` entry point, and any model through
+``--model path/to/file.py:Name`` or ``--model package.module:Name`` (no installation). The named
+object (or entry point's value) is one of
 
-- a :class:`ModelCLI` (a class, instantiated without arguments, or an instance), or
-- a Stepper class that itself defines the classmethods ``from_args(comm, args)`` and optionally
-  ``add_arguments(parser)`` (the protocol before adapters existed; still honoured).
+- a :class:`ModelCLI` (a class, instantiated without arguments, or an instance);
+- a Stepper class: built by its own ``from_args(comm, args)`` classmethod when it has one (with
+  options from its ``add_arguments(parser)``), else by its constructor from the shared options
+  (``comm`` and, when it takes them, ``grid``/``sizes``, ``n_steps``, ``dt``);
+- a factory ``factory(comm, args)`` returning a Stepper.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
+import inspect
+import os
+import sys
+import traceback
 from typing import Protocol, runtime_checkable
 
 from ..models import registered_models
@@ -44,11 +53,57 @@ class StepperClassCLI:
 
     def build(self, comm, args):
         from_args = getattr(self.cls, "from_args", None)
-        if not callable(from_args):
-            raise ValueError(f"model class {self.cls.__name__} has no command-line adapter: register a "
-                             f"ModelCLI (hpcadj.cli.models) under the entry point, or give the class "
-                             f"a from_args(comm, args) classmethod")
-        return from_args(comm, args)
+        if callable(from_args):
+            return from_args(comm, args)
+        return self.construct(comm, args)
+
+    #: constructor parameters filled from the shared options, and how
+    GRID_PARAMETERS = ("grid", "sizes", "shape")
+    STEPS_PARAMETERS = ("n_steps", "steps")
+
+    def construct(self, comm, args):
+        """``cls(comm, ...)`` with the shared options the constructor takes (only those given, so
+        its own defaults stay; an option it cannot take is left unread and refused as unused)."""
+        from ..models.dmda import parse_grid
+
+        try:
+            params = inspect.signature(self.cls).parameters
+        except (TypeError, ValueError):
+            params = {}
+        kwargs, filled = {}, {"comm"}
+        for names, dest, convert in ((self.GRID_PARAMETERS, "grid", parse_grid),
+                                     (self.STEPS_PARAMETERS, "steps", int), (("dt",), "dt", float)):
+            name = next((n for n in names if n in params), None)
+            if name is None:
+                continue
+            filled.add(name)
+            value = getattr(args, dest)
+            if value is not None:
+                kwargs[name] = convert(value)
+        required = [n for n, p in list(params.items())[1:] if n not in filled and p.default is p.empty
+                    and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if required:
+            raise ValueError(f"model class {self.cls.__name__} needs {', '.join(required)}, which the "
+                             f"command line cannot give: name a factory(comm, args) or a ModelCLI instead")
+        return self.cls(comm, **kwargs)
+
+
+class FactoryCLI:
+    """A plain callable ``factory(comm, args) -> Stepper`` as a ModelCLI (no options of its own)."""
+
+    def __init__(self, factory, label: str):
+        self.factory, self.label = factory, label
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        pass
+
+    def build(self, comm, args):
+        from ..models.base import Stepper
+
+        model = self.factory(comm, args)
+        if not isinstance(model, Stepper):
+            raise ValueError(f"{self.label} returned {type(model).__name__}, not a Stepper")
+        return model
 
 
 class _Unusable:
@@ -185,25 +240,147 @@ BUILTIN: dict[str, type] = {"heat": HeatCLI, "burgers": BurgersCLI, "wave": Wave
                             "grayscott": GrayScottCLI}
 
 
-def adapter_for(target) -> ModelCLI:
-    """The ModelCLI of an entry point's value: an adapter (class or instance), or a Stepper class
-    with its own ``from_args``. Anything else gets an adapter whose ``build`` raises ValueError, so
-    one broken plug-in does not break the command line for the other models."""
+def _is_adapter(obj) -> bool:
+    return callable(getattr(obj, "build", None)) and callable(getattr(obj, "add_arguments", None))
+
+
+def adapter_for(target, label: str | None = None) -> ModelCLI:
+    """The ModelCLI of an entry point's or ``--model`` spec's value: an adapter (class or instance),
+    a Stepper class, or a factory ``factory(comm, args) -> Stepper``. Anything else gets an adapter
+    whose ``build`` raises ValueError, so one broken plug-in does not break the other models."""
     from ..models.base import Stepper
 
+    label = label or repr(target)
     if isinstance(target, type) and issubclass(target, Stepper):
         return StepperClassCLI(target)
-    adapter = target() if isinstance(target, type) else target
-    if not (callable(getattr(adapter, "build", None)) and callable(getattr(adapter, "add_arguments", None))):
-        return _Unusable(f"{target!r} is neither a ModelCLI (add_arguments, build) nor a Stepper class")
+    if _is_adapter(target):
+        return target() if isinstance(target, type) else target
+    if callable(target) and not isinstance(target, type):
+        return FactoryCLI(target, label)
+    return _Unusable(f"{label} is {_what(target)}, not a Stepper class, a ModelCLI (add_arguments, build) "
+                     f"or a factory(comm, args) returning a Stepper")
+
+
+def _what(obj) -> str:
+    if isinstance(obj, type):
+        return f"the class {obj.__name__}"
+    kind = type(obj).__name__
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+
+
+SPEC_FORMS = "path/to/file.py:Name or package.module:Name"
+
+
+def is_spec(name: str) -> bool:
+    """Whether a --model value names a user's object (``file.py:Name``, ``pkg.mod:Name``)."""
+    return ":" in name or name.endswith(".py")
+
+
+#: --model specs loaded for the current command (hpcadj.cli.main fills it before building the parser)
+PLUGGED: dict[str, ModelCLI] = {}
+
+
+def plug(spec: str) -> ModelCLI:
+    """Load the --model spec and remember its adapter for this command (ValueError: one line)."""
+    PLUGGED.clear()
+    target = load_spec(spec)
+    adapter = adapter_for(target, spec)
+    if isinstance(adapter, _Unusable):
+        raise ValueError(f"--model {adapter.why}")
+    PLUGGED[spec] = adapter
     return adapter
+
+
+def load_spec(spec: str):
+    """The object ``path/to/file.py:Name`` or ``package.module:Name`` names; ValueError with one
+    line (the user's exception type, message and file:line) when it cannot be loaded."""
+    where, sep, name = spec.rpartition(":")
+    if not sep or not where or not name.isidentifier():
+        raise ValueError(f"--model {spec}: expected a model name or {SPEC_FORMS}")
+    if where.endswith(".py") or os.sep in where or "/" in where:
+        module = _load_file(spec, where)
+    else:
+        module = _import_module(spec, where)
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        raise ValueError(f"--model {spec}: {where} has no attribute {name!r}") from None
+
+
+def _load_file(spec: str, path: str):
+    if not os.path.isfile(path):
+        raise ValueError(f"--model {spec}: no such file: {path}")
+    path = os.path.abspath(path)
+    stem = os.path.splitext(os.path.basename(path))[0]
+    module_name = f"hpcadj_model_{stem}_{abs(hash(path)):x}"
+    loader_spec = importlib.util.spec_from_file_location(module_name, path)
+    if loader_spec is None or loader_spec.loader is None:
+        raise ValueError(f"--model {spec}: {path} is not a Python file")
+    module = importlib.util.module_from_spec(loader_spec)
+    folder = os.path.dirname(path)
+    if folder not in sys.path:  # as `python file.py` would: its siblings import
+        sys.path.insert(0, folder)
+    sys.modules[module_name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - the user's code: reported as one line
+        sys.modules.pop(module_name, None)
+        raise ValueError(f"--model {spec}: {user_error(exc)}") from None
+    return module
+
+
+def _import_module(spec: str, dotted: str):
+    try:
+        return importlib.import_module(dotted)
+    except ModuleNotFoundError as exc:
+        if exc.name and (dotted == exc.name or dotted.startswith(exc.name + ".")):
+            raise ValueError(f"--model {spec}: no module named {exc.name!r} (is its directory on "
+                             f"PYTHONPATH?)") from None
+        raise ValueError(f"--model {spec}: {user_error(exc)}") from None
+    except Exception as exc:  # noqa: BLE001 - the user's code: reported as one line
+        raise ValueError(f"--model {spec}: {user_error(exc)}") from None
+
+
+def user_error(exc: BaseException) -> str:
+    """``Type: message (file:line)``: where the exception was raised, in one line."""
+    message = " ".join(str(exc).split())
+    if isinstance(exc, SyntaxError) and exc.filename:
+        message = " ".join((exc.msg or "").split())
+        where = f"{exc.filename}:{exc.lineno}"
+    else:
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+    return f"{type(exc).__name__}: {message} ({where})" if message else f"{type(exc).__name__} ({where})"
+
+
+def spec_in_argv(argv: list[str]) -> str | None:
+    """The value of the last ``--model`` in ``argv`` when it is a spec (before ``--``)."""
+    found = None
+    for i, token in enumerate(argv):
+        if token == "--":
+            break
+        if token == "--model" and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif token.startswith("--model="):
+            found = token.split("=", 1)[1]
+    return found if found is not None and is_spec(found) else None
+
+
+def model_names() -> list[str]:
+    """The names ``--model`` takes: built-in, entry points, and the spec of this command."""
+    return sorted(registered_models()) + [s for s in PLUGGED if s not in registered_models()]
 
 
 def model_cli(name: str) -> ModelCLI:
     """The command-line adapter of model ``name`` (ValueError for an unknown name)."""
     if name in BUILTIN:
         return BUILTIN[name]()
+    if name in PLUGGED:
+        return PLUGGED[name]
     models = registered_models()
     if name not in models:
-        raise ValueError(f"unknown model {name!r}; choose from {', '.join(sorted(models))}")
-    return adapter_for(_model(models[name]))
+        if is_spec(name):
+            return plug(name)
+        raise ValueError(f"unknown model {name!r}; choose from {', '.join(sorted(models))}, or name "
+                         f"your own as {SPEC_FORMS}")
+    return adapter_for(_model(models[name]), name)

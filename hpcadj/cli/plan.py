@@ -14,7 +14,7 @@ import sys
 import time
 
 from . import CliError
-from .common import byte_count
+from .common import add_model_arguments, build_model, byte_count, step_count, world
 
 LEVEL_OPTIONS = (("ram", "RAM"), ("disk", "node-local disk"), ("pfs", "parallel file system (HDF5)"))
 
@@ -24,8 +24,12 @@ def add_parser(subparsers) -> None:
 
     p = subparsers.add_parser("plan", help="summarise a checkpoint plan (no physics)",
                               description="Plan the checkpoints of an n-step adjoint and print its "
-                                          "forward evaluations, I/O per level and predicted makespan.")
-    p.add_argument("--steps", type=int, required=True, metavar="N", help="number of time steps n")
+                                          "forward evaluations, I/O per level and predicted makespan. "
+                                          "With --model the model is built (no step taken) for its "
+                                          "snapshot size, working set and default n; PETSc options are "
+                                          "then accepted.")
+    p.add_argument("--steps", type=step_count, default=None, metavar="N",
+                   help="number of time steps n (needed unless --model gives its own)")
     for name, what in LEVEL_OPTIONS:
         p.add_argument(f"--{name}", metavar="B", default=None,
                        help=f"{what} budget: slots (8) or bytes (2GiB, 512MB, 1.5e9B)")
@@ -53,6 +57,7 @@ def add_parser(subparsers) -> None:
                    help="cost profile (forward/adjoint step, write/read per level); default: documented model")
     p.add_argument("--minimize", choices=("time", "energy"), default="time",
                    help="what multilevel plans minimise (default: time)")
+    add_model_arguments(p, default=None, steps=False)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--actions", action="store_true", help="stream the action list first, one per line")
     p.set_defaults(func=main)
@@ -180,6 +185,36 @@ def load_costs(args, n_levels: int):
     return profile
 
 
+def from_model(args) -> None:
+    """Fill --steps, --snapshot-bytes and --model-states from the --model's own (given ones stay):
+    the model is built on this command's ranks, as ``hpcadj run`` would build it."""
+    from ..stack import mpi
+
+    comm = world(args)
+    model = build_model(args, comm)
+    if args.steps is None:
+        if model.n_steps is None:
+            raise CliError(f"model {args.model} has no fixed number of steps (--adaptive): give --steps N")
+        args.steps = model.n_steps
+    local = sum(f.local_nbytes for f in model.snapshot_layout().values())
+    if args.snapshot_bytes is None:
+        args.snapshot_bytes = comm.allreduce(local, op=mpi().MAX)
+    if args.model_states is None:
+        args.model_states = float(model.working_set_states())
+    args.model_info = {"model": args.model, "snapshot_bytes": args.snapshot_bytes, "ranks": comm.size}
+
+
+def refuse_model_options(args) -> None:
+    """Without --model, the model options (--grid, --dt, a model's own) would be ignored: refused."""
+    given = [flag for dest, flag, default in getattr(args, "common_model_options", ())
+             if getattr(args, dest, default) != default]
+    given += [flag for (dest, flag, default) in getattr(args, "model_options", {})
+              if getattr(args, dest, default) != default]
+    if given:
+        raise CliError(f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} a model: add --model NAME "
+                       f"(or drop {'it' if len(given) == 1 else 'them'})")
+
+
 def action_record(action) -> dict:
     return {"action": type(action).__name__, **dataclasses.asdict(action)}
 
@@ -187,6 +222,15 @@ def action_record(action) -> dict:
 def main(args) -> int:
     from ..checkpoint.schedules import PlanError, ScheduleError, Simulator, make_schedule
 
+    if args.model is not None:
+        from_model(args)
+    elif args.petsc_options:
+        raise CliError(f"plan runs no PETSc solver without --model, so it takes no PETSc option "
+                       f"(got {' '.join(args.petsc_options)})")
+    else:
+        refuse_model_options(args)
+    if args.steps is None:
+        raise CliError("give --steps N (the number of time steps), or a --model that has its own")
     if args.steps < 1:
         raise CliError(f"--steps must be >= 1, got {args.steps}")
     names, slots = capacities_from(args)
@@ -220,6 +264,8 @@ def main(args) -> int:
     }
     if args.minimize == "energy":
         info["predicted_j"] = summary.cost(costs)
+    if getattr(args, "model_info", None):
+        info["model"] = args.model_info
     if args.memory is not None:
         info["memory"] = args.memory_plan.as_dict()
     if args.slot_bytes is not None:

@@ -83,6 +83,7 @@ def one_error(argv) -> str:
     return lines[0]
 
 
+@pytest.mark.cli
 def test_stepper_class_from_a_file_runs_with_the_shared_options(model_file):
     rc, out, err = invoke(["run", "--model", f"{model_file}:ReactionDiffusion", "--grid", "12x10",
                            "--steps", "5", "--dt", "1e-5", "--ram", "2", "--json", "--quiet"])
@@ -92,6 +93,7 @@ def test_stepper_class_from_a_file_runs_with_the_shared_options(model_file):
     assert info["snapshot_bytes"] == 12 * 10 * 8, info
 
 
+@pytest.mark.cli
 def test_model_cli_with_its_own_option_in_gradcheck(model_file):
     rc, out, err = invoke(["gradcheck", "--model", f"{model_file}:RateCLI", "--rate-steps", "4",
                            "--halvings", "2", "--json"])
@@ -100,6 +102,7 @@ def test_model_cli_with_its_own_option_in_gradcheck(model_file):
     assert info["passed"] and info["steps"] == 4, info
 
 
+@pytest.mark.cli
 def test_factory_in_calibrate_and_plan(model_file, tmp_path):
     profile = tmp_path / "costs.json"
     rc, out, err = invoke(["calibrate", "--model", f"{model_file}:make", "--steps", "3", "--repeats", "1",
@@ -115,6 +118,7 @@ def test_factory_in_calibrate_and_plan(model_file, tmp_path):
     assert info["model"]["snapshot_bytes"] == 800, info
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("name,expected", [
     ("Nope", "has no attribute 'Nope'"),
     ("NUMBER", "is an int, not a Stepper class"),
@@ -122,11 +126,13 @@ def test_factory_in_calibrate_and_plan(model_file, tmp_path):
     ("Needy", "needs viscosity"),
     ("Grid", "is the class Grid, not a Stepper class"),
 ])
+@pytest.mark.cli
 def test_a_wrong_name_is_one_line(model_file, name, expected):
     line = one_error(["run", "--model", f"{model_file}:{name}", "--steps", "2"])
     assert expected in line and f"{model_file}:{name}" in line, line
 
 
+@pytest.mark.cli
 def test_missing_file_and_errors_inside_the_users_file(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "path", list(sys.path))
     assert "no such file" in one_error(["gradcheck", "--model", f"{tmp_path}/absent.py:M"])
@@ -146,6 +152,8 @@ def test_missing_file_and_errors_inside_the_users_file(tmp_path, monkeypatch):
     assert "unknown model 'reactoin'" in one_error(["run", "--model", "reactoin"])
 
 
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
 def test_package_module_spec_on_pythonpath_and_under_mpirun(tmp_path):
     """A package on PYTHONPATH (a real process), and the file spec on two ranks under mpirun."""
     pkg = tmp_path / "site" / "usermodels"

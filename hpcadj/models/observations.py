@@ -30,12 +30,45 @@ class Observations:
             raise ValueError(f"observations file not found: {path}")
         try:
             with h5py().File(path, "r") as f:
-                steps = np.asarray(f["steps"][...]).ravel()
-                if f["u"].shape[0] != len(steps):
-                    raise ValueError(f"{path}: 'u' has {f['u'].shape[0]} states for {len(steps)} steps")
+                steps = cls._steps(path, cls._dataset(f, path, "steps"))
+                u = cls._dataset(f, path, "u")
+                if u.ndim < 3:
+                    raise ValueError(f"{path}: 'u' must have shape (k, [nz,] ny, nx) (one state per observed "
+                                     f"step), got shape {u.shape}")
+                if u.dtype.kind not in "fiu":
+                    raise ValueError(f"{path}: 'u' must hold numbers, got {u.dtype} data")
+                if u.shape[0] != len(steps):
+                    raise ValueError(f"{path}: 'u' has {u.shape[0]} states for {len(steps)} steps")
+                for k in range(u.shape[0]):  # one state at a time: a NaN would surface as a solver failure
+                    if not np.all(np.isfinite(u[k])):
+                        raise ValueError(f"{path}: 'u' holds NaN or infinite values (state {k}, step "
+                                         f"{steps[k]})")
         except (OSError, KeyError) as exc:
             raise ValueError(f"cannot read observations from {path}: {exc}") from None
         return cls(steps, path)
+
+    @staticmethod
+    def _dataset(f, path: str, name: str):
+        """Dataset ``name`` of the open file; ValueError naming the file when it is missing or a group."""
+        if name not in f:
+            raise ValueError(f"{path}: no dataset '{name}'")
+        node = f[name]
+        if not hasattr(node, "dtype"):
+            raise ValueError(f"{path}: '{name}' is a group, not a dataset")
+        return node
+
+    @staticmethod
+    def _steps(path: str, dataset) -> list[int]:
+        """The observed steps: whole numbers (2.0 is step 2; 2.7 is refused, not taken as 2)."""
+        if dataset.dtype.kind not in "fiu":
+            raise ValueError(f"{path}: 'steps' must hold whole numbers, got {dataset.dtype} data")
+        values = np.asarray(dataset[...], dtype=np.float64).ravel()
+        if values.size == 0:
+            raise ValueError(f"{path}: 'steps' is empty")
+        bad = [float(v) for v in values if not (np.isfinite(v) and v == np.floor(v))]
+        if bad:
+            raise ValueError(f"{path}: 'steps' must hold whole numbers, got {bad[0]:g}")
+        return [int(v) for v in values]
 
     def check(self, n_steps: int, global_shape) -> None:
         bad = [s for s in self.steps if not 0 <= s <= n_steps]

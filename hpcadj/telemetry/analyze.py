@@ -37,6 +37,8 @@ class RunData:
     ends: dict[int, dict] = field(default_factory=dict)
     headers: dict[int, dict] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    #: the shortest path suffix that tells this run from the others analysed with it
+    path_label: str | None = None
 
     @property
     def record(self) -> dict:
@@ -58,7 +60,7 @@ class RunData:
 
     @property
     def label(self) -> str:
-        return str(self.record.get("label") or os.path.basename(os.path.normpath(self.path)))
+        return str(self.record.get("label") or self.path_label or os.path.basename(os.path.normpath(self.path)))
 
 
 def is_run_dir(path: str) -> bool:
@@ -698,5 +700,22 @@ def pareto_plot(results: list[dict], out_path: str, memory: str = "checkpoint") 
 
 def analyze(paths, *, model: EnergyModel | None = None, sacct: bool = False) -> list[dict]:
     """Load and analyse every run under ``paths`` (run directories or directories of them)."""
-    return [analyse_run(load_run(d), model, sacct=sacct) for d in find_run_dirs(paths)]
+    runs = [load_run(d) for d in find_run_dirs(paths)]
+    for run, label in zip(runs, distinguishing_suffixes([r.path for r in runs])):
+        run.path_label = label
+    return [analyse_run(run, model, sacct=sacct) for run in runs]
+
+
+def distinguishing_suffixes(paths: list[str]) -> list[str]:
+    """Each path's shortest trailing run of components that no other path ends with
+    (``a/logs`` and ``b/logs``, not ``logs`` twice); the whole path when none is shorter."""
+    parts = [os.path.normpath(p).split(os.sep) for p in paths]
+    labels = []
+    for i, mine in enumerate(parts):
+        for k in range(1, len(mine) + 1):
+            tail = mine[-k:]
+            if not any(other[-k:] == tail for j, other in enumerate(parts) if j != i and other != mine):
+                break
+        labels.append(os.sep.join(tail) or os.sep)
+    return labels
 

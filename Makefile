@@ -9,7 +9,7 @@ export OMPI_MCA_rmaps_base_oversubscribe := 1
 MPIRUN := mpirun --oversubscribe
 DEMO_RANKS ?= 2
 
-.PHONY: setup demo test test-fast test-cluster clean
+.PHONY: setup demo test test-fast lint test-cluster clean
 
 setup:
 	@bash scripts/setup.sh
@@ -27,6 +27,14 @@ demo: setup
 
 test: setup
 	@bash scripts/run-tests.sh
+
+# The unit tier only (tests/conftest.py): pure Python in one process, no mpirun, no subprocess; ~1 minute.
+test-fast: setup
+	@$(PY) -m pytest -q -m unit
+
+# ruff over the tree, with the rules in pyproject.toml ([tool.ruff]); `make test` runs it first.
+lint: setup
+	@$(VENV)/bin/ruff check .
 
 # jobs/*.sbatch on a private 3-node SLURM on this machine (tests/test_slurm_multinode.py, a few minutes).
 test-cluster: setup

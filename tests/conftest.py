@@ -1,6 +1,81 @@
-"""Serial pytest session: tests/mpi/ is collected only inside mpirun (see test_mpi_suites.py)."""
+"""The suite's tiers and the serial session's collection.
 
+Every test gets one tier marker (pyproject.toml lists them): ``cluster`` (the SLURM files), ``mpi``
+(real mpirun: the tests/mpi/ modules and the serial tests that launch ranks), ``cli`` (the ``hpcadj``
+command, in a process or in-process), and ``unit`` for the rest — pure Python in this process, which
+``make test-fast`` (``pytest -m unit``) runs. A test is placed by its file, then by what its own body
+calls; a unit test that starts a process anyway fails (mark it, or move it to a process tier).
+tests/mpi/ is collected only inside mpirun (see test_mpi_suites.py).
+"""
+
+from __future__ import annotations
+
+import inspect
 import os
+import re
+import subprocess
+
+import pytest
 
 if not os.environ.get("HPCADJ_MPI_WORKER"):
     collect_ignore = ["mpi"]
+
+TIERS = ("unit", "cli", "mpi", "cluster")
+#: files whose every test belongs to a process tier
+FILE_TIERS = {
+    "test_slurm_jobs.py": "cluster", "test_slurm_multinode.py": "cluster",
+    "test_mpi_suites.py": "mpi", "test_compression.py": "mpi", "test_compression_restart.py": "mpi",
+    "test_heat_ranks.py": "mpi", "test_restart.py": "mpi", "test_docs_api.py": "mpi",
+    "test_readme_example.py": "mpi", "test_soak_small.py": "mpi", "test_models_cli.py": "mpi",
+    "test_documented_commands.py": "cli", "test_cli_fuzz.py": "cli", "test_cli_models.py": "cli",
+    "test_cli_plan.py": "cli", "test_cli_run.py": "cli", "test_memory_flag.py": "cli",
+}
+#: in any other file, a test whose body calls one of these leaves the unit tier
+_MPI_CALL = re.compile(r"(?<![.\w])mpirun\(")
+_PROCESS_CALL = re.compile(r"(?<![.\w])(run|hpcadj|hpcadj_json|run_hpcadj|main)\(|subprocess\.")
+
+
+def _source(function) -> str:
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        return ""
+
+
+def _tier(item) -> str:
+    path = item.path
+    if "mpi" in path.parts[-2:-1]:
+        return "mpi"
+    if path.name in FILE_TIERS:
+        return FILE_TIERS[path.name]
+    source = _source(item.function)
+    # and the module's own helpers it calls (a wrapper around hpcadj.cli.main, say)
+    for name in set(re.findall(r"(?<![.\w])(\w+)\(", source)):
+        helper = getattr(item.module, name, None)
+        if inspect.isfunction(helper) and helper.__module__ == item.module.__name__:
+            source += _source(helper)
+    if _MPI_CALL.search(source):
+        return "mpi"
+    if _PROCESS_CALL.search(source):
+        return "cli"
+    return "unit"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Give every test its tier marker unless it declares one itself."""
+    for item in items:
+        if not any(item.get_closest_marker(t) for t in TIERS):
+            item.add_marker(getattr(pytest.mark, _tier(item)))
+
+
+class _NoProcess(subprocess.Popen):
+    def __init__(self, args, *rest, **kw):
+        raise AssertionError(f"a unit-tier test started a process ({args!r}): mark it cli or mpi")
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request, monkeypatch):
+    """Keep ``-m unit`` honest: the tier that ``make test-fast`` runs starts no process."""
+    if request.node.get_closest_marker("unit"):
+        monkeypatch.setattr(subprocess, "Popen", _NoProcess)
+    yield

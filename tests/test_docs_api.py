@@ -1,12 +1,18 @@
-"""Every example in docs/api.md runs as documented, on 1 and 2 ranks (each checks its own results)."""
+"""docs/api.md: every example runs as documented, on 1 and 2 ranks (each checks its own results), and
+every name ``hpcadj`` exports is importable from it and documented there."""
 
 import re
+import subprocess
+import sys
 
 import pytest
 
+import hpcadj
+
 from .helpers import PYTHON, ROOT, mpirun
 
-EXAMPLES = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "api.md").read_text(), flags=re.S)
+PAGE = (ROOT / "docs" / "api.md").read_text()
+EXAMPLES = re.findall(r"```python\n(.*?)```", PAGE, flags=re.S)
 
 
 def test_the_page_has_examples():
@@ -21,3 +27,23 @@ def test_example_runs(index, tmp_path):
     for nranks in (1, 2):
         proc = mpirun(nranks, [PYTHON, str(script), str(tmp_path / f"work{nranks}")], timeout=180)
         assert proc.returncode == 0, f"example {index} on {nranks} rank(s):\n{proc.stdout}\n{proc.stderr}"
+
+
+@pytest.mark.unit
+def test_every_export_is_importable_and_documented():
+    assert hpcadj.__all__ and len(set(hpcadj.__all__)) == len(hpcadj.__all__)
+    exec(f"from hpcadj import {', '.join(hpcadj.__all__)}", {})   # the import a user writes
+    for name in hpcadj.__all__:
+        assert getattr(hpcadj, name) is not None, name
+        assert f"`{name}`" in PAGE, f"hpcadj.{name} is exported but docs/api.md does not mention it"
+    with pytest.raises(AttributeError):
+        hpcadj.not_an_export  # noqa: B018 - the attribute access is the test
+
+
+@pytest.mark.cli
+def test_import_hpcadj_loads_no_petsc():
+    """``import hpcadj`` stays light (the command line starts with it): the names load on first use."""
+    code = ("import sys, hpcadj; "
+            "print(sorted(m for m in ('petsc4py.PETSc', 'mpi4py.MPI', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr

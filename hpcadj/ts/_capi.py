@@ -1,0 +1,84 @@
+"""The few PETSc C functions petsc4py 3.18 does not wrap, called through ctypes on ``obj.handle``.
+
+The library is the ``libpetsc*`` this process already loaded (found in ``/proc/self/maps``, so no
+soname or version is written here); PetscInt's size comes from ``PETSc.IntType``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+from ..stack import petsc
+
+
+@functools.lru_cache(maxsize=None)
+def _lib():
+    petsc()  # loads the library
+    paths = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) >= 6 and "/libpetsc" in fields[-1] and fields[-1] not in paths:
+                paths.append(fields[-1])
+    if not paths:
+        raise RuntimeError("cannot find the PETSc library this process loaded (no libpetsc in /proc/self/maps)")
+    return ctypes.CDLL(paths[0])
+
+
+def _int_type():
+    import numpy as np
+
+    return ctypes.c_int64 if np.dtype(petsc().IntType).itemsize == 8 else ctypes.c_int32
+
+
+def _call(name: str, *args) -> None:
+    code = getattr(_lib(), name)(*args)
+    if code:
+        raise RuntimeError(f"PETSc {name} failed with error code {code}")
+
+
+def _h(obj) -> ctypes.c_void_p:
+    return ctypes.c_void_p(obj.handle)
+
+
+def stage_handles(ts) -> list[int]:
+    """TSGetStages: the C handles of the method's stage Vecs (the TS owns them)."""
+    n = _int_type()()
+    vecs = ctypes.POINTER(ctypes.c_void_p)()
+    _call("TSGetStages", _h(ts), ctypes.byref(n), ctypes.byref(vecs))
+    return [vecs[k] for k in range(n.value)]
+
+
+def vec_copy_into(src, dst_handle: int) -> None:
+    """VecCopy from a petsc4py Vec into a Vec known by its C handle."""
+    _call("VecCopy", _h(src), ctypes.c_void_p(dst_handle))
+
+
+def _adapt(ts) -> ctypes.c_void_p:
+    adapt = ctypes.c_void_p()
+    _call("TSGetAdapt", _h(ts), ctypes.byref(adapt))
+    return adapt
+
+
+def adapt_type(ts) -> str:
+    """The TSAdapt's type name ('none', 'basic', ...)."""
+    name = ctypes.c_char_p()
+    _call("TSAdaptGetType", _adapt(ts), ctypes.byref(name))
+    return (name.value or b"").decode()
+
+
+def set_always_accept(ts, flag: bool) -> None:
+    """TSAdaptSetAlwaysAccept: accept every step at the dt it was given (replays)."""
+    _call("TSAdaptSetAlwaysAccept", _adapt(ts), ctypes.c_int(1 if flag else 0))
+
+
+def rk_weights(ts) -> list[float]:
+    """The b weights of the TS's RK tableau (TSRKGetTableau)."""
+    s = _int_type()()
+    b = ctypes.POINTER(ctypes.c_double)()
+    a, c, e, bi = (ctypes.POINTER(ctypes.c_double)() for _ in range(4))
+    p, fsal = _int_type()(), ctypes.c_int()
+    _call("TSRKGetTableau", _h(ts), ctypes.byref(s), ctypes.byref(a), ctypes.byref(b), ctypes.byref(c),
+          ctypes.byref(e), ctypes.byref(p), ctypes.byref(bi), ctypes.byref(fsal))
+    return [b[k] for k in range(s.value)]

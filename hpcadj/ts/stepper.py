@@ -1,0 +1,358 @@
+"""A user's own petsc4py TS as an hpcadj :class:`~hpcadj.models.base.Stepper`.
+
+hpcadj drives the TS one step at a time (``restartStep()`` then ``step()`` from a restored state,
+time, step number and dt) and runs PETSc's own ``TSAdjointStep`` for the reverse sweep, after placing
+in the TS what that step reads: u_{i+1} in the solution Vec, the method's stages, t_{i+1}, a negative
+dt and the step number. PETSc's trajectory is never filled; hpcadj's plans and levels hold the states.
+
+Stages: for θ-endpoint methods (Crank–Nicolson, backward Euler) they are u_i and u_{i+1}, which the
+driver holds: they are copied in (``TSGetStages``), nothing is recomputed. For the others (RK,
+θ-midpoint) the step is recomputed from u_i before the adjoint step, so an adjoint step costs one
+forward step more; the cost the planner uses comes from timing :meth:`TSStepper.adjoint_step`
+itself (``hpcadj calibrate``), recomputation included.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from ..models.adaptive import AdaptiveSteps, StepSequence
+from ..models.base import SolverError, Stepper
+from ..snapshot import FieldLayout
+from ..stack import petsc
+from . import _capi
+
+CONTROL_U0 = "u0"
+
+#: DM handle -> the TSStepper using it (petsc4py keeps TS callbacks in the DM: one TS per DM)
+_BY_DM: "weakref.WeakValueDictionary[int, TSStepper]" = weakref.WeakValueDictionary()
+
+
+class TSRefused(ValueError):
+    """The TS uses something hpcadj cannot drive step by step (one line, says what and why)."""
+
+
+def _version() -> tuple[int, int, int]:
+    return tuple(petsc().Sys.getVersion())[:3]
+
+
+def _version_text(v) -> str:
+    return ".".join(str(x) for x in v)
+
+
+class TSStepper(AdaptiveSteps, Stepper):
+    """Checkpointed gradients of a user's TS from PETSc's own adjoint, one step at a time.
+
+    Parameters
+    ----------
+    ts : petsc4py TS
+        Configured by the user (type, functions, Jacobians, ``setFromOptions()``); its time and time
+        step at construction are t_0 and dt (the first trial dt of an adaptive TS).
+    u0 : Vec
+        The initial state; the control ``"u0"`` (its gradient is λ_0).
+    n_steps : int, optional
+        Number of steps of a fixed-step TS (default: the TS's max steps), each of exactly dt: the
+        TS's max time is not used (``TSSolve`` with MATCHSTEP may trim a last step to land on it).
+    parameters : {name: Vec}, optional
+        At most one: the parameter Vec p of the TS's (I/RHS)JacobianP, whose columns it indexes
+        (PETSc's μ). A field or a scalar alike: a Vec laid out as JacobianP's columns.
+    apply_parameters : callable(Vec), optional
+        Called with a copy of p whenever the controls change, so the user's callbacks use it.
+    final : (value(u) -> float, gradient(u) -> Vec), optional
+        The final-time term of J and its derivative (value the same on every rank).
+    every_step : (value(i, t, u) -> float, gradient(i, t, u) -> Vec or None), optional
+        A term at every state u_0 .. u_n (gradient None where state i does not enter J).
+    t_final : float, optional
+        For an adaptive TS (a TSAdapt other than 'none'): the end time (default: the TS's max time).
+    """
+
+    name = "ts"
+
+    def __init__(self, ts, u0, n_steps: int | None = None, *, parameters: Mapping | None = None,
+                 apply_parameters: Callable | None = None, final=None, every_step=None,
+                 t_final: float | None = None, name: str | None = None, max_steps: int | None = None):
+        PETSc = petsc()
+        self.ts = ts
+        self.comm = ts.getComm().tompi4py()
+        if name:
+            self.name = name
+        if final is None and every_step is None:
+            raise TSRefused("give the objective: final=(value, gradient) and/or every_step=(value, gradient)")
+        self._final, self._every = final, every_step
+        parameters = dict(parameters or {})
+        if len(parameters) > 1:
+            raise TSRefused("PETSc's adjoint has one parameter Vec (the JacobianP columns): give at most one")
+        if CONTROL_U0 in parameters:
+            raise TSRefused(f"{CONTROL_U0!r} names the initial state; call the parameter something else")
+        self._pname = next(iter(parameters), None)
+        self._p0 = parameters.get(self._pname)
+        self._apply = apply_parameters
+        self._u0 = u0
+        self._refuse_unsupported()
+        self.ts_type = ts.getType()
+        self._endpoint = self._theta_endpoint()
+        self.adjoint_reads_next = self._endpoint
+        ts.setErrorIfStepFails(False)
+        ts.setExactFinalTime(PETSc.TS.ExactFinalTime.MATCHSTEP)
+        # TSAdjointStep segfaults without a trajectory; ts.step() never fills it, so it stores nothing
+        ts.setSaveTrajectory()
+        ts.setSolution(u0.copy())
+        ts.setUp()
+        self._refuse_version_specific()
+        self.t0 = float(ts.getTime())
+        self._dt0 = float(ts.getTimeStep())
+        if not self._dt0 > 0:
+            raise TSRefused(f"the TS's time step must be positive at the start, got {self._dt0} "
+                            f"(a TS after adjointSolve keeps a negative one: call ts.setTimeStep(dt))")
+        self._adaptive_type = _capi.adapt_type(ts)
+        if self._adaptive_type == "none":
+            self.steps = None
+            self.dt = self._dt0
+            self.n_steps = int(n_steps if n_steps is not None else ts.getMaxSteps())
+            if self.n_steps < 1:
+                raise TSRefused(f"number of steps must be >= 1, got {self.n_steps}")
+            self._times = [self.t0]
+        else:
+            self.dt = None
+            end = float(t_final if t_final is not None else ts.getMaxTime())
+            self.steps = StepSequence(end - self.t0, max_steps or int(ts.getMaxSteps()))
+            self.n_steps = None
+        self._sol = u0.duplicate()          # the TS's solution Vec during adjoint steps
+        self._mu = None
+        self._controls = None
+        self._claim_dm()
+
+    # -- checks ----------------------------------------------------------------------------
+    def _claim_dm(self) -> None:
+        dm = self.ts.getDM()
+        if dm is None:
+            return
+        other = _BY_DM.get(dm.handle)
+        if other is not None and other.ts.handle != self.ts.handle:
+            raise TSRefused("another TS already runs on this DM: petsc4py keeps a TS's callbacks in its DM, so "
+                            "a second TS on it (and its destruction) breaks the first; give each TS its own DM")
+        _BY_DM[dm.handle] = self
+
+    def _refuse_unsupported(self) -> None:
+        ts = self.ts
+        # getNumEvents() dereferences a missing event handler on PETSc 3.18; petsc4py keeps the callbacks
+        if {"__eventhandler__", "__indicator__"} & set(ts.getDict() or {}):
+            raise TSRefused("the TS has events (TSSetEventHandler): hpcadj's step-by-step adjoint cannot "
+                            "reach them; remove them")
+        if ts.getQuadratureTS()[1].handle:
+            raise TSRefused("the TS has a quadrature TS (an integral cost): hpcadj's step-by-step adjoint cannot "
+                            "reach it; give the integrand as every_step terms")
+        if ts.getType() == "arkimex" and _version() < (3, 19, 0):
+            raise TSRefused(f"PETSc {_version_text(_version())} has no adjoint for TS type arkimex "
+                            f"(PETSc 3.19 has one): choose another -ts_type")
+
+    def _refuse_version_specific(self) -> None:
+        if self.ts_type != "rk" or self._pname is None or _version() >= (3, 21, 4):
+            return
+        weights = _capi.rk_weights(self.ts)
+        if any(b == 0.0 for b in weights):
+            raise TSRefused(f"PETSc {_version_text(_version())}'s RK adjoint gives wrong parameter gradients for "
+                            f"tableau {self.ts.getRKType()} (a zero weight; fixed in PETSc 3.21.4): choose another "
+                            f"-ts_rk_type")
+
+    def _theta_endpoint(self) -> bool:
+        """θ-endpoint (CN, backward Euler): the stages are u_i and u_{i+1}."""
+        if self.ts_type not in ("theta", "cn", "beuler"):
+            return False
+        return bool(self.ts.getThetaEndpoint()) or self.ts.getTheta() == 1.0
+
+    @property
+    def recomputes_in_adjoint(self) -> bool:
+        """True where an adjoint step re-runs the forward step for its stages (RK, θ-midpoint)."""
+        return not self._endpoint
+
+    # -- controls ----------------------------------------------------------------------------
+    def default_controls(self):
+        controls = {CONTROL_U0: self._u0.copy()}
+        if self._pname is not None:
+            controls[self._pname] = self._p0.copy()
+        return controls
+
+    def set_controls(self, controls: Mapping) -> None:
+        self._controls = {k: v.copy() for k, v in controls.items()}
+        if self._pname is not None and self._apply is not None:
+            self._apply(self._controls[self._pname].copy())
+
+    def initial_state(self):
+        return self._controls[CONTROL_U0].copy()
+
+    # -- clock -------------------------------------------------------------------------------
+    def time(self, i: int) -> float | None:
+        if self.steps is not None:
+            return None if self.steps.time(i) is None else self.t0 + self.steps.time(i)
+        while len(self._times) <= i:  # TSStep's clock: t += dt, step after step
+            self._times.append(self._times[-1] + self.dt)
+        return self._times[i]
+
+    def _dt(self, i: int) -> float:
+        return self.dt if self.steps is None else self.steps.dt(i)
+
+    # -- forward -----------------------------------------------------------------------------
+    def _take_step(self, i: int, x, dt: float) -> None:
+        ts = self.ts
+        ts.setSolution(x)
+        ts.setTime(self.time(i))
+        ts.setTimeStep(dt)
+        ts.setStepNumber(i)
+        ts.restartStep()
+        ts.step()
+        reason = ts.getConvergedReason()
+        if reason < 0:
+            raise SolverError(f"TS step {i} at t = {self.time(i):.6g} (dt = {dt:.3g}) failed: "
+                              f"{_reason_name(reason)}")
+
+    def step(self, i: int, u):
+        x = u.copy()
+        if self.steps is not None and not self.steps.known(i):
+            self._first_adaptive_step(i, u, x)
+        else:
+            self._take_step(i, x, self._dt(i))
+        return x
+
+    def _first_adaptive_step(self, i: int, u, x) -> None:
+        """Decide dt_i with the user's TSAdapt; record it so every later step replays it."""
+        trial = self.steps.proposal if self.steps.proposal is not None else self._dt0
+        dt, last = self.steps.clip(i, trial)
+        _capi.set_always_accept(self.ts, False)
+        self._take_step(i, x, dt)
+        taken = self.ts.getTime() - self.time(i)
+        proposal = float(self.ts.getTimeStep())
+        if self.ts.getStepRejections() > 0 or taken != dt:
+            # rejected tries: the accepted dt is known only as t_{i+1} - t_i; re-take the step at
+            # exactly that dt, so the stored state is what every replay computes
+            dt, last = taken, taken >= self.steps.t_final - self.steps.times[i] - 1e-9 * self.steps.t_final
+            if last:
+                dt = self.steps.t_final - self.steps.times[i]
+            u.copy(x)
+            _capi.set_always_accept(self.ts, True)
+            try:
+                self._take_step(i, x, dt)
+            finally:
+                _capi.set_always_accept(self.ts, False)
+        self._accepted(i, dt, last, proposal)
+
+    def _replaying(self, on: bool) -> None:
+        if self.steps is not None:
+            _capi.set_always_accept(self.ts, on)
+
+    # -- objective ---------------------------------------------------------------------------
+    def _is_final(self, i: int) -> bool:
+        return self.done(i)
+
+    def objective(self, i: int, u) -> float:
+        J = 0.0
+        if self._every is not None:
+            J += float(self._every[0](i, self.time(i), u))
+        if self._final is not None and self._is_final(i):
+            J += float(self._final[0](u))
+        return J
+
+    def objective_gradient(self, i: int, u):
+        total = None
+        if self._every is not None:
+            total = self._every[1](i, self.time(i), u)
+        if self._final is not None and self._is_final(i):
+            g = self._final[1](u)
+            total = g if total is None else total + g
+        return total
+
+    # -- adjoint -----------------------------------------------------------------------------
+    def adjoint_step(self, i: int, u, u_next, lam_next, grad):
+        ts = self.ts
+        t_i, t_next = self.time(i), self.time(i + 1)
+        if self._endpoint:
+            u_next.copy(self._sol)
+            ts.setSolution(self._sol)
+            stages = _capi.stage_handles(ts)
+            _capi.vec_copy_into(u, stages[0])
+        else:
+            u.copy(self._sol)
+            self._replaying(True)
+            try:
+                self._take_step(i, self._sol, self._dt(i))
+            finally:
+                self._replaying(False)
+        lam = lam_next.copy()
+        ts.setTime(t_next)
+        ts.setTimeStep(t_i - t_next)
+        ts.setStepNumber(i + 1)
+        if self._pname is not None:
+            ts.setCostGradients([lam], [grad[self._pname]])
+        else:
+            ts.setCostGradients([lam])
+        ts.adjointStep()
+        return lam
+
+    def initial_adjoint(self, lam0, grad) -> None:
+        grad[CONTROL_U0].axpy(1.0, lam0)
+
+    # -- tangent linear: not offered (PETSc's TSForward would be the route) -------------------
+    def initial_tangent(self, dcontrols):
+        raise NotImplementedError("a TS model has no tangent-linear step here: use the Taylor test")
+
+    def tangent_step(self, i, u, u_next, du, dcontrols):
+        raise NotImplementedError("a TS model has no tangent-linear step here: use the Taylor test")
+
+    # -- snapshots ---------------------------------------------------------------------------
+    def _layout_of(self, vec) -> FieldLayout:
+        dm = self.ts.getDM()
+        if dm is not None and dm.getType() == "da" and vec.getSize() == self._u0.getSize():
+            dof = dm.getDof()
+            sizes = dm.getSizes()[::-1]                  # natural order: slowest axis first
+            corners = dm.getCorners()
+            start = tuple(corners[0][::-1])
+            shape = tuple(corners[1][::-1])
+            comp = (dof,) if dof > 1 else ()
+            return FieldLayout(tuple(sizes) + comp, start + (0,) * len(comp), shape + comp)
+        lo, hi = vec.getOwnershipRange()
+        return FieldLayout((vec.getSize(),), (lo,), (hi - lo,))
+
+    def snapshot_layout(self):
+        return {"u": self._layout_of(self._u0)}
+
+    def snapshot(self, u):
+        return {"u": u.getArray(readonly=True).reshape(self._layout_of(u).shape)}
+
+    def restore(self, snapshot):
+        vec = self._u0.duplicate()
+        vec.getArray()[...] = np.asarray(snapshot["u"]).reshape(-1)
+        return vec
+
+    def control_layout(self):
+        layout = {CONTROL_U0: self._layout_of(self._u0)}
+        if self._pname is not None:
+            layout[self._pname] = self._layout_of(self._p0)
+        return layout
+
+    def control_arrays(self, controls):
+        layouts = self.control_layout()
+        return {k: controls[k].getArray(readonly=True).reshape(layouts[k].shape).copy() for k in layouts}
+
+    # -- description -------------------------------------------------------------------------
+    def describe(self) -> dict:
+        info = {"model": self.name, "steps": self.n_steps, "ts_type": self.ts_type, "dt": self.dt,
+                "adjoint_stages": "filled" if self._endpoint else "recomputed",
+                "petsc": _version_text(_version())}
+        if self.ts_type == "rk":
+            info["rk_type"] = self.ts.getRKType()
+        return self._describe_steps(info)
+
+    def working_set_states(self) -> float:
+        """Stages, SNES/KSP work Vecs and adjoint work Vecs of a typical implicit TS."""
+        return 16.0
+
+
+def _reason_name(reason: int) -> str:
+    PETSc = petsc()
+    for key, value in vars(PETSc.TS.ConvergedReason).items():
+        if value == reason and not key.startswith("_"):
+            return key.lower()
+    return f"reason {reason}"

@@ -168,3 +168,28 @@ class Stepper(abc.ABC):
     def snapshot_bytes(self) -> int:
         """Bytes of one snapshot over all ranks."""
         return sum(f.global_nbytes for f in self.snapshot_layout().values())
+
+
+class SecondOrderSteps:
+    """Optional methods a Stepper adds for Hessian-vector products (:mod:`hpcadj.adjoint.hessian`).
+
+    A model need not inherit this class; the composite second-order stepper looks the methods up.
+    ``add_objective_hessian`` alone gives the Gauss-Newton product; ``hessian_adjoint_step`` too
+    gives the exact (Newton) one.
+    """
+
+    def add_objective_hessian(self, i: int, u, du, dlam) -> None:
+        """Add (d^2 J_i/du_i^2) du into ``dlam`` in place (nothing where state i is not observed)."""
+        raise NotImplementedError
+
+    def hessian_adjoint_step(self, i: int, u, u_next, du, du_next, lam_next, dlam_next, dcontrols: Controls,
+                             grad: Controls, hgrad: Controls):
+        """Return (lambda_i, dlambda_i) of step i, adding dJ/dp into ``grad`` and (H v)_p into ``hgrad``.
+
+        lambda_i and ``grad`` are exactly :meth:`Stepper.adjoint_step`'s. dlambda_i =
+        (du_{i+1}/du_i)^T dlambda_{i+1} + D[(du_{i+1}/du_i)^T lambda_{i+1}], D the derivative along
+        (du_i, dcontrols) (and du_{i+1}, for a scheme whose adjoint reads u_{i+1}); ``hgrad`` gets
+        (du_{i+1}/dp)^T dlambda_{i+1} + D[(du_{i+1}/dp)^T lambda_{i+1}]. ``u_next``/``du_next`` are
+        None for a model with ``adjoint_reads_next = False``.
+        """
+        raise NotImplementedError

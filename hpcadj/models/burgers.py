@@ -260,6 +260,35 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
                           hv.strips(du, 1), self.nu, dnu, dt, self._ih, *self._block(out, readonly=False))
         return out
 
+    # -- second order (Hessian actions, hpcadj.adjoint.hessian) ------------------------------
+    def add_objective_hessian(self, i, u, du, dlam):
+        """dlam += d^2 J/du^2 du = h^2 du at the final step."""
+        if i == self.n_steps:
+            dlam.getArray()[...] += self.cell_volume * du.getArray(readonly=True)
+
+    def hessian_adjoint_step(self, i, u, u_next, du, du_next, lam_next, dlam_next, dcontrols, grad, hgrad):
+        """(lambda_i, dlambda_i), dJ/dnu and (H v)_nu contributions of step i.
+
+        dlambda_i = (step's adjoint applied to dlambda_{i+1}, the compiled adjoint step) + S, S the
+        derivative of the adjoint step along (du_i, dnu) at fixed lambda_{i+1}: the stages' adjoints
+        a2, a1 and tangents dw1, dw2 are recomputed and differentiated stage by stage in numpy
+        (:class:`_SecondOrder`; correct first, not fast: about ten stencil passes with halo exchanges).
+        """
+        if self.steps is not None:
+            raise ValueError("burgers: Hessian actions need fixed steps")
+        lam = self.adjoint_step(i, u, None, lam_next, grad)
+        dlam = self.adjoint_step(i, u, None, dlam_next, hgrad)
+        if self._second is None:
+            self._second = _SecondOrder(self)
+        dnu = scalar_value(self.comm, dcontrols["nu"])
+        extra, dg_nu = self._second.terms(self._block(u), self._block(du), self._block(lam_next), self.nu, dnu,
+                                          self.dt)
+        self._block(dlam, readonly=False)[...] += extra
+        scalar_add(self.comm, hgrad["nu"], dg_nu)
+        return lam, dlam
+
+    _second = None
+
     # -- snapshots ---------------------------------------------------------------------------
     def snapshot(self, u):
         fields = self._block(u)
@@ -279,3 +308,86 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         return self._describe_steps({"model": self.name, "grid": "x".join(map(str, self.grid.sizes_xyz)),
                                      "steps": self.n_steps, "dt": self.dt, "nu": self.default_nu_value,
                                      "advection": "central", "scheme": "SSP-RK3"})
+
+
+class _SecondOrder:
+    """Burgers' stage operators in numpy on one-point-padded blocks, for the second-order adjoint.
+
+    N(w) = -b(w, w) + nu lap w with b(p, q)_c = 1/2 [p . grad q_c + div(p q_c)] (central differences,
+    periodic). Its transposed linearisation is N'(w)^T a = -c(a, w) + b(w, a) + nu lap a, with
+    c(a, q)_d = 1/2 sum_c [a_c D_d q_c - q_c D_d a_c] (D_d^T = -D_d); it is linear in (w, nu), so its
+    derivative along (dw, dnu) is N'(dw; dnu)^T a. Halos come from a DMDA of the model's partition.
+    """
+
+    def __init__(self, model):
+        from .dmda import Grid
+
+        self.grid = Grid(model.comm, model.field.sizes_xyz, periodic=True)
+        if self.grid.start != model.field.start or self.grid.shape != model.field.shape:
+            raise RuntimeError("burgers: the second-order halo grid does not match the model's partition")
+        self.hy, self.hx = model.h
+        self._vec = self.grid.create_vec()
+
+    def pad(self, W):
+        """(2, ny, nx) owned blocks -> (2, ny + 2, nx + 2) with the periodic one-point halo."""
+        out = []
+        for comp in W:
+            self.grid.owned(self._vec)[...] = comp
+            out.append(self.grid.padded(self._vec))
+        return np.stack(out)
+
+    def dx(self, P):
+        return (P[..., 1:-1, 2:] - P[..., 1:-1, :-2]) / (2.0 * self.hx)
+
+    def dy(self, P):
+        return (P[..., 2:, 1:-1] - P[..., :-2, 1:-1]) / (2.0 * self.hy)
+
+    def lap(self, P):
+        c = P[..., 1:-1, 1:-1]
+        return ((P[..., 1:-1, 2:] + P[..., 1:-1, :-2] - 2.0 * c) / self.hx ** 2
+                + (P[..., 2:, 1:-1] + P[..., :-2, 1:-1] - 2.0 * c) / self.hy ** 2)
+
+    def b(self, Pp, Pq):
+        p = Pp[:, 1:-1, 1:-1]
+        return 0.5 * (p[0] * self.dx(Pq) + p[1] * self.dy(Pq) + self.dx(Pp[0] * Pq) + self.dy(Pp[1] * Pq))
+
+    def c(self, Pa, Pq):
+        a, q = Pa[:, 1:-1, 1:-1], Pq[:, 1:-1, 1:-1]
+        return 0.5 * np.stack((np.sum(a * self.dx(Pq) - q * self.dx(Pa), axis=0),
+                               np.sum(a * self.dy(Pq) - q * self.dy(Pa), axis=0)))
+
+    def n(self, Pw, nu):
+        return -self.b(Pw, Pw) + nu * self.lap(Pw)
+
+    def n_lin(self, Pw, nu, Pd, dnu):
+        """N'(w) d + dnu lap w."""
+        return -(self.b(Pd, Pw) + self.b(Pw, Pd)) + nu * self.lap(Pd) + dnu * self.lap(Pw)
+
+    def n_adj(self, Pw, nu, Pa):
+        """N'(w)^T a (w, nu enter linearly)."""
+        return -self.c(Pa, Pw) + self.b(Pw, Pa) + nu * self.lap(Pa)
+
+    def terms(self, W, dW, L, nu, dnu, dt):
+        """(S, this rank's (H v)_nu term): the derivative of one SSP-RK3 adjoint step along (dW, dnu)
+        at fixed lambda_{i+1} = L."""
+        W, dW, L = (np.asarray(x, dtype=float) for x in (W, dW, L))
+        Pw, Pdw, PL = self.pad(W), self.pad(dW), self.pad(L)
+        w1 = W + dt * self.n(Pw, nu)
+        Pw1 = self.pad(w1)
+        Pw2 = self.pad(0.75 * W + 0.25 * (w1 + dt * self.n(Pw1, nu)))
+        dw1 = dW + dt * self.n_lin(Pw, nu, Pdw, dnu)
+        Pdw1 = self.pad(dw1)
+        Pdw2 = self.pad(0.75 * dW + 0.25 * (dw1 + dt * self.n_lin(Pw1, nu, Pdw1, dnu)))
+        a2 = (2.0 / 3.0) * (L + dt * self.n_adj(Pw2, nu, PL))
+        Pa2 = self.pad(a2)
+        a1 = 0.25 * (a2 + dt * self.n_adj(Pw1, nu, Pa2))
+        Pa1 = self.pad(a1)
+        da2 = (2.0 / 3.0) * dt * self.n_adj(Pdw2, dnu, PL)
+        Pda2 = self.pad(da2)
+        da1 = 0.25 * (da2 + dt * self.n_adj(Pw1, nu, Pda2) + dt * self.n_adj(Pdw1, dnu, Pa2))
+        Pda1 = self.pad(da1)
+        S = 0.75 * da2 + da1 + dt * self.n_adj(Pw, nu, Pda1) + dt * self.n_adj(Pdw, dnu, Pa1)
+        dg = ((2.0 / 3.0) * dt * np.sum(self.lap(Pdw2) * L)
+              + 0.25 * dt * (np.sum(self.lap(Pdw1) * a2) + np.sum(self.lap(Pw1) * da2))
+              + dt * (np.sum(self.lap(Pdw) * a1) + np.sum(self.lap(Pw) * da1)))
+        return S, float(dg)

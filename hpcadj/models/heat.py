@@ -384,6 +384,11 @@ class HeatModel(AdaptiveSteps, Stepper):
         reason = ksp.getConvergedReason()
         if reason < 0:
             raise SolverError(f"heat: KSP diverged (reason {reason})")
+        # x stayed at its zero guess for a non-zero rhs only when the residual norm underflowed
+        # (an absurd dt: sum of squares below 1e-308); its zero would pass for a solution
+        if ksp.getIterationNumber() == 0 and rhs.norm(petsc().NormType.INFINITY) > 0:
+            raise SolverError(f"heat: KSP stopped at its zero initial guess for a non-zero right-hand side "
+                              f"(its residual norm underflowed: dt {self.dt:g} is far too large)")
         return x
 
     # -- forward -----------------------------------------------------------------------------
@@ -467,6 +472,39 @@ class HeatModel(AdaptiveSteps, Stepper):
         dl_w = self._apply_l(self.grid.padded(dcontrols["kappa"]), self.grid.padded(self._w(u, u_next)))
         self.grid.owned(rhs)[...] += dt * dl_w
         return self._solve(rhs, ksp=ksp)
+
+    # -- second order (Hessian actions, hpcadj.adjoint.hessian) ------------------------------
+    def add_objective_hessian(self, i, u, du, dlam):
+        """dlam += d^2 J_i/du^2 du = h^d du on observed steps."""
+        if self._observed(i):
+            self.grid.owned(dlam)[...] += self.cell_volume * self.grid.owned_view(du)
+
+    def hessian_adjoint_step(self, i, u, u_next, du, du_next, lam_next, dlam_next, dcontrols, grad, hgrad):
+        """(lambda_i, dlambda_i) and dJ/dkappa, (H v)_kappa contributions of step i.
+
+        With mu = A^-1 lambda_{i+1} (as in :meth:`adjoint_step`), differentiating the adjoint step in
+        (u, kappa) along (du, dkappa): dmu = A^-1 (dlambda_{i+1} + theta dt L(dkappa) mu),
+        dlambda_i = B dmu + (1 - theta) dt L(dkappa) mu, (H v)_kappa += dt d/dkappa <dmu, L w> +
+        dt d/dkappa <mu, L dw> (L is linear in kappa and the step linear in u: no other terms).
+        """
+        if self.steps is not None:
+            raise ValueError("heat: Hessian actions need fixed steps")
+        dt, theta = self.dt, self.theta
+        lam = self.adjoint_step(i, u, u_next, lam_next, grad)
+        mu = self._work["mu"].copy()  # adjoint_step's A^-1 lambda_{i+1}
+        l_dk_mu = self._apply_l(self.grid.padded(dcontrols["kappa"]), self.grid.padded(mu))
+        rhs = dlam_next.copy()
+        self.grid.owned(rhs)[...] += (theta * dt) * l_dk_mu
+        dlam = self.adjoint_step(i, u, u_next, rhs, hgrad)
+        self.grid.owned(dlam)[...] += ((1.0 - theta) * dt) * l_dk_mu
+        from .kernels.heat import kappa_gradient
+
+        dw = self._w(du, du_next, scratch="rhs")
+        shape3, lo_wall, hi_wall, first, h2 = self._geometry
+        kappa_gradient(dw.getArray(readonly=True).reshape(shape3), mu.getArray(readonly=True).reshape(shape3),
+                       self._faces3(dw, 0), self._faces3(mu, 1), lo_wall, hi_wall, first, h2, dt,
+                       hgrad["kappa"].getArray().reshape(shape3))
+        return lam, dlam
 
     # -- snapshots ---------------------------------------------------------------------------
     def snapshot_layout(self):

@@ -1,0 +1,78 @@
+"""Hessian-vector products of every built-in model: second-order Taylor, symmetry, gradient differences."""
+
+import pytest
+
+from hpcadj.adjoint import hessian as H
+
+
+def build(comm, name):
+    if name == "heat":
+        from hpcadj.models.heat import HeatModel
+        return HeatModel(comm, (7, 6), n_steps=5, dt=2e-3)
+    if name == "burgers":
+        from hpcadj.models.burgers import BurgersModel
+        return BurgersModel(comm, (12, 9), n_steps=6)
+    raise KeyError(name)
+
+
+MODELS = ["heat", "burgers"]
+
+
+def perturbed_controls(model):
+    """Controls 5 % (relative) away from the defaults: no earlier evaluation used them."""
+    controls = model.default_controls()
+    shift = H.scaled_direction(model, controls, 7, scale={k: 0.05 for k in controls})
+    for k in controls:
+        controls[k].axpy(1.0, shift[k])
+    return controls
+
+
+@pytest.fixture(scope="module")
+def checks(comm):
+    """One set of runs per model, shared by the assertions below."""
+    out = {}
+    for name in MODELS:
+        model = build(comm, name)
+        controls = perturbed_controls(model)
+        v = H.scaled_direction(model, controls, 11, scale={k: 0.1 for k in controls})
+        w = H.scaled_direction(model, controls, 13, scale={k: 0.1 for k in controls})
+        hv = H.hessian_action(model, controls, v)
+        taylor = H.second_order_taylor_test(model, controls, v, hess=hv, eps0=0.5)
+        hw = H.hessian_action(model, controls, w)
+        fd = [H.relative_difference(hv.hessian, H.gradient_difference(model, controls, v, eps))
+              for eps in (1e-3, 5e-4)]
+        gn_v = H.hessian_action(model, controls, v, gauss_newton=True)
+        gn_w = H.hessian_action(model, controls, w, gauss_newton=True)
+        out[name] = dict(model=model, v=v, w=w, hv=hv, hw=hw, taylor=taylor, fd=fd, gn_v=gn_v, gn_w=gn_w)
+    return out
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_second_order_taylor(checks, name):
+    t = checks[name]["taylor"]
+    assert t.min_rate >= 2.9, (t.rates, t.remainders)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_symmetric(checks, name):
+    c = checks[name]
+    a, b = H._dot(c["hv"].hessian, c["w"]), H._dot(c["v"], c["hw"].hessian)
+    assert abs(a - b) <= 1e-10 * max(abs(a), abs(b)), (a, b)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_against_gradient_differences(checks, name):
+    """Central differences of two gradients: O(eps^2) error (a quarter when eps halves), small."""
+    e1, e2 = checks[name]["fd"]
+    assert e1 < 1e-6 and 3.5 < e1 / e2 < 4.5, (e1, e2)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_gauss_newton(checks, name):
+    """Gauss-Newton: symmetric, same J and gradient as Newton's run, and a different product."""
+    c = checks[name]
+    a, b = H._dot(c["gn_v"].hessian, c["w"]), H._dot(c["v"], c["gn_w"].hessian)
+    assert abs(a - b) <= 1e-10 * max(abs(a), abs(b)), (a, b)
+    assert c["gn_v"].J == c["hv"].J
+    assert H.relative_difference(c["gn_v"].gradient, c["hv"].gradient) == 0.0
+    assert H.relative_difference(c["gn_v"].hessian, c["hv"].hessian) > 1e-8

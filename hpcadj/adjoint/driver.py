@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import gc
 import itertools
+import math
 import os
 import signal
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import singledispatchmethod
 
@@ -23,6 +25,8 @@ from ..checkpoint.storage.base import LevelError, LevelFault
 from ..checkpoint.storage.survey import survey
 from ..collective import any_rank, detail, problems
 from ..telemetry import Telemetry
+from ..models.base import SolverError
+from .guards import InputModified, NonFinite, checksum, finite
 
 
 INJECT_KILL = "HPCADJ_INJECT_KILL"
@@ -41,6 +45,18 @@ def _injected_kill(rank: int) -> tuple[int | None, int | None]:
     if after.startswith("frontier="):
         return None, int(after.split("=")[1])
     return int(after), None
+
+
+@contextmanager
+def _where(where: str):
+    """Prefix a model's SolverError with where in the run it happened (its type is kept)."""
+    try:
+        yield
+    except (InputModified, NonFinite):
+        raise
+    except SolverError as exc:
+        exc.args = (f"{where}: {exc.args[0] if exc.args else type(exc).__name__}", *exc.args[1:])
+        raise
 
 
 class RunObserver:
@@ -136,6 +152,7 @@ class Driver:
         self._gc_calls = 0
         self._kill_after, self._kill_at_frontier = _injected_kill(self.comm.rank)
         self._step_delay = float(os.environ.get(INJECT_DELAY, 0.0))
+        self._input_checks_left = 0
 
     def run(self, schedule, controls, resume: ResumePoint | None = None) -> GradientResult:
         """Execute every action of ``schedule`` with ``controls``; return J and the gradient.
@@ -165,6 +182,7 @@ class Driver:
                 for name, vec in resume.grad.items():
                     vec.copy(self.grad[name])
         self._frontier_J = {self.frontier: self.result.J}
+        self._input_checks_left = self.INPUT_CHECKS
         self.finished = False
         self.faults = []
         self.capacities = [level.capacity for level in self.levels]
@@ -251,6 +269,46 @@ class Driver:
 
     LOOKAHEAD = 64
     GC_EVERY = 64
+    #: first-sweep steps of a run whose input is checksummed before and after ``step()``
+    INPUT_CHECKS = 3
+
+    def _agree_flags(self, flags: int) -> int:
+        """The bitwise OR of every rank's ``flags`` (one small reduction)."""
+        if self.comm is None or self.comm.size == 1:
+            return flags
+        from ..stack import mpi
+
+        return int(self.comm.allreduce(int(flags), op=mpi().BOR))
+
+    def _first_sweep_step(self, i: int, u):
+        """Step i of the first sweep, its objective term, and the guards: the input's checksum
+        before and after ``step()`` (the first ``INPUT_CHECKS`` steps only) and every value of
+        u_{i+1} and J_{i+1} finite; one agreement across ranks per step."""
+        stepper = self.stepper
+        checked = self._input_checks_left > 0
+        if checked:
+            self._input_checks_left -= 1
+            before = checksum(stepper, u)
+        u_next = stepper.step(i, u)
+        J_i = stepper.objective(i + 1, u_next)
+        flags = (2 if not (math.isfinite(J_i) and finite([u_next])) else 0)
+        if checked and checksum(stepper, u) != before:
+            flags |= 1
+        flags = self._agree_flags(flags)
+        if flags & 1:
+            raise InputModified(f"step {i} changed its input u_{i} (step() must return a new Vec and "
+                                f"leave the one it is given as it was: a checkpoint of u_{i} shares its "
+                                f"memory); see 'hpcadj check'")
+        if flags & 2:
+            raise NonFinite(f"forward sweep: step {i} produced a non-finite value (inf or NaN) in u_{i + 1} "
+                            f"or its objective term; stopped, no gradient")
+        return u_next, J_i
+
+    def _check_lambda(self, step: int, lam, what: str) -> None:
+        """NonFinite on every rank if lambda_step holds inf or NaN on any rank."""
+        if self._agree(not finite([lam])):
+            raise NonFinite(f"reverse sweep: {what} produced a non-finite value (inf or NaN) in "
+                            f"lambda_{step}; stopped, no gradient")
 
     def _with_prefetch(self, actions):
         """Yield the actions, first telling a level which snapshot the next Restore will read.
@@ -369,10 +427,13 @@ class Driver:
                 for i in range(k, end):
                     if i == action.n1 - 1:
                         previous = u
-                    u = self.stepper.step(i, u)
-                    if first:
-                        J_before = self.result.J
-                        self.result.J += self.stepper.objective(i + 1, u)
+                    with _where(f"{'forward' if first else 'recomputed'} step {i}"):
+                        if first:
+                            J_before = self.result.J
+                            u, J_i = self._first_sweep_step(i, u)
+                            self.result.J += J_i
+                        else:
+                            u = self.stepper.step(i, u)
                     self._collect_garbage()
             self.result.forward_steps += end - k
             if not first:
@@ -427,6 +488,8 @@ class Driver:
         if lam is None:
             lam = self.work.get(self.n).duplicate()
             lam.set(0.0)
+        else:
+            self._check_lambda(self.n, lam, f"the objective's gradient dJ_{self.n}/du_{self.n}")
         self.lam, self.lam_step = lam, self.n
 
     @execute.register
@@ -439,13 +502,15 @@ class Driver:
             self.work.adjoint_done(action.n0)
             self._collect_garbage()
         with self.telemetry.phase("adjoint", step=action.n0, steps=1):
-            lam = self.stepper.adjoint_step(action.n0, u, u_next, self.lam, self.grad)
+            with _where(f"adjoint step {action.n0}"):
+                lam = self.stepper.adjoint_step(action.n0, u, u_next, self.lam, self.grad)
             # lambda_{i+1} and u_{i+1} are not read again: freed before dJ_i/du_i is made
             u_next = None
             self.lam, self.lam_step = lam, action.n0
             self.work.adjoint_done(action.n0)
             self._collect_garbage()
             self.stepper.add_objective_gradient(action.n0, u, lam)
+            self._check_lambda(action.n0, lam, f"adjoint step {action.n0}")
         self.result.adjoint_steps += 1
         self._collect_garbage()
         if self.progress is not None:
@@ -461,4 +526,9 @@ class Driver:
         if left:
             raise PlanError(f"snapshots left stored at the end: {left}")
         self.stepper.initial_adjoint(self.lam, self.grad)
+        bad = [name for name in sorted(self.grad) if not finite([self.grad[name]])]
+        if self._agree(bool(bad)):
+            names = sorted({name for names in self.comm.allgather(bad) for name in names})
+            raise NonFinite(f"the gradient {', '.join(f'dJ/d{n}' for n in names)} holds a non-finite value "
+                            f"(inf or NaN) after the reverse sweep; stopped, no gradient")
         self.finished = True

@@ -15,9 +15,9 @@ import os
 import sys
 
 #: subcommand modules, in ``--help`` order; each has ``add_parser(subparsers)`` and ``main(args)``.
-SUBCOMMANDS = ["run", "gradcheck", "plan", "calibrate", "analyze"]
+SUBCOMMANDS = ["run", "gradcheck", "check", "plan", "calibrate", "analyze"]
 #: the subcommands that initialise PETSc; the others refuse PETSc options rather than ignore them
-PETSC_COMMANDS = {"run", "gradcheck", "calibrate"}
+PETSC_COMMANDS = {"run", "gradcheck", "check", "calibrate"}
 
 EXIT_USAGE = 2
 

@@ -389,6 +389,39 @@ class GrayScottModel(ComponentSnapshots, Stepper):
         r[..., 1] += self.dt * (dF * -w_next[..., 1] + dk * -w_next[..., 1])
         return self._linear_solve(w_next, rhs, transpose=False)
 
+    # -- second order (Hessian actions, hpcadj.adjoint.hessian) ------------------------------
+    def add_objective_hessian(self, i, u, du, dlam):
+        """dlam += d^2 J/du^2 du = h^2 (0, dv) at the final step."""
+        if i == self.n_steps:
+            self.grid.owned(dlam)[..., 1] += self.cell_volume * self.grid.owned_view(du)[..., 1]
+
+    def hessian_adjoint_step(self, i, u, u_next, du, du_next, lam_next, dlam_next, dcontrols, grad, hgrad):
+        """(lambda_i, dlambda_i), dJ/d(F, k) and their (H v) contributions of step i.
+
+        With mu = J(w_{i+1})^-T lambda_{i+1} (= lambda_i), differentiating along (dw_{i+1}, dF, dk):
+        dmu = J^-T (dlambda_{i+1} + dt dK^T mu), dK the derivative of the reaction Jacobian (pointwise),
+        and (H v)_F += dt <dR/dF, dmu> + dt <(-du, -dv), mu>, (H v)_k += dt <dR/dk, dmu> - dt <dv, mu_v>.
+        One transposed solve more than the gradient's.
+        """
+        dt = self.dt
+        lam = self.adjoint_step(i, u, u_next, lam_next, grad)
+        mu = self.grid.owned_view(lam)
+        w = self.grid.owned_view(u_next)
+        d = self.grid.owned_view(du_next)
+        dF = scalar_value(self.comm, dcontrols["F"])
+        dk = scalar_value(self.comm, dcontrols["k"])
+        wu, wv, du_, dv = w[..., 0], w[..., 1], d[..., 0], d[..., 1]
+        mu_u, mu_v = mu[..., 0], mu[..., 1]
+        cross = 2.0 * (du_ * wv + wu * dv)
+        rhs = dlam_next.copy()
+        r = self.grid.owned(rhs)
+        r[..., 0] += dt * ((-2.0 * wv * dv - dF) * mu_u + 2.0 * wv * dv * mu_v)
+        r[..., 1] += dt * (-cross * mu_u + (cross - dF - dk) * mu_v)
+        dlam = self.adjoint_step(i, u, u_next, rhs, hgrad)
+        scalar_add(self.comm, hgrad["F"], -dt * float(np.sum(du_ * mu_u + dv * mu_v)))
+        scalar_add(self.comm, hgrad["k"], -dt * float(np.sum(dv * mu_v)))
+        return lam, dlam
+
     # -- snapshots ---------------------------------------------------------------------------
     def control_layout(self):
         layout = scalar_layout(self.comm)

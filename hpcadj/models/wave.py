@@ -44,6 +44,7 @@ from ..stack import mpi
 from . import kernels
 from .adaptive import AdaptiveSteps, StepSequence
 from .base import Stepper
+from .common import laplacian
 from .kernels import wave as kern
 
 
@@ -371,6 +372,50 @@ class WaveModel(AdaptiveSteps, Stepper):
                           self._sigma, 0.5 * dt, self._c, dc, self._ih2, self._has_z, dt2, r,
                           out_prev, out_cur)
         return out
+
+    # -- second order (Hessian actions, hpcadj.adjoint.hessian) ------------------------------
+    def add_objective_hessian(self, i, u, du, dlam):
+        """dlam += d^2 J_i/du^2 du: du's current field at the receivers."""
+        current, dcur = self._fields(dlam, readonly=False)[1], self._fields(du)[1]
+        for _k, loc in self._receivers_local:
+            current[loc] += dcur[loc]
+
+    def hessian_adjoint_step(self, i, u, u_next, du, du_next, lam_next, dlam_next, dcontrols, grad, hgrad):
+        """(lambda_i, dlambda_i), dJ/dc and (H v)_c contributions of step i.
+
+        The step is linear in the state and in c^2, so along (du, dc) only the c-dependent adjoint
+        terms vary: dlambda_i's current field gains dt^2 L(2 c dc a mu) and (H v)_c gains
+        2 dt^2 a mu (dc L u^i + c L du^i), mu = lambda_{i+1}'s current field (numpy, correct first).
+        """
+        if self.steps is not None:
+            raise ValueError("wave: Hessian actions need fixed steps")
+        lam = self.adjoint_step(i, u, None, lam_next, grad)
+        dlam = self.adjoint_step(i, u, None, dlam_next, hgrad)
+        if self._second is None:
+            from .dmda import Grid
+
+            grid = Grid(self.comm, self.field.sizes_xyz)
+            if grid.start != self.field.start or grid.shape != self.field.shape:
+                raise RuntimeError("wave: the second-order halo grid does not match the model's partition")
+            self._second = (grid, grid.create_vec())
+        grid, scratch = self._second
+
+        def lap(block):
+            grid.owned(scratch)[...] = block
+            return laplacian(grid, grid.padded(scratch), self.h)
+
+        dt2 = self.dt ** 2
+        shape = self.field.shape
+        c, sigma = self._c.reshape(shape), self._sigma.reshape(shape)
+        a = 1.0 / (1.0 + (0.5 * self.dt) * sigma)
+        dc = self.field.owned_view(dcontrols["c"])
+        mu = np.array(self._fields(lam_next)[1])
+        self._fields(dlam, readonly=False)[1] += dt2 * lap(2.0 * c * dc * a * mu)
+        g = self.field.owned(hgrad["c"])
+        g += (2.0 * dt2) * a * mu * (dc * lap(self._fields(u)[1]) + c * lap(self._fields(du)[1]))
+        return lam, dlam
+
+    _second = None
 
     # -- snapshots ---------------------------------------------------------------------------
     def snapshot_layout(self):

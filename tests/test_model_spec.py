@@ -11,7 +11,6 @@ import io
 import json
 import re
 import sys
-from pathlib import Path
 
 import pytest
 

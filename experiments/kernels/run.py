@@ -112,7 +112,6 @@ class OldWave:
         return self._pair(snap["u_prev"], snap["u"])
 
     def _pair(self, prev, cur):
-        m = self.m
         vec = self.grid.create_vec()
         w = self.grid.owned(vec)
         w[..., 0] = prev

@@ -118,7 +118,7 @@ def calibrate(model, controls, comm, plans: list[LevelPlan], config: CheckpointC
     for _ in range(warmup):
         adjoint()
     adjoint_s = _timed(comm, adjoint, repeats, BLOCK)
-    del lams
+    lams.clear()
 
     layout = model.snapshot_layout()
     snapshot = model.snapshot(u_next)

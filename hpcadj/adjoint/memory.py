@@ -181,13 +181,13 @@ def plan_memory(stepper, levels=(), *, budget_bytes: int | None = None, baseline
     staging_per_level = {}
     ram_slots = 0
     for level in levels:
-        slots = int(getattr(level, "slots"))
+        slots = int(level.slots)
         if slots < 0:
             raise ValueError(f"level {getattr(level, 'name', level)!r}: slots must be >= 0")
         if getattr(level, "kind", "ram") == "ram":
             ram_slots += slots
         else:
-            staging_per_level[getattr(level, "name", getattr(level, "kind"))] = staging_snapshots(level)
+            staging_per_level[getattr(level, "name", level.kind)] = staging_snapshots(level)
     staging = sum(staging_per_level.values()) * snapshot_bytes
     plan = MemoryPlan(snapshot_bytes=int(snapshot_bytes), model_bytes=model, working_bytes=int(working),
                       staging_bytes=int(staging), ram_slot_bytes=int(ram_slots * slot),

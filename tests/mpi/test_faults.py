@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 import pytest
-from mpi4py import MPI  # initialise MPI (THREAD_MULTIPLE) before the comm fixture starts PETSc
+from mpi4py import MPI  # noqa: F401 - initialise MPI (THREAD_MULTIPLE) before the comm fixture starts PETSc
 
 from hpcadj.adjoint import Driver, compute_gradient
 from hpcadj.adjoint.driver import Unrecoverable

@@ -55,36 +55,106 @@ class CorruptFile(ValueError):
     """A field file is missing, unreadable, or its bytes fail their checksums."""
 
 
+class WriteError(OSError):
+    """A field file could not be written (no space, an I/O error): the same on every rank, nothing
+    left behind."""
+
+
+def _agree(comm, problem: str | None, path: str, cleanup=None) -> None:
+    """Raise the same :class:`WriteError` on every rank if any rank has a problem (after
+    ``cleanup``, on every rank)."""
+    failed = [p for p in comm.allgather(problem) if p]
+    if failed:
+        if cleanup is not None:
+            cleanup()
+        raise WriteError(f"cannot write {path}: {failed[0]}")
+
+
 def write_fields(path: str, comm, layouts: SnapshotLayout, arrays: Snapshot, attrs: dict | None = None,
                  prefix: str = "") -> None:
-    """Collectively write ``arrays`` (this rank's blocks) as checksummed datasets ``prefix + name``."""
+    """Collectively write ``arrays`` (this rank's blocks) as checksummed datasets ``prefix + name``.
+
+    The file's room is allocated before HDF5 writes anything, and every step's outcome is agreed,
+    so a full file system (or any I/O error) raises the same :class:`WriteError` on every rank,
+    with the partial file removed, instead of leaving one rank in a collective call.
+    """
+    from .checkpoint.storage.space import METADATA_MARGIN, preallocate, reserve
+
     tmp = f"{path}.partial"
+    names = sorted(arrays)
+    need = METADATA_MARGIN + sum(int(np.prod(layouts[n].global_shape)) * np.dtype(layouts[n].dtype).itemsize
+                                 + 4096 for n in names)
+    rank0 = comm.rank == 0
+
+    def remove_tmp():
+        if rank0:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+
+    _agree(comm, preallocate(tmp, need) if rank0 else None, path, remove_tmp)
+    f, problem = None, None
+    try:
+        f = h5py().File(tmp, "w", driver="mpio", comm=comm)
+    except Exception as exc:  # noqa: BLE001 - agreed next
+        problem = f"{type(exc).__name__}: {exc}"
+    _agree(comm, problem, path, remove_tmp)  # a rank that did open it cannot close it alone
     extents = []
-    with h5py().File(tmp, "w", driver="mpio", comm=comm) as f:
+
+    def close_and_remove():
+        try:
+            f.close()
+        except Exception:  # noqa: BLE001 - the agreed error says what failed
+            pass
+        remove_tmp()
+
+    if rank0:
+        problem = reserve(tmp, [(0, need)])
+    _agree(comm, problem, path, close_and_remove)
+    try:
         for key, value in (attrs or {}).items():
             f.attrs[key] = value
-        for name in sorted(arrays):
-            layout = layouts[name]
-            dset = f.create_dataset(prefix + name, shape=layout.global_shape, dtype=layout.dtype)
+        h5 = h5py()
+        dcpl = h5.h5p.create(h5.h5p.DATASET_CREATE)
+        dcpl.set_fill_time(h5.h5d.FILL_TIME_NEVER)  # the blocks below overwrite all of it
+        dcpl.set_alloc_time(h5.h5d.ALLOC_TIME_EARLY)
+        dsets = [(name, f.create_dataset(prefix + name, shape=layouts[name].global_shape,
+                                         dtype=layouts[name].dtype, dcpl=dcpl)) for name in names]
+    except Exception as exc:  # noqa: BLE001 - agreed next
+        problem, dsets = f"{type(exc).__name__}: {exc}", []
+    _agree(comm, problem, path, close_and_remove)
+    for name, dset in dsets:
+        try:
             with dset.collective:
-                _write_block(dset, layout.slices, arrays[name])
-            extents.append((prefix + name, dset.id.get_offset(), int(dset.id.get_storage_size())))
+                _write_block(dset, layouts[name].slices, arrays[name])
+        except Exception as exc:  # noqa: BLE001 - agreed below; the collective calls still match
+            problem = problem or f"{type(exc).__name__}: {exc}"
+        extents.append((prefix + name, dset.id.get_offset(), int(dset.id.get_storage_size())))
+    _agree(comm, problem, path, close_and_remove)
+    try:
+        f.close()
+    except Exception as exc:  # noqa: BLE001 - agreed next
+        problem = f"{type(exc).__name__}: {exc}"
+    _agree(comm, problem, path, remove_tmp)
     crcs, problem = _chunk_crcs(tmp, extents, comm)
     error = problem
     if comm.rank == 0 and error is None:
         try:
+            reason = reserve(tmp, [], at_end=METADATA_MARGIN)  # the checksum attributes' room
+            if reason is not None:
+                raise OSError(reason)
             with h5py().File(tmp, "a") as f:
                 for name, values in crcs.items():
                     f[name].attrs["crc32"] = np.array(values, dtype=np.uint32)
                     f[name].attrs["crc32_chunk"] = CHUNK_BYTES
             os.replace(tmp, path)
-        except OSError as exc:
-            error = f"cannot write {path}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - rank 0 alone: broadcast below
+            error = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
     error = comm.bcast(error, root=0)
     if error is not None:
-        if comm.rank == 0 and os.path.exists(tmp):
-            os.remove(tmp)
-        raise OSError(error)
+        remove_tmp()
+        raise WriteError(error if error.startswith("cannot write") else f"cannot write {path}: {error}")
 
 
 def verify_fields(path: str, comm) -> None:

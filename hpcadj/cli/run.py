@@ -161,6 +161,8 @@ def memory_baseline(args, comm) -> int | None:
 
 def main(args) -> int:
     from ..adjoint.session import ConfigError, check_configuration
+    from ..adjoint.restart import RunDirError
+    from ..fieldio import WriteError
 
     stop = StopFlag()
     stop.install()  # from the start: a SIGUSR1 during set-up must not kill the run either
@@ -173,6 +175,8 @@ def main(args) -> int:
         model = build_model(args, comm)
         return solve(args, comm, model, options, resumable, energy_model, stop)
     except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    except (RunDirError, WriteError) as exc:  # agreed on every rank: a full file system, say
         raise CliError(str(exc)) from None
 
 
@@ -188,7 +192,7 @@ def solve(args, comm, model, options, resumable, energy_model, stop) -> int:
     session = GradientSession(model, options, restart=resumable, log_dir=args.log_dir,
                               energy_model=energy_model, gradient_out=args.gradient_out,
                               record={"argv": sys.argv}, progress=not (args.quiet or args.json),
-                              should_stop=stop, on_message=message)
+                              should_stop=stop, on_message=message, resume_hint="--resume")
     try:
         outcome = session.solve()
     except SolverError as exc:  # e.g. Newton diverging for an enormous time step

@@ -19,6 +19,10 @@ creation (a collective metadata operation); the step links keep it readable by s
 Failures: a write's success is agreed over the level's communicator inside the write task (after
 the raw data, again after the metadata), so when one rank's write fails every rank fails the same
 step, poisons at the same task and skips the same ones: no rank is left in a collective call.
+A full file system: before each write the file is flushed and the blocks the write and its
+metadata will touch are allocated on rank 0 (:mod:`.space`), the outcome agreed; so ENOSPC fails
+that write on every rank before any HDF5 call can fail on one rank only (which would leave the
+others in a collective call for ever), and the level takes no more writes. Closing is agreed too.
 With ``keep`` (restartable runs) the file is flushed (``H5Fflush``) after every write, so a killed
 run leaves a file whose step links and CRC tables describe complete snapshots.
 
@@ -50,6 +54,7 @@ from .aio import QueuedLevel, Transport
 from ...collective import agree_or_raise
 from .base import CorruptSnapshot, LevelError, WriteFailed, agree_run_id
 from .checksum import ALGORITHM, block_checksum
+from .space import METADATA_MARGIN, reserve
 
 FORMAT = "hpcadj-checkpoints-1"
 
@@ -202,9 +207,13 @@ class H5File(Transport):
             g = self.groups[slot] = self._file["slots"][name]
             return g
         g = self._file["slots"].create_group(name)
+        h5 = h5py()
+        dcpl = h5.h5p.create(h5.h5p.DATASET_CREATE)
+        dcpl.set_fill_time(h5.h5d.FILL_TIME_NEVER)  # every write covers the whole dataset
+        dcpl.set_alloc_time(h5.h5d.ALLOC_TIME_EARLY)  # fixed offsets (raw I/O, reservations)
         for field in self.fields:
             lay = self.layout[field]
-            d = g.create_dataset(field, shape=tuple(lay.global_shape), dtype=np.dtype(lay.dtype))
+            d = g.create_dataset(field, shape=tuple(lay.global_shape), dtype=np.dtype(lay.dtype), dcpl=dcpl)
             starts, shapes = self._ranks[field]
             d.attrs["rank_starts"] = starts
             d.attrs["rank_shapes"] = shapes
@@ -228,6 +237,37 @@ class H5File(Transport):
         detail = "; ".join(f"rank {r}: {states[r][1]}" for r in bad)
         raise WriteFailed(self.name, step, f"{self.name}: writing step {step} ({stage}) to {self.path} "
                           f"failed on rank(s) {', '.join(map(str, bad))}: {detail}") from error
+
+    def make_room(self, step: int, slot: int) -> None:
+        """Collective, before ``step`` is written to ``slot``: flush (the file then ends where
+        HDF5's allocations do) and allocate the blocks the write and its metadata may touch: the
+        slot's datasets, or room for a new slot, and a margin past the end. Raises the same
+        WriteFailed on every rank if either fails, before any other HDF5 call."""
+        error = None
+        try:
+            self._file.flush()
+        except Exception as exc:  # noqa: BLE001 - agreed next
+            error = exc
+        self.agree_write(step, slot, error, "flush", 0)
+        if self.rank != 0:
+            self.agree_write(step, slot, None, "room", 0)
+            return
+        name = f"slot_{slot:04d}"
+        ranges, extra = [], 0
+        try:
+            g = self.groups.get(slot)
+            if g is None and name in self._file["slots"]:
+                g = self._file["slots"][name]
+            if g is None:
+                extra = sum(int(np.prod(self.layout[f].global_shape)) * np.dtype(self.layout[f].dtype).itemsize
+                            + 4096 for f in self.fields)
+            else:
+                ranges = [(g[f].id.get_offset() or 0, int(g[f].id.get_storage_size())) for f in self.fields]
+            why = reserve(self.path, ranges, at_end=extra + METADATA_MARGIN)
+            error = None if why is None else OSError(why)
+        except Exception as exc:  # noqa: BLE001 - agreed next
+            error = exc
+        self.agree_write(step, slot, error, "room", 0)
 
     def take_slot(self, step: int) -> int:
         """A free slot for ``step`` (the lowest freed one, else a new one); collective bookkeeping."""
@@ -285,6 +325,7 @@ class H5File(Transport):
 
     def store(self, step: int, snapshot: Snapshot, t, token=None) -> tuple[int, None]:
         slot = self.take_slot(step)
+        self.make_room(step, slot)
         crcs, error, g = [], None, None
         try:
             g = self.prepare_slot(slot)
@@ -482,9 +523,18 @@ class H5File(Transport):
         return out
 
     def shutdown(self) -> None:
-        if self._file is not None:
+        """Close the file, agreed: a failure on any rank is the same LevelError on every rank (a
+        file not kept is removed next all the same, so then it is not an error)."""
+        if self._file is None:
+            return
+        problem = None
+        try:
             self._file.close()
-            self._file = None
+        except Exception as exc:  # noqa: BLE001 - agreed next
+            problem = f"{type(exc).__name__}: {exc}"
+        self._file = None
+        if self.keep:
+            agree_or_raise(self.comm, problem, LevelError, f"{self.name}: closing {self.path} failed ({{detail}})")
 
     def after_shutdown(self) -> None:
         if self.keep or self.comm is None or not self._created:

@@ -100,6 +100,7 @@ class CommittedRaw(Transport):
         """Take and prepare the slot (collective), agreed on every rank: (slot, time, runs)."""
         h5 = self.h5
         slot = h5.take_slot(step)
+        h5.make_room(step, slot)
         error, runs = None, None
         try:
             h5.prepare_slot(slot)  # a free slot's step attribute is already -1 (created or freed so)

@@ -1,0 +1,109 @@
+"""PETSc's ex5adj (Gray–Scott on a periodic 2-D DMDA, dof 2) as a user's TS under hpcadj, on any rank count.
+
+Against TSAdjointSolve on a second instance of the same set-up (its own DM): bitwise for CN (stages
+filled) and RK4 (step recomputed before each adjoint step); then the same gradient bitwise through
+three checkpoint levels with lossless compression, and through a stopped and resumed session.
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+from hpcadj.adjoint.session import Checkpointing, GradientSession, Restart
+from hpcadj.adjoint.verify import compute_gradient, taylor_test
+from hpcadj.ts.check import tsadjoint_gradient
+from hpcadj.ts.examples import GrayScott
+
+N, M = 10, 12
+TYPES = ["cn", "rk"]
+
+
+def _moved(controls):
+    out = {k: v.copy() for k, v in controls.items()}
+    out["u0"].scale(0.98)
+    out["u0"].shift(0.01)
+    out["gamma"].set(0.026)
+    return out
+
+
+def _gathered(comm, vec):
+    return np.concatenate(comm.allgather(vec.getArray(readonly=True).copy()))
+
+
+@pytest.fixture(scope="module", params=TYPES)
+def case(request, comm):
+    """The stepper, controls away from the defaults (after an evaluation at the defaults) and its gradient."""
+    gs = GrayScott(comm, m=M, ts_type=request.param)
+    stepper = gs.stepper(N)
+    compute_gradient(stepper, stepper.default_controls())
+    controls = _moved(stepper.default_controls())
+    return request.param, stepper, controls, compute_gradient(stepper, controls)
+
+
+def test_bitwise_tsadjointsolve(comm, case):
+    ts_type, stepper, controls, mine = case
+    ref = GrayScott(comm, m=M, ts_type=ts_type, gamma=0.026)
+    theirs = tsadjoint_gradient(ref.ts, controls["u0"], N, stepper._final, parameters=controls["gamma"])
+    assert theirs.steps == N
+    assert mine.J == theirs.J
+    assert np.array_equal(_gathered(comm, mine.gradient["u0"]), _gathered(comm, theirs.lam0))
+    assert np.array_equal(_gathered(comm, mine.gradient["gamma"]), _gathered(comm, theirs.mu))
+    assert theirs.mu.norm() > 0 and theirs.lam0.norm() > 0
+
+
+@pytest.mark.parametrize("control", ["u0", "gamma"])
+def test_taylor(comm, case, control):
+    _, stepper, controls, mine = case
+    result = taylor_test(stepper, controls, control, eps0=1e-2, halvings=3, gradient=mine)
+    assert all(r > 0 for r in result.remainders)
+    assert result.min_rate >= 1.95, result.rates
+
+
+def _work(comm, tmp_path_factory, tag):
+    path = str(tmp_path_factory.mktemp(tag)) if comm.rank == 0 else None
+    return comm.bcast(path)
+
+
+def _options(work):
+    return Checkpointing(ram=1, disk=1, pfs=2, local_dir=os.path.join(work, "local"),
+                         pfs_file=os.path.join(work, "ck.h5"), compress="lossless", schedule="multilevel")
+
+
+def test_three_levels_compressed_bitwise(comm, case, tmp_path_factory):
+    ts_type, stepper, controls, mine = case
+    work = _work(comm, tmp_path_factory, f"levels-{ts_type}")
+    if comm.rank == 0:
+        os.makedirs(os.path.join(work, "local"))
+    comm.Barrier()
+    outcome = GradientSession(stepper, _options(work), controls=controls).solve()
+    assert outcome.status == "complete", outcome.message
+    result = outcome.result
+    assert result.recomputed_steps > 0
+    assert sorted(lv["name"] for lv in outcome.info["levels"]) == ["disk", "pfs", "ram"]
+    # the plan chooses its levels from measured costs: at least two of the three take snapshots
+    assert sum(lv["writes"] > 0 for lv in outcome.info["levels"]) >= 2, outcome.info["levels"]
+    assert result.J == mine.J
+    for name in controls:
+        assert np.array_equal(_gathered(comm, result.gradient[name]), _gathered(comm, mine.gradient[name])), name
+
+
+def test_stopped_and_resumed_bitwise(comm, case, tmp_path_factory):
+    ts_type, stepper, controls, mine = case
+    work = _work(comm, tmp_path_factory, f"resume-{ts_type}")
+    if comm.rank == 0:
+        os.makedirs(os.path.join(work, "local"))
+    comm.Barrier()
+    polls = []
+    first = GradientSession(stepper, _options(work), controls=controls,
+                            restart=Restart(os.path.join(work, "run"), durable_every=1),
+                            should_stop=lambda: polls.append(1) or len(polls) > N + 3)   # in the reverse sweep
+    assert first.solve().status == "stopped"
+    second = GradientSession(stepper, _options(work), controls=controls,
+                             restart=Restart(os.path.join(work, "run"), resume=True, durable_every=1))
+    outcome = second.solve()
+    assert outcome.status == "complete" and outcome.info["resumed"], outcome.message
+    assert outcome.result.adjoint_steps < N
+    for name in controls:
+        assert np.array_equal(_gathered(comm, outcome.result.gradient[name]),
+                              _gathered(comm, mine.gradient[name])), name

@@ -11,11 +11,14 @@ tests/mpi/ is collected only inside mpirun (see test_mpi_suites.py).
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import re
 import subprocess
 
 import pytest
+
+from .helpers import RESTART_BASE, RESTART_LEVELS, RESTART_PROFILE, hpcadj_json, read_gradients
 
 if not os.environ.get("HPCADJ_MPI_WORKER"):
     collect_ignore = ["mpi"]
@@ -68,14 +71,43 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(getattr(pytest.mark, _tier(item)))
 
 
-class _NoProcess(subprocess.Popen):
+#: what a unit-tier test may not launch: MPI jobs, the hpcadj command, Python, shells
+_LAUNCHERS = re.compile(r"(mpirun|mpiexec|srun|sbatch|hpcadj|python[\d.]*|bash|sh)")
+_Popen = subprocess.Popen
+
+
+class _NoLaunch(_Popen):
+    """Popen that refuses the tier's launchers (a library's own probe, such as ldconfig, still runs)."""
+
     def __init__(self, args, *rest, **kw):
-        raise AssertionError(f"a unit-tier test started a process ({args!r}): mark it cli or mpi")
+        argv0 = args if isinstance(args, (str, bytes, os.PathLike)) else args[0]
+        if _LAUNCHERS.fullmatch(os.path.basename(os.fsdecode(argv0)).split()[0]):
+            raise AssertionError(f"a unit-tier test started {args!r}: mark it cli or mpi")
+        super().__init__(args, *rest, **kw)
 
 
 @pytest.fixture(autouse=True)
 def _unit_tests_start_no_process(request, monkeypatch):
     """Keep ``-m unit`` honest: the tier that ``make test-fast`` runs starts no process."""
     if request.node.get_closest_marker("unit"):
-        monkeypatch.setattr(subprocess, "Popen", _NoProcess)
+        monkeypatch.setattr(subprocess, "Popen", _NoLaunch)
     yield
+
+
+@pytest.fixture(scope="session")
+def restart_costs(tmp_path_factory):
+    """``["--costs", path]`` of RESTART_PROFILE written once for the session."""
+    path = tmp_path_factory.mktemp("costs") / "profile.json"
+    path.write_text(json.dumps(RESTART_PROFILE))
+    return ["--costs", str(path)]
+
+
+@pytest.fixture(scope="session")
+def restart_reference(tmp_path_factory, restart_costs):
+    """(run --json object, gradients) of the uninterrupted, uncompressed restart run on 2 ranks, the
+    gradient every killed-and-resumed run of tests/test_restart*.py and test_compression_restart.py
+    must reproduce bitwise."""
+    tmp = tmp_path_factory.mktemp("ref")
+    info = hpcadj_json([*RESTART_BASE, *restart_costs, *RESTART_LEVELS, "--pfs-file", str(tmp / "ck.h5"),
+                        "--local-dir", str(tmp), "--gradient-out", str(tmp / "ref.h5")], 2, timeout=240)
+    return info, read_gradients(tmp / "ref.h5")

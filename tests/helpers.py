@@ -61,3 +61,23 @@ def hpcadj_json(args: list[str], nranks: int = 1, **kw) -> dict:
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     assert len(lines) == 1, f"expected one JSON line, got:\n{proc.stdout}"
     return json.loads(lines[0])
+
+
+# -- the run that tests/test_restart.py and tests/test_compression_restart.py kill and resume ---------
+#: a small heat gradient with durable points every 2 stores (its reference: conftest's restart_reference)
+RESTART_BASE = ["run", "--model", "heat", "--grid", "20x16", "--steps", "30", "--dt", "1e-3", "--durable-every", "2",
+                "--quiet"]
+RESTART_LEVELS = ["--ram", "2", "--disk", "3", "--pfs", "4"]
+#: I/O cheap against a step, so the multilevel plan uses all three levels (and no run calibrates)
+RESTART_PROFILE = {"forward_s": 1.0, "adjoint_s": 2.0, "source": "test",
+                   "levels": [{"name": "ram", "write_s": 0.01, "read_s": 0.01},
+                              {"name": "disk", "write_s": 0.05, "read_s": 0.05},
+                              {"name": "pfs", "write_s": 0.1, "read_s": 0.1}]}
+
+
+def read_gradients(path) -> dict:
+    """Every dataset of a ``--gradient-out`` file, by name."""
+    from hpcadj.stack import h5py
+
+    with h5py().File(path, "r") as f:
+        return {name: f[name][...] for name in f}

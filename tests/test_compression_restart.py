@@ -8,29 +8,15 @@ import json
 import numpy as np
 import pytest
 
-from hpcadj.stack import h5py
-
+from .helpers import RESTART_BASE as BASE
+from .helpers import RESTART_LEVELS as LEVELS
 from .helpers import hpcadj, hpcadj_json
-
-BASE = ["run", "--model", "heat", "--grid", "20x16", "--steps", "30", "--dt", "1e-3", "--durable-every", "2",
-        "--quiet"]
-LEVELS = ["--ram", "2", "--disk", "3", "--pfs", "4"]
-PROFILE = {"forward_s": 1.0, "adjoint_s": 2.0, "source": "test",
-           "levels": [{"name": "ram", "write_s": 0.01, "read_s": 0.01},
-                      {"name": "disk", "write_s": 0.05, "read_s": 0.05},
-                      {"name": "pfs", "write_s": 0.1, "read_s": 0.1}]}
+from .helpers import read_gradients as gradients
 
 
 @pytest.fixture(scope="module")
-def costs(tmp_path_factory):
-    path = tmp_path_factory.mktemp("costs") / "profile.json"
-    path.write_text(json.dumps(PROFILE))
-    return ["--costs", str(path)]
-
-
-def gradients(path):
-    with h5py().File(path, "r") as f:
-        return {name: f[name][...] for name in f}
+def costs(restart_costs):
+    return restart_costs
 
 
 def args_for(tmp, costs, compress, levels=LEVELS):
@@ -40,12 +26,9 @@ def args_for(tmp, costs, compress, levels=LEVELS):
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, costs):
+def reference(restart_reference):
     """The uncompressed gradient of the same plan (no run directory)."""
-    tmp = tmp_path_factory.mktemp("ref")
-    info = hpcadj_json([*BASE, *costs, *LEVELS, "--pfs-file", str(tmp / "ck.h5"), "--local-dir", str(tmp),
-                        "--gradient-out", str(tmp / "ref.h5")], 2, timeout=240)
-    return info, gradients(tmp / "ref.h5")
+    return restart_reference
 
 
 @pytest.mark.parametrize("fraction,rank", [(0.3, 0), (0.75, 1)])  # forward sweep, reverse sweep

@@ -11,7 +11,7 @@ command with grids and step counts made small, paths moved into a temporary dire
 NOT_RUN with the reason; a command in neither fails the test, and so does an entry that no longer
 matches any document. The commands of one document run in document order in one temporary working
 directory (so ``hpcadj calibrate --out burgers.json`` feeds the next ``--costs burgers.json``), each
-with a timeout. The README's plug-in recipe (a model declared under the ``hpcadj.models`` entry
+with a timeout. docs/example.md's plug-in recipe (a model declared under the ``hpcadj.models`` entry
 point) runs from a ``.dist-info`` directory, as an installed package would provide it.
 """
 
@@ -27,8 +27,8 @@ import pytest
 
 from .helpers import ROOT, mpi_env, run
 
-DOCS = ["README.md", "docs/api.md", "jobs/README.md", "experiments/README.md",
-        *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("experiments/*/README.md"))]
+DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("docs/*.md")), "jobs/README.md",
+        "experiments/README.md", *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("experiments/*/README.md"))]
 COMMAND_WORDS = {"hpcadj", "mpirun", "make", "python", "python3", "sbatch", "srun", "bash", "pip", "module",
                  "scancel", "scontrol", ".", "export", ".venv/bin/python", ".venv/bin/hpcadj"}
 SHELL_FENCES = {"sh", "bash", "shell", "console"}
@@ -196,6 +196,9 @@ FRAGMENT = "a flag or launcher named in prose, not a command of its own (the ful
 NOT_RUN: list[tuple[str, str]] = [
     (r"make test", "the whole suite (about 10 minutes), of which this test is a part"),
     (r"make test-cluster", "the multi-node SLURM suite, minutes; tests/test_slurm_cluster*.py"),
+    (r"make test-fast", "the unit tier of this very suite (pytest -m unit)"),
+    (r"make lint", "scripts/run-tests.sh runs ruff before pytest: make test fails on a finding"),
+    (r"make setup", "scripts/setup.sh, which make test runs first (and the venv these commands use)"),
     (r'(\w+=("[^"]*"|\S+) )*sbatch .*', SLURM),
     (r'(\w+=("[^"]*"|\S+) )*bash jobs/\w+\.sbatch', SLURM + " (run by bash, the script submits itself)"),
     (r"srun --mpi=\S+", FRAGMENT),
@@ -298,15 +301,15 @@ def test_documented_commands_run(doc, tmp_path):
     assert ran > 0
 
 
-# -- the README's plug-in recipe ---------------------------------------------------------------------
+# -- docs/example.md's plug-in recipe ------------------------------------------------------------------
 def _plugin(tmp_path: Path) -> dict:
-    """The README's ReactionDiffusion as package ``mypkg``, declared under the ``hpcadj.models`` entry
-    point by a .dist-info directory (what pip writes for the README's pyproject.toml line)."""
-    text = (ROOT / "README.md").read_text()
+    """docs/example.md's ReactionDiffusion as package ``mypkg``, declared under the ``hpcadj.models``
+    entry point by a .dist-info directory (what pip writes for that page's pyproject.toml line)."""
+    text = (ROOT / "docs" / "example.md").read_text()
     example = next(b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S)
                    if "class ReactionDiffusion(Stepper)" in b)
     line = re.search(r'`\[project\.entry-points\."hpcadj\.models"\] (\w+) = "([\w.:]+)"`', text)
-    assert line, "README no longer shows the entry-point line"
+    assert line, "docs/example.md no longer shows the entry-point line"
     name, target = line.groups()
     pkg = tmp_path / "site"
     (pkg / "mypkg").mkdir(parents=True)
@@ -321,7 +324,7 @@ def _plugin(tmp_path: Path) -> dict:
 
 @pytest.mark.timeout(120)
 def test_plugin_model_recipe(tmp_path):
-    """``hpcadj run --model reaction`` as the README declares it: the summary (the model has no grid
+    """``hpcadj run --model reaction`` as docs/example.md declares it: the summary (the model has no grid
     in describe(): it once died with KeyError 'grid' after the gradient), --json, and --grid, which
     its from_args ignores, refused instead of silently dropped."""
     env = _plugin(tmp_path)

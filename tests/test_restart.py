@@ -12,38 +12,23 @@ import pytest
 
 from hpcadj.stack import h5py
 
-from .helpers import hpcadj, hpcadj_json
+from .helpers import RESTART_BASE, RESTART_LEVELS, hpcadj, hpcadj_json
+from .helpers import read_gradients as gradients
 
-BASE = ["run", "--model", "heat", "--grid", "20x16", "--steps", "30", "--dt", "1e-3", "--durable-every", "2",
-        "--quiet"]
-LEVELS = ["--ram", "2", "--disk", "3", "--pfs", "4"]
-#: I/O cheap against a step, so the multilevel plan uses all three levels (and no run calibrates)
-PROFILE = {"forward_s": 1.0, "adjoint_s": 2.0, "source": "test",
-           "levels": [{"name": "ram", "write_s": 0.01, "read_s": 0.01},
-                      {"name": "disk", "write_s": 0.05, "read_s": 0.05},
-                      {"name": "pfs", "write_s": 0.1, "read_s": 0.1}]}
+BASE = list(RESTART_BASE)
+LEVELS = RESTART_LEVELS
 
 
 @pytest.fixture(scope="module", autouse=True)
-def cost_profile(tmp_path_factory):
-    path = tmp_path_factory.mktemp("costs") / "profile.json"
-    path.write_text(json.dumps(PROFILE))
-    BASE.extend(["--costs", str(path)])
+def cost_profile(restart_costs):
+    BASE.extend(restart_costs)
     yield
     del BASE[-2:]
 
 
-def gradients(path):
-    with h5py().File(path, "r") as f:
-        return {name: f[name][...] for name in f}
-
-
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("ref")
-    info = hpcadj_json([*BASE, *LEVELS, "--pfs-file", str(tmp / "ck.h5"), "--local-dir", str(tmp),
-                        "--gradient-out", str(tmp / "ref.h5")], 2, timeout=240)
-    return info, gradients(tmp / "ref.h5")
+def reference(restart_reference):
+    return restart_reference
 
 
 def crash_then_resume(tmp, k, rank, ref_info, resume_ranks=2, levels=LEVELS):

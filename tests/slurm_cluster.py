@@ -35,7 +35,9 @@ NodeAddr 127.0.0.(k+1) and its own port (``NodeName=... Port=``; why not ``NoInA
 out-of-band and TCP transports use ``lo`` only.
 
 Usable outside pytest too: ``python tests/slurm_cluster.py [--nodes N]`` brings a cluster up, prints
-the ``SLURM_CONF`` to export, and waits for Ctrl-C.
+the lines to evaluate (``export SLURM_CONF=...``; with several nodes also ``SLURM_TMPDIR`` and the
+loopback ``OMPI_MCA_*``), and waits for Ctrl-C, which stops it and removes its directory (``--keep``
+leaves the directory).
 """
 
 from __future__ import annotations
@@ -548,7 +550,10 @@ PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP O
         self.conf.write_text(conf)
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    """``python tests/slurm_cluster.py``: start a cluster, print the shell lines to evaluate (every
+    ``export`` on a line of its own, comments apart), wait for Ctrl-C or SIGTERM, stop it and remove
+    its directory (unless ``--keep``)."""
     import argparse
     import sys
 
@@ -557,20 +562,28 @@ if __name__ == "__main__":
                         help="slurmd daemons, one per node in its own UTS and mount namespace when > 1")
     parser.add_argument("--powercap", action="store_true",
                         help="mount a fake RAPL tree over /sys/class/powercap on every node (--nodes > 1)")
-    cli = parser.parse_args()
+    parser.add_argument("--keep", action="store_true",
+                        help="leave the cluster's directory (configuration, logs, state) after the stop")
+    cli = parser.parse_args(argv)
     # Stop cleanly on SIGTERM and SIGINT (a background job of a script ignores SIGINT otherwise).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    with SlurmCluster(keep=True, nodes=cli.nodes, powercap=cli.powercap) as cluster:
+    with SlurmCluster(keep=cli.keep, nodes=cli.nodes, powercap=cli.powercap) as cluster:
         print(f"export SLURM_CONF={cluster.conf}", flush=True)
         if cluster.multinode:
-            mca = " ".join(f"{k}={v}" for k, v in LOOPBACK_MPI.items())
             print(f"# nodes: {' '.join(f'{n}={a}' for n, a in cluster.nodes.items())}\n"
-                  f"# node-local scratch (private per node): export SLURM_TMPDIR={cluster.local_dir}\n"
-                  f"#   seen from outside under {cluster.base / 'nodes'}/<node>/local\n"
-                  f"# MPI over loopback only: export {mca}", flush=True)
-        print("# Ctrl-C stops the cluster", flush=True)
+                  f"# node-local scratch, private per node (from outside under {cluster.base / 'nodes'}/<node>/local):\n"
+                  f"export SLURM_TMPDIR={cluster.local_dir}\n"
+                  f"# MPI over loopback only:", flush=True)
+            for k, v in LOOPBACK_MPI.items():
+                print(f"export {k}={v}", flush=True)
+        print(f"# Ctrl-C stops the cluster{'' if cli.keep else f' and removes {cluster.base}'}", flush=True)
         try:
             signal.pause()
         except (KeyboardInterrupt, SystemExit):
             pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

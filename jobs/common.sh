@@ -71,6 +71,27 @@ hpcadj_init() {
     trap '_hpcadj_on_signal INT' INT
 }
 
+# hpcadj_model_args GRID: HPCADJ_MODEL_ARGS=(--model ... [--grid GRID] [--steps ...]) for hpcadj run.
+# HPCADJ_MODEL is a model's name or the user's own as path/to/file.py:Name (a relative path is taken
+# from the submit directory and made absolute, so every rank and a requeued attempt find the file) or
+# package.module:Name (found on PYTHONPATH, which sbatch exports). An empty GRID or HPCADJ_STEPS drops
+# the flag, for a model that takes no --grid or has its own number of steps.
+hpcadj_model_args() {
+    local grid=$1 model=$HPCADJ_MODEL file
+    if [[ $model == *:* ]]; then
+        file=${model%:*}
+        if [[ $file == *.py || $file == */* ]]; then
+            [[ $file == /* ]] || file=${SLURM_SUBMIT_DIR:-$PWD}/$file
+            [[ -r $file ]] || hpcadj_die "HPCADJ_MODEL=$HPCADJ_MODEL: no such file $file"
+            model=$file:${model##*:}
+        fi
+    fi
+    HPCADJ_MODEL_ARGS=(--model "$model")
+    [[ -n $grid ]] && HPCADJ_MODEL_ARGS+=(--grid "$grid")
+    [[ -n ${HPCADJ_STEPS:-} ]] && HPCADJ_MODEL_ARGS+=(--steps "$HPCADJ_STEPS")
+    return 0
+}
+
 # The trap: remember the first stop request and forward it once to the running launcher as SIGUSR1.
 # SIGUSR1, not SIGTERM: mpirun forwards SIGUSR1 to every rank untouched, while on SIGTERM it kills
 # the ranks itself after a short grace period, before they could finish the step and save state.

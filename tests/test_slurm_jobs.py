@@ -109,6 +109,33 @@ def test_gradient_script_runs_without_slurm(tmp_path):
     assert_complete_run(job_dir, ranks=2, steps=8)
 
 
+def _model_file(submit_dir: Path) -> None:
+    """The README's model as ``models/reaction.py`` in the submit directory, with a factory."""
+    from .test_model_spec import EXTRA, readme_model
+
+    (submit_dir / "models").mkdir()
+    (submit_dir / "models" / "reaction.py").write_text(readme_model() + EXTRA)
+
+
+def test_gradient_script_passes_a_model_file_through(tmp_path):
+    """HPCADJ_MODEL=models/reaction.py:make (relative to the submit directory, made absolute for
+    the ranks); HPCADJ_GRID empty: the factory's own grid, no --grid."""
+    _model_file(tmp_path)
+    env = job_env(tmp_path, HPCADJ_MODEL="models/reaction.py:make", HPCADJ_GRID="", HPCADJ_STEPS=6,
+                  HPCADJ_NTASKS=2, HPCADJ_RAM=2, HPCADJ_DISK="", HPCADJ_PFS="")
+    proc = subprocess.run(["bash", str(JOBS / "gradient.sbatch")], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (job_dir,) = (tmp_path / "hpcadj-jobs").glob("gradient-local-*")
+    result = assert_complete_run(job_dir, ranks=2, steps=6)
+    assert result["model"] == "reaction" and result["snapshot_bytes"] == 10 * 10 * 8, result
+    assert f"--model {tmp_path}/models/reaction.py:make --steps 6" in (job_dir / "history.log").read_text()
+    env["HPCADJ_MODEL"] = "models/absent.py:make"
+    proc = subprocess.run(["bash", str(JOBS / "gradient.sbatch")], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and "no such file" in proc.stderr, proc.stderr
+
+
 def test_bad_launcher_is_refused(tmp_path):
     env = job_env(tmp_path, HPCADJ_LAUNCHER="mpiexec-typo")
     proc = subprocess.run(["bash", str(JOBS / "gradient.sbatch")], cwd=tmp_path, env=env, capture_output=True,
@@ -136,6 +163,17 @@ def test_gradient_job(cluster, submit_dir):
     assert local.is_dir() and any(local.iterdir()), f"the node-local level is not under SLURM_TMPDIR ({scratch})"
     history = (job_dir / "history.log").read_text()
     assert "launcher=mpirun" in history and "job complete" in history
+
+
+def test_gradient_job_with_a_model_file(cluster, submit_dir):
+    """A user's Stepper class named by file through sbatch, on 2 ranks."""
+    _model_file(submit_dir)
+    env = job_env(submit_dir, HPCADJ_MODEL="models/reaction.py:ReactionDiffusion", HPCADJ_GRID="12x12",
+                  HPCADJ_STEPS=6, HPCADJ_RAM=2, HPCADJ_DISK="", HPCADJ_PFS="")
+    job = cluster.sbatch(["--ntasks=2", str(JOBS / "gradient.sbatch")], env=env, cwd=submit_dir)
+    assert_completed(cluster, job, submit_dir)
+    result = assert_complete_run(submit_dir / "hpcadj-jobs" / f"gradient-{job}", ranks=2, steps=6)
+    assert result["model"] == "reaction" and result["snapshot_bytes"] == 12 * 12 * 8, result
 
 
 def test_gradient_job_with_srun(cluster, submit_dir):

@@ -27,8 +27,8 @@ from . import _capi
 
 CONTROL_U0 = "u0"
 
-#: DM handle -> the TSStepper using it (petsc4py keeps TS callbacks in the DM: one TS per DM)
-_BY_DM: "weakref.WeakValueDictionary[int, TSStepper]" = weakref.WeakValueDictionary()
+#: DM handle -> the wrapped TS using it (petsc4py keeps TS callbacks in the DM: one TS per DM)
+_BY_DM: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
 
 
 class TSRefused(ValueError):
@@ -131,10 +131,10 @@ class TSStepper(AdaptiveSteps, Stepper):
         if dm is None:
             return
         other = _BY_DM.get(dm.handle)
-        if other is not None and other.ts.handle != self.ts.handle:
+        if other is not None and other.handle and other.handle != self.ts.handle:
             raise TSRefused("another TS already runs on this DM: petsc4py keeps a TS's callbacks in its DM, so "
                             "a second TS on it (and its destruction) breaks the first; give each TS its own DM")
-        _BY_DM[dm.handle] = self
+        _BY_DM[dm.handle] = self.ts
 
     def _refuse_unsupported(self) -> None:
         ts = self.ts

@@ -31,9 +31,13 @@ _EXPORTS = {
     "scalar_vec": "hpcadj.models.common",
     "scalar_value": "hpcadj.models.common",
     "scalar_add": "hpcadj.models.common",
+    # a user's own petsc4py TS as a Stepper
+    "TSStepper": "hpcadj.ts",
     # verification
     "taylor_test": "hpcadj.adjoint.verify",
     "dot_product_test": "hpcadj.adjoint.verify",
+    "check_contract": "hpcadj.adjoint.contract",
+    "ContractReport": "hpcadj.adjoint.contract",
     # the lower layer: plans, levels, the driver
     "compute_gradient": "hpcadj.adjoint.verify",
     "Driver": "hpcadj.adjoint.driver",

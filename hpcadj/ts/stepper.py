@@ -121,6 +121,7 @@ class TSStepper(AdaptiveSteps, Stepper):
             self.steps = StepSequence(end - self.t0, max_steps or int(ts.getMaxSteps()))
             self.n_steps = None
         self._sol = u0.duplicate()          # the TS's solution Vec during adjoint steps
+        self._last_taken = None             # the step the TS took last (θ's estimate continues from it)
         self._mu = None
         self._controls = None
         self._claim_dm()
@@ -196,13 +197,20 @@ class TSStepper(AdaptiveSteps, Stepper):
         return self.dt if self.steps is None else self.steps.dt(i)
 
     # -- forward -----------------------------------------------------------------------------
-    def _take_step(self, i: int, x, dt: float) -> None:
+    def _take_step(self, i: int, x, dt: float, replay: bool = True, restart: bool = True) -> None:
+        """One ``TSStep`` from x = u_i at t_i with ``dt``; a replay of an adaptive TS accepts it as it is.
+
+        ``restart`` False continues from the TS's previous step (θ's error estimate reads it)."""
         ts = self.ts
+        if self.steps is not None:
+            _capi.set_always_accept(ts, replay)
         ts.setSolution(x)
         ts.setTime(self.time(i))
         ts.setTimeStep(dt)
         ts.setStepNumber(i)
-        ts.restartStep()
+        if restart:
+            ts.restartStep()
+        self._last_taken = i
         ts.step()
         reason = ts.getConvergedReason()
         if reason < 0:
@@ -218,30 +226,26 @@ class TSStepper(AdaptiveSteps, Stepper):
         return x
 
     def _first_adaptive_step(self, i: int, u, x) -> None:
-        """Decide dt_i with the user's TSAdapt; record it so every later step replays it."""
+        """Decide dt_i with the user's TSAdapt; record it so every later step replays it.
+
+        θ's error estimate reads the previous step, so there the deciding step continues from it
+        (no restart) and the step is then re-taken from u_i, restarted, at the chosen dt: the stored
+        state is the one every replay computes (a first-sweep step costs two). An RK method's
+        embedded estimate needs no history: its step is re-taken only when the TSAdapt rejected tries.
+        """
         trial = self.steps.proposal if self.steps.proposal is not None else self._dt0
         dt, last = self.steps.clip(i, trial)
-        _capi.set_always_accept(self.ts, False)
-        self._take_step(i, x, dt)
-        taken = self.ts.getTime() - self.time(i)
+        rejections = self.ts.getStepRejections()
+        history = self.ts_type in ("theta", "cn", "beuler")
+        self._take_step(i, x, dt, replay=False, restart=not (history and self._last_taken == i - 1))
         proposal = float(self.ts.getTimeStep())
-        if self.ts.getStepRejections() > 0 or taken != dt:
-            # rejected tries: the accepted dt is known only as t_{i+1} - t_i; re-take the step at
-            # exactly that dt, so the stored state is what every replay computes
-            dt, last = taken, taken >= self.steps.t_final - self.steps.times[i] - 1e-9 * self.steps.t_final
-            if last:
-                dt = self.steps.t_final - self.steps.times[i]
+        if history or self.ts.getStepRejections() > rejections:
+            if self.ts.getStepRejections() > rejections:
+                # the TSAdapt shrank the step: its dt is known only as t_{i+1} - t_i
+                dt, last = self.steps.clip(i, self.ts.getTime() - self.time(i))
             u.copy(x)
-            _capi.set_always_accept(self.ts, True)
-            try:
-                self._take_step(i, x, dt)
-            finally:
-                _capi.set_always_accept(self.ts, False)
+            self._take_step(i, x, dt)
         self._accepted(i, dt, last, proposal)
-
-    def _replaying(self, on: bool) -> None:
-        if self.steps is not None:
-            _capi.set_always_accept(self.ts, on)
 
     # -- objective ---------------------------------------------------------------------------
     def _is_final(self, i: int) -> bool:
@@ -275,11 +279,7 @@ class TSStepper(AdaptiveSteps, Stepper):
             _capi.vec_copy_into(u, stages[0])
         else:
             u.copy(self._sol)
-            self._replaying(True)
-            try:
-                self._take_step(i, self._sol, self._dt(i))
-            finally:
-                self._replaying(False)
+            self._take_step(i, self._sol, self._dt(i))
         lam = lam_next.copy()
         ts.setTime(t_next)
         ts.setTimeStep(t_i - t_next)

@@ -1,0 +1,84 @@
+"""An adaptive TS (the user's TSAdapt): the first sweep records each accepted dt, recomputation replays it.
+
+Oracle: TSSolve + TSAdjointSolve on a second TS with adaptivity off, fed the recorded steps by a
+post-step callback: the same step sequence, so the gradient must be bitwise the same. n is unknown
+until the run reaches t_final, so the session runs an online plan; under a budget it recomputes.
+"""
+
+import numpy as np
+import pytest
+
+from hpcadj.adjoint.session import Checkpointing, GradientSession
+from hpcadj.stack import mpi, petsc
+from hpcadj.ts import TSStepper
+from hpcadj.ts.check import tsadjoint_gradient
+from hpcadj.ts.examples import VanDerPol
+
+HALF_NORM2 = (lambda u: 0.5 * u.dot(u), lambda u: u.copy())
+T_FINAL = 0.3
+
+
+@pytest.fixture(scope="module")
+def comm():
+    petsc()
+    return mpi().COMM_SELF
+
+
+def _adaptive(comm, kind, prefix):
+    opts = petsc().Options()
+    opts[f"{prefix}ts_adapt_type"] = "basic"
+    opts[f"{prefix}ts_max_time"] = T_FINAL
+    opts[f"{prefix}ts_max_steps"] = 10000
+    opts[f"{prefix}ts_rtol"] = 1e-6
+    opts[f"{prefix}ts_atol"] = 1e-6
+    if kind == "rk":
+        opts[f"{prefix}ts_rk_type"] = "3bs"
+    try:
+        return VanDerPol(comm, mu=50.0, implicit=kind != "rk", prefix=prefix)
+    finally:
+        for key in ("ts_adapt_type", "ts_max_time", "ts_max_steps", "ts_rtol", "ts_atol", "ts_rk_type"):
+            opts.delValue(f"{prefix}{key}")
+
+
+def _replayed_reference(comm, kind, dts, controls, with_mu):
+    """TSAdjointSolve on the recorded step sequence (adaptivity off, dt set after every step)."""
+    ref = VanDerPol(comm, mu=50.0, implicit=kind != "rk")
+    if kind == "rk":
+        ref.ts.setRKType("3bs")
+    ref.ts.setMaxTime(T_FINAL)
+    ref.ts.setMaxSteps(len(dts))
+    ref.ts.setTimeStep(dts[0])
+    ref.ts.setPostStep(lambda ts: ts.setTimeStep(dts[min(ts.getStepNumber(), len(dts) - 1)]))
+    return tsadjoint_gradient(ref.ts, controls["u0"], len(dts), HALF_NORM2,
+                              parameters=controls["mu"] if with_mu else None)
+
+
+@pytest.mark.parametrize("kind,dt0", [("cn", 1e-3), ("rk", 1e-3), ("cn", 0.05), ("rk", 0.05)])
+def test_adaptive_records_and_replays(comm, kind, dt0):
+    """With dt0 = 0.05 the TSAdapt rejects first tries: the accepted dt is re-taken exactly."""
+    ode = _adaptive(comm, kind, f"adapt{kind}{dt0}_".replace(".", ""))
+    ode.ts.setTimeStep(dt0)
+
+    with_mu = kind == "cn"     # 3bs has a zero weight: PETSc 3.18 refuses its parameter gradient
+    stepper = TSStepper(ode.ts, ode.u0, parameters={"mu": ode.p} if with_mu else None,
+                        apply_parameters=ode.set_mu, final=HALF_NORM2)
+    assert stepper.n_steps is None and stepper.steps.t_final == T_FINAL
+    controls = stepper.default_controls()
+    store_all = GradientSession(stepper, controls=controls).solve()
+    assert store_all.status == "complete", store_all.message
+    dts = list(stepper.steps.dts)
+    n = stepper.n_steps
+    assert n == len(dts) > 5 and len(set(dts)) > 3          # the TSAdapt chose the steps
+    assert abs(sum(dts) - T_FINAL) < 1e-12
+    assert (ode.ts.getStepRejections() > 0) == (dt0 > 1e-3)
+
+    budget = GradientSession(stepper, Checkpointing(ram=3), controls=controls).solve()
+    assert budget.status == "complete", budget.message
+    assert budget.result.recomputed_steps > 0 and stepper.steps.dts == dts
+    theirs = _replayed_reference(comm, kind, dts, controls, with_mu)
+    assert theirs.steps == n
+    for result in (store_all.result, budget.result):
+        assert result.J == theirs.J
+        assert np.array_equal(result.gradient["u0"].getArray(), theirs.lam0.getArray())
+        if with_mu:
+            assert np.array_equal(result.gradient["mu"].getArray(), theirs.mu.getArray())

@@ -214,6 +214,9 @@ class GrayScottModel(ComponentSnapshots, Stepper):
     ksp_rtol = 1e-12
     lag_preconditioner = 100
     JACOBIANS = ("stencil", "assembled")
+    #: ``hpcadj hesscheck``'s first Taylor step: beyond a few per cent of F and k the second-order
+    #: remainder has left its asymptotic range
+    hessian_taylor_eps = 0.05
 
     def __init__(self, comm, grid=(64, 64), n_steps: int = 50, dt: float = 1.0, feed: float = 0.04,
                  kill: float = 0.06, length: float = 2.5, du: float = 2e-5, dv: float = 1e-5,

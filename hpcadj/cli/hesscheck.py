@@ -1,0 +1,90 @@
+"""``hpcadj hesscheck``: second-order Taylor, symmetry and gradient-difference tests of H v."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from ..models.base import SolverError
+from .common import add_model_arguments, build_model, int_in, positive_float, solver_failure, world
+
+MIN_RATE = 2.9
+#: the gradient-difference error must fall at least this fast (log2) when eps halves (2 for O(eps^2))
+MIN_FD_RATE = 1.8
+#: ... or already be this small (relative): a model with a linear gradient has nothing left to decay
+FD_FLOOR = 1e-9
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("hesscheck", help="verify Hessian-vector products (Taylor, symmetry, gradients)",
+                              description="Verify H v for random directions v: the second-order Taylor "
+                                          f"remainder must decay at rate >= {MIN_RATE}, <H v, w> must equal "
+                                          "<v, H w>, and H v must match central differences of two "
+                                          "gradients to O(eps^2). Exit 1 if not. With --gauss-newton only "
+                                          "the symmetry test applies (the product is not the Hessian).")
+    add_model_arguments(p)
+    p.add_argument("--eps", type=positive_float, default=None,
+                   help="first Taylor step, relative to the direction (model default: 0.5)")
+    p.add_argument("--halvings", type=int_in(1, 20), default=4, help="Taylor halvings (default 4)")
+    p.add_argument("--fd-eps", type=positive_float, default=1e-3,
+                   help="gradient-difference step (and half of it; default 1e-3)")
+    p.add_argument("--sym-tol", type=positive_float, default=1e-10,
+                   help="largest relative |<Hv, w> - <v, Hw>| accepted (default 1e-10)")
+    p.add_argument("--gauss-newton", action="store_true", help="check the Gauss-Newton product instead")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from ..adjoint import hessian as H
+    from . import CliError
+
+    comm = world(args)
+    model = build_model(args, comm)
+    try:
+        H.check_model(model, args.gauss_newton)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    controls = model.default_controls()
+    eps0 = args.eps if args.eps is not None else getattr(model, "hessian_taylor_eps", 0.5)
+    scale = {k: 0.1 for k in controls}
+    v = H.scaled_direction(model, controls, 11, scale=scale)
+    w = H.scaled_direction(model, controls, 13, scale=scale)
+    gn = args.gauss_newton
+    try:
+        hv = H.hessian_action(model, controls, v, gauss_newton=gn)
+        hw = H.hessian_action(model, controls, w, gauss_newton=gn)
+        a, b = H._dot(hv.hessian, w), H._dot(v, hw.hessian)
+        taylor = fd = None
+        if not gn:
+            taylor = H.second_order_taylor_test(model, controls, v, eps0=eps0, halvings=args.halvings, hess=hv)
+            fd = [H.relative_difference(hv.hessian, H.gradient_difference(model, controls, v, e))
+                  for e in (args.fd_eps, 0.5 * args.fd_eps)]
+    except SolverError as exc:
+        raise solver_failure(exc, "a smaller --dt or --eps may help") from None
+    sym = abs(a - b) / max(abs(a), abs(b), 1e-300)
+    passed = sym <= args.sym_tol
+    fd_rate = None
+    if not gn:
+        fd_rate = math.log2(fd[0] / fd[1]) if fd[1] > 0 else math.inf
+        passed = passed and taylor.min_rate >= MIN_RATE and (fd_rate >= MIN_FD_RATE or fd[0] <= FD_FLOOR)
+    if comm.rank == 0:
+        info = {**model.describe(), "ranks": comm.size, "J": hv.J, "product": "gauss-newton" if gn else "newton",
+                "symmetry": {"vHw": b, "wHv": a, "relative": sym, "tolerance": args.sym_tol}, "passed": passed}
+        if not gn:
+            info["taylor"] = {"eps": taylor.eps, "remainders": taylor.remainders, "rates": taylor.rates,
+                              "min_rate": taylor.min_rate, "need": MIN_RATE}
+            info["gradient_difference"] = {"eps": [args.fd_eps, 0.5 * args.fd_eps], "relative_error": fd,
+                                           "rate": fd_rate, "need": MIN_FD_RATE, "floor": FD_FLOOR}
+        if args.json:
+            print(json.dumps(info))
+        else:
+            print(f"hpcadj hesscheck: {model.name} ({info['product']}), J = {hv.J:.12e}")
+            if not gn:
+                rates = " ".join(f"{r:.3f}" for r in taylor.rates)
+                print(f"  second-order Taylor: remainder rates {rates}  (need >= {MIN_RATE})")
+                print(f"  gradient differences: relative error {fd[0]:.2e}, {fd[1]:.2e} (rate {fd_rate:.2f}, "
+                      f"need >= {MIN_FD_RATE} or <= {FD_FLOOR:.0e})")
+            print(f"  symmetry: <Hv,w> {a:.15e} <v,Hw> {b:.15e} relative {sym:.2e} (need <= {args.sym_tol:.0e})")
+            print("  PASSED" if passed else "  FAILED")
+    return 0 if passed else 1

@@ -12,8 +12,10 @@ field's raw C-order bytes in header order. A read checks the header's run id, no
 (a stale file from another run is rejected), the sizes (truncation) and the CRC-32 of every block
 against the one recorded when it was written.
 
-Each rank directory also holds ``LAYOUT.json`` (rank count, this rank's blocks), written when the
-level is created. ``attach=True`` (a restart with the same run id and ``local_dir``) refuses a rank
+Each rank directory also holds ``LAYOUT.json`` (rank count, this rank's blocks and the CRC-32 of
+both, ``crc32``), written when the level is created. One damaged on any rank (unreadable, or
+failing its CRC) makes the level's node-local snapshots unusable: every rank removes its own, the
+level starts empty and ``attach_dropped`` says why (the run recomputes what they held). ``attach=True`` (a restart with the same run id and ``local_dir``) refuses a rank
 directory written by another rank count or layout, removes temporary and invalid files, verifies
 every snapshot file against the CRCs in its own header, and holds the steps valid on every rank
 (the nonce and CRCs of the file's header are adopted, so later reads check them again).
@@ -28,10 +30,11 @@ import json
 import os
 import struct
 import uuid
+import zlib
 
 import numpy as np
 
-from ...collective import agree_or_raise, allgather
+from ...collective import agree_or_raise, allgather, detail, problems
 from ...snapshot import Snapshot, SnapshotLayout
 from .aio import QueuedLevel, Transport
 from .base import CorruptSnapshot, LevelError, agree_run_id
@@ -50,6 +53,12 @@ def resolve_local_dir(local_dir: str | None = None) -> str:
         if os.environ.get(var):
             return os.environ[var]
     return "/tmp"
+
+
+def layout_crc(record: dict) -> int:
+    """CRC-32 of a LAYOUT.json record without its own ``crc32`` entry (keys sorted)."""
+    body = {k: v for k, v in record.items() if k != "crc32"}
+    return zlib.crc32(json.dumps(body, sort_keys=True).encode())
 
 
 def _write_all(fd: int, data) -> None:
@@ -144,9 +153,43 @@ class RankFiles(Transport):
         if not replace and os.path.exists(self._layout_path()):
             return
         tmp = self._layout_path() + ".tmp"
+        record = self._layout_record()
         with open(tmp, "w") as f:
-            json.dump(self._layout_record(), f)
+            json.dump({**record, "crc32": layout_crc(record)}, f)
         os.replace(tmp, self._layout_path())
+
+    def layout_damage(self) -> str | None:
+        """Why this rank's LAYOUT.json cannot be trusted (unreadable, fails its CRC), else None."""
+        try:
+            with open(self._layout_path()) as f:
+                saved = json.load(f)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            return f"{self._layout_path()} is unreadable ({exc})"
+        if not isinstance(saved, dict):
+            return f"{self._layout_path()} is not a layout record"
+        if "crc32" in saved and saved["crc32"] != layout_crc(saved):
+            return f"{self._layout_path()} fails its checksum"
+        return None
+
+    def drop_all(self) -> tuple[int, int]:
+        """Remove this rank's snapshot and temporary files (a damaged level): (files, bytes)."""
+        files = nbytes = 0
+        try:
+            entries = os.listdir(self.directory)
+        except OSError:
+            entries = []
+        for name in entries:
+            if name.endswith((".snap", ".tmp")):
+                path = os.path.join(self.directory, name)
+                try:
+                    size = os.path.getsize(path)
+                    os.remove(path)
+                    files, nbytes = files + name.endswith(".snap"), nbytes + size
+                except OSError:
+                    pass
+        return files, nbytes
 
     def layout_problem(self) -> str | None:
         """Why this rank cannot attach its directory (another rank count or block), else None."""
@@ -157,13 +200,13 @@ class RankFiles(Transport):
             others = []
         if others:
             return f"{self.run_dir} holds {', '.join(sorted(others))}: written by more ranks"
+        if self.layout_damage() is not None:  # a damaged record is a lost level, not a refusal
+            return None
         try:
             with open(self._layout_path()) as f:
                 saved = json.load(f)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as exc:
-            return f"{self._layout_path()} is unreadable ({exc})"
         mine = self._layout_record()
         if saved.get("nranks") != mine["nranks"]:
             return f"written by {saved.get('nranks')} rank(s), attaching on {mine['nranks']}"
@@ -389,6 +432,16 @@ class LocalLevel(QueuedLevel):
         agree_or_raise(self.comm, files.probe(), LevelError,
                        f"{name}: node-local directory is not usable ({{detail}}); choose another "
                        f"with local_dir/--local-dir or $HPCADJ_LOCAL_DIR", cleanup=self._abandon)
+        damaged = problems(self.comm, files.layout_damage()) if attach else []
+        if damaged:  # every rank drops its snapshots: the level starts empty, the run recomputes
+            removed = allgather(self.comm, files.drop_all())
+            count, nbytes = sum(n for n, _ in removed), sum(b for _, b in removed)
+            files.attach_dropped = [f"every node-local snapshot of run {files.run_id}: LAYOUT.json "
+                                    f"damaged ({detail(damaged)})"]
+            files.attach_note = (f"removed {count} node-local snapshot file(s) ({nbytes / 2**20:.1f} MiB) "
+                                 f"of run {files.run_id}: LAYOUT.json damaged on rank(s) "
+                                 f"{', '.join(str(r) for r, _ in damaged)}")
+            attach = False
         agree_or_raise(self.comm, files.layout_problem() if attach else None, LevelError,
                        f"{name}: cannot attach the node-local snapshots of run {files.run_id} on "
                        f"{self.size} rank(s): {{detail}}; attach the parallel-HDF5 level instead "

@@ -188,6 +188,7 @@ class H5File(Transport):
         f = h5.File(self.path, "w", driver="mpio", comm=self.comm)
         self._created = True
         self._file = f
+        self.reserve_margin()
         f.attrs["format"] = FORMAT
         f.attrs["run_id"] = self.run_id
         f.attrs["nranks"] = self.size
@@ -237,6 +238,12 @@ class H5File(Transport):
         detail = "; ".join(f"rank {r}: {states[r][1]}" for r in bad)
         raise WriteFailed(self.name, step, f"{self.name}: writing step {step} ({stage}) to {self.path} "
                           f"failed on rank(s) {', '.join(map(str, bad))}: {detail}") from error
+
+    def reserve_margin(self) -> None:
+        """Collective: allocate the metadata margin past the end of the file (see :mod:`.space`);
+        the same LevelError on every rank if the file system has no room for it."""
+        why = reserve(self.path, [], at_end=METADATA_MARGIN) if self.rank == 0 else None
+        agree_or_raise(self.comm, why, LevelError, f"{self.name}: no room for {self.path} ({{detail}})")
 
     def make_room(self, step: int, slot: int) -> None:
         """Collective, before ``step`` is written to ``slot``: flush (the file then ends where
@@ -420,6 +427,7 @@ class H5File(Transport):
             return
         self._file = f
         self._created = True
+        self.reserve_margin()
         f.attrs["nranks"] = self.size
         slots = {}
         for name in sorted(f["slots"]):

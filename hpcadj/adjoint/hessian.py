@@ -373,3 +373,62 @@ def relative_difference(a: dict, b: dict) -> float:
 def owned_arrays(model, vecs: dict) -> dict:
     """This rank's owned blocks of control-shaped Vecs (for bitwise comparisons)."""
     return {k: np.array(v) for k, v in model.control_arrays(vecs).items()}
+
+
+class HessianProducts:
+    """Several H v at the same controls from one forward sweep: u_0 .. u_n are computed once and kept
+    in RAM (store-all), and each product runs only the tangent sweep and the reverse sweep (the
+    first- and second-order adjoints) on them. Each product is bitwise the one
+    :func:`hessian_action` gives. lambda is recomputed in every reverse sweep (one adjoint step per
+    step and product; the model's second-order step needs it beside dlambda anyway).
+
+    ``counts`` tallies the model's forward, tangent and (second-order) adjoint steps so far.
+    """
+
+    def __init__(self, model, controls, *, gauss_newton: bool = False):
+        from ..stack import petsc
+
+        check_model(model, gauss_newton)
+        self.model, self.gauss_newton = model, gauss_newton
+        self.controls = {k: v.copy() for k, v in controls.items()}
+        model.set_controls(self.controls)
+        u = model.initial_state()
+        self.states = [u]
+        self.J = model.objective(0, u)
+        for i in range(model.n_steps):
+            u = model.step(i, u)
+            self.states.append(u)
+            self.J += model.objective(i + 1, u)
+        petsc().garbage_cleanup(model.comm)
+        self.counts = {"forward": model.n_steps, "tangent": 0, "adjoint": 0, "products": 0}
+
+    def hessian_action(self, v) -> HessianResult:
+        """J, dJ/dm and H v for direction ``v`` at the kept controls."""
+        from ..stack import petsc
+
+        model, states, n = self.model, self.states, self.model.n_steps
+        stepper = SecondOrderStepper(model, v, gauss_newton=self.gauss_newton)
+        model.set_controls(self.controls)
+        du = model.initial_tangent(stepper.direction)
+        dus = [du]
+        for i in range(n):
+            du = model.tangent_step(i, states[i], states[i + 1], du, stepper.direction)
+            dus.append(du)
+        grad = {}
+        for name, vec in stepper.composite_controls(self.controls).items():
+            grad[name] = vec.duplicate()
+            grad[name].set(0.0)
+        lam = stepper.objective_gradient(n, Pair(states[n], dus[n]))
+        for i in reversed(range(n)):
+            nxt = Pair(states[i + 1], dus[i + 1]) if stepper.adjoint_reads_next else None
+            here = Pair(states[i], dus[i])
+            lam = stepper.adjoint_step(i, here, nxt, lam, grad)
+            dus[i + 1] = nxt = None
+            stepper.add_objective_gradient(i, here, lam)
+            petsc().garbage_cleanup(model.comm)
+        stepper.initial_adjoint(lam, grad)
+        self.counts["tangent"] += n
+        self.counts["adjoint"] += n
+        self.counts["products"] += 1
+        result = GradientResult(J=self.J, gradient=grad, forward_steps=0, adjoint_steps=n)
+        return _result(stepper, result)

@@ -5,19 +5,20 @@ import pytest
 from hpcadj.adjoint import hessian as H
 
 
-def build(comm, name):
+def build(comm, name, steps=None):
+    """A tiny model (``steps`` overrides its default step count)."""
     if name == "heat":
         from hpcadj.models.heat import HeatModel
-        return HeatModel(comm, (7, 6), n_steps=5, dt=2e-3)
+        return HeatModel(comm, (7, 6), n_steps=steps or 5, dt=2e-3)
     if name == "burgers":
         from hpcadj.models.burgers import BurgersModel
-        return BurgersModel(comm, (12, 9), n_steps=6)
+        return BurgersModel(comm, (12, 9), n_steps=steps or 6)
     if name == "wave":
         from hpcadj.models.wave import WaveModel
-        return WaveModel(comm, (12, 10), n_steps=30)
+        return WaveModel(comm, (12, 10), n_steps=steps or 30)
     if name == "grayscott":
         from hpcadj.models.grayscott import GrayScottModel
-        return GrayScottModel(comm, (10, 9), n_steps=4)
+        return GrayScottModel(comm, (10, 9), n_steps=steps or 4)
     raise KeyError(name)
 
 

@@ -3,7 +3,8 @@
 A run directory holds:
 
 - ``manifest.json`` — replaced atomically (write, fsync, rename) by rank 0 at every durable point:
-  the run's identity (model, grid, steps, dt, ..., a fingerprint of the controls), the rank count,
+  the run's identity (model, grid, steps, dt, ..., a fingerprint of the controls), a fingerprint of
+  its trajectory (:func:`trajectory_fingerprint`: u_1, one adjoint step, the objective), the rank count,
   the level set-up (run id, node-local directory, HDF5 file), the last durable point, and which
   snapshots each durable level held, complete and verified, at that point. Its ``crc32`` field is
   the CRC-32 of the rest (canonical JSON); the generation it replaced stays as
@@ -12,6 +13,8 @@ A run directory holds:
   natural-ordered, checksummed datasets (parallel HDF5, written under a temporary name then
   renamed; :mod:`hpcadj.fieldio`), so a run can resume on a different number of ranks. The files
   named by the two manifest generations are kept, older ones removed.
+- ``lock.json`` — while a run uses the directory: rank 0's host and pid and the SLURM job id
+  (:class:`RunLock`); a second run is refused, a lock left by a run that is gone is taken over.
 
 Every read is verified. A resume takes the newest durable point whose manifest and adjoint file
 check out: the current generation, else the previous one, else the forward points, else a fresh
@@ -25,8 +28,12 @@ and whenever the run is asked to stop.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
+import socket
+import subprocess
 import time
 import zlib
 
@@ -39,8 +46,13 @@ from .driver import RunObserver
 
 MANIFEST = "manifest.json"
 PREVIOUS = "manifest.prev.json"
+LOCK = "lock.json"
 DURABLE_KINDS = ("local", "pfs")
-FORMAT = 2
+FORMAT = 3
+#: identity keys compared first, most basic first; the others follow in name order
+IDENTITY_ORDER = ("model", "grid", "shape", "steps", "dt")
+#: relative agreement of the trajectory fingerprint's sums on another rank count (rounding only)
+TRAJECTORY_RTOL = 1e-8
 
 
 class RunDirError(ValueError):
@@ -65,6 +77,262 @@ def _same_fingerprint(a, b) -> bool:
     return len(a) == len(b) and all(abs(x - y) <= 1e-12 * max(1.0, abs(x), abs(y)) for x, y in zip(a, b))
 
 
+def _natural_index(layout) -> np.ndarray:
+    """The natural (global, C-order) index of every point of this rank's block."""
+    if not int(np.prod(layout.shape)):
+        return np.zeros(layout.shape, dtype=np.int64)
+    grids = np.meshgrid(*[np.arange(s, s + m) for s, m in zip(layout.start, layout.shape)], indexing="ij")
+    return np.ravel_multi_index(grids, layout.global_shape)
+
+
+def _field_print(arrays: dict, layouts: dict, comm) -> dict:
+    """A fingerprint of distributed fields: per field, the CRC-32 of every rank's block in rank order
+    (bitwise, for the same rank count) and three sums that do not depend on the rank layout
+    (sum |x| and two weighted sums, for another rank count, compared to rounding)."""
+    out = {}
+    for name in sorted(layouts):
+        values = np.asarray(arrays[name]).reshape(layouts[name].shape)
+        natural = _natural_index(layouts[name]).astype(np.float64)
+        x = values.astype(np.float64, copy=False)
+        local = np.array([np.abs(x).sum(), (x * np.sin(0.7 + 1.3 * natural)).sum(),
+                          (x * np.cos(0.2 + 0.9 * natural)).sum()])
+        crcs = comm.allgather(zlib.crc32(np.ascontiguousarray(values).tobytes()))
+        out[name] = {"crc32": zlib.crc32(np.asarray(crcs, dtype=np.uint32).tobytes()),
+                     "sums": [float(v) for v in comm.allreduce(local)]}
+    return out
+
+
+def _probe_state(model):
+    """A state with fixed values given by the natural index (the same field on any rank count)."""
+    blocks = {}
+    for name, layout in model.snapshot_layout().items():
+        natural = _natural_index(layout)
+        blocks[name] = np.sin(0.3 + 0.77 * natural).astype(layout.dtype)
+    return model.restore(blocks)
+
+
+def trajectory_fingerprint(model, controls, comm) -> dict:
+    """What the run's first step and one adjoint step give, to recognise the run on resume.
+
+    ``describe()`` lists what its author thought of; a setting it leaves out (a velocity, a rate
+    constant) still changes the trajectory. So at creation and on every resume the model takes
+    u_1 = step(0, u_0) from the controls, one adjoint step lambda_0 = adjoint_step(0, u_0, u_1, w)
+    from a fixed field w (with the parameter gradient it adds), and the objective at u_0 and u_1
+    (as state 1 and as state n): one forward and one adjoint step each time. A model with adaptive
+    steps gets its step record back as it was (the first sweep decides it). Collective.
+    """
+    record = getattr(model, "step_record", lambda: None)()
+    model.set_controls(controls)
+    u0 = model.initial_state()
+    u1 = model.step(0, u0)
+    n = model.n_steps
+    objective = [float(model.objective(0, u0)), float(model.objective(1, u1))]
+    if n is not None and n > 1:
+        objective.append(float(model.objective(n, u1)))
+    grad = {name: vec.duplicate() for name, vec in controls.items()}
+    for vec in grad.values():
+        vec.set(0.0)
+    probe = _probe_state(model)
+    lam0 = model.adjoint_step(0, u0, u1 if getattr(model, "adjoint_reads_next", True) else None, probe, grad)
+    layouts = model.snapshot_layout()
+    out = {"u1": _field_print(model.snapshot(u1), layouts, comm),
+           "lambda0": _field_print(model.snapshot(lam0), layouts, comm),
+           "grad": _field_print(model.control_arrays(grad), model.control_layout(), comm),
+           "objective": objective}
+    if record is not None:
+        model.load_step_record(record)
+    for vec in (u0, u1, probe, lam0, *grad.values()):
+        vec.destroy()
+    return out
+
+
+#: what each part of the trajectory fingerprint is, for the refusal
+_TRAJECTORY_PARTS = (("u1", "its first step u_1 = step(0, u_0) differs"),
+                     ("lambda0", "its adjoint step differs"),
+                     ("grad", "its parameter gradient from one adjoint step differs"),
+                     ("objective", "its objective differs"))
+
+
+def _trajectory_mismatch(saved: dict, now: dict, same_ranks: bool) -> str | None:
+    """Which part of the trajectory fingerprint differs (None: none): bitwise on the same rank count,
+    to rounding (TRAJECTORY_RTOL of sum |x|) on another."""
+    def close(a, b, scale):
+        return a == b or abs(a - b) <= TRAJECTORY_RTOL * scale
+
+    for part, what in _TRAJECTORY_PARTS:
+        a, b = saved.get(part), now.get(part)
+        if part == "objective":
+            same = len(a) == len(b) and all(
+                (x == y) if same_ranks else close(x, y, max(abs(x), abs(y), 1e-300)) for x, y in zip(a, b))
+        elif set(a) != set(b):
+            same = False
+        elif same_ranks:
+            same = all(a[k]["crc32"] == b[k]["crc32"] for k in a)
+        else:
+            same = all(all(close(x, y, max(a[k]["sums"][0], b[k]["sums"][0], 1e-300))
+                           for x, y in zip(a[k]["sums"], b[k]["sums"])) for k in a)
+        if not same:
+            return what
+    return None
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (a zombie, killed but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
+
+
+def _slurm_job_gone(job: str) -> bool | None:
+    """Whether SLURM no longer runs ``job`` (None: cannot tell, no squeue here)."""
+    squeue = shutil.which("squeue")
+    if squeue is None:
+        return None
+    try:
+        proc = subprocess.run([squeue, "-h", "-j", str(job), "-o", "%T"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    state = proc.stdout.strip()
+    return proc.returncode != 0 or not state or state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+
+
+class RunLock:
+    """One run at a time in a run directory: ``lock.json`` with rank 0's host, pid and SLURM job.
+
+    Rank 0 creates it atomically (written beside, then hard-linked into place, which fails if it
+    exists) and every rank learns the outcome. A lock is taken over when the run that left it is
+    gone: on this host its pid no longer exists; on another host its SLURM job is this job at an
+    earlier requeue (``SLURM_RESTART_COUNT`` differs) or ``squeue`` no longer lists it. A lock on
+    another host without a job id, or where ``squeue`` cannot tell, is refused with the file to
+    remove. Released when the session ends, however it ends (an ``atexit`` hook as the last resort).
+    """
+
+    _held: set = set()  # lock paths this process holds
+
+    def __init__(self, directory: str, comm):
+        self.path = os.path.join(directory, LOCK)
+        self.comm = comm
+        self.taken_over: str | None = None  # the line saying whose stale lock was taken over
+        self.held = False
+
+    @staticmethod
+    def _me() -> dict:
+        return {"host": socket.gethostname(), "pid": os.getpid(), "job": os.environ.get("SLURM_JOB_ID"),
+                "restart": os.environ.get("SLURM_RESTART_COUNT"), "since": time.time()}
+
+    def acquire(self) -> None:
+        """Take the lock (collective); RunDirError on every rank while another run holds it."""
+        error, note = None, None
+        if self.comm.rank == 0:
+            try:
+                error, note = self._take()
+            except OSError as exc:
+                error = f"cannot lock run directory {os.path.dirname(self.path)}: {exc.strerror or exc}"
+        agree_or_raise(self.comm, self.comm.bcast(error, root=0), RunDirError, first=True)
+        self.taken_over = self.comm.bcast(note, root=0)
+        self.held = True
+
+    def _take(self):
+        """Rank 0: (error, note), error None once the lock is ours."""
+        me, note = self._me(), None
+        tmp = f"{self.path}.{me['host']}.{me['pid']}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(me, f)
+        try:
+            for _ in range(3):
+                try:
+                    os.link(tmp, self.path)
+                    RunLock._held.add(self.path)
+                    return None, note
+                except FileExistsError:
+                    pass
+                holder = self._holder()
+                why_gone = self._gone(holder, me)
+                if why_gone is None:
+                    return self._in_use(holder), None
+                if self._holder() == holder:  # not replaced meanwhile by a run taking it over too
+                    os.unlink(self.path)
+                note = f"took over the lock of run directory {os.path.dirname(self.path)}: {why_gone}"
+            return f"cannot lock run directory {os.path.dirname(self.path)}: another run keeps taking it", None
+        finally:
+            os.unlink(tmp)
+
+    def _holder(self) -> dict | None:
+        try:
+            with open(self.path) as f:
+                holder = json.load(f)
+            return holder if isinstance(holder, dict) else {}
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return {}
+
+    def _gone(self, holder: dict | None, me: dict) -> str | None:
+        """Why the holder's run is gone (its lock may be taken over), or None while it may run."""
+        if holder is None:
+            return "the lock went away"
+        if not holder:
+            return "the lock file was unreadable"
+        host, pid, job = holder.get("host"), holder.get("pid"), holder.get("job")
+        who = f"pid {pid} on {host}" + (f" (SLURM job {job})" if job else "")
+        if host == me["host"]:
+            if pid == me["pid"] and self.path not in RunLock._held:
+                return f"{who} is this process, which no longer uses it"
+            if isinstance(pid, int) and pid != me["pid"] and not _pid_alive(pid):
+                return f"{who} is gone"
+            return None
+        if job and job == me["job"] and holder.get("restart") != me["restart"]:
+            return f"{who} was this job before it was requeued"
+        if job and _slurm_job_gone(job):
+            return f"{who} is gone (squeue no longer lists the job)"
+        return None
+
+    def _in_use(self, holder: dict) -> str:
+        directory = os.path.dirname(self.path)
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("since", 0)))
+        job = f", SLURM job {holder['job']}" if holder.get("job") else ""
+        return (f"run directory {directory} is in use by the run of pid {holder.get('pid')} on "
+                f"{holder.get('host')}{job} since {since}: wait for it to end, or remove {self.path} "
+                f"if that run is gone")
+
+    def release(self) -> None:
+        """Give the lock up (rank 0 removes the file if it is still this process's); not collective."""
+        if not self.held:
+            return
+        self.held = False
+        if self.comm.rank == 0:
+            _release(self.path)
+
+
+def _release(path: str) -> None:
+    if path not in RunLock._held:
+        return
+    RunLock._held.discard(path)
+    try:
+        with open(path) as f:
+            holder = json.load(f)
+        if holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
+            os.unlink(path)
+    except (OSError, ValueError):
+        pass
+
+
+@atexit.register
+def _release_all() -> None:
+    for path in list(RunLock._held):
+        _release(path)
+
+
 class RunDirectory:
     """One run's directory (every rank calls every method; rank 0 writes the manifest)."""
 
@@ -76,6 +344,7 @@ class RunDirectory:
         self.manifest: dict | None = None
         self.previous: dict | None = None   # the generation before, when it checks out
         self.faults: list[str] = []         # durable artifacts found corrupt, and what was used instead
+        self.lock = RunLock(self.path, comm)
 
     # -- opening ---------------------------------------------------------------------------
     def _agree_error(self, message: str | None) -> None:
@@ -84,7 +353,24 @@ class RunDirectory:
     def exists(self) -> bool:
         return os.path.isfile(self.manifest_path)
 
-    def create(self, identity: dict, setup: dict) -> None:
+    def acquire(self, create: bool) -> None:
+        """Lock the directory for this run (``create``: make it first); RunDirError while another run
+        uses it. A directory that does not exist is left alone on resume (:meth:`open` says so)."""
+        error = None
+        if self.comm.rank == 0:
+            try:
+                if create:
+                    os.makedirs(self.path, exist_ok=True)
+            except OSError as exc:
+                error = f"cannot create run directory {self.path}: {exc.strerror}"
+        self._agree_error(self.comm.bcast(error, root=0))
+        if self.comm.bcast(os.path.isdir(self.path) if self.comm.rank == 0 else None, root=0):
+            self.lock.acquire()
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def create(self, identity: dict, setup: dict, trajectory: dict | None = None) -> None:
         """Start a fresh run here (refused if the directory already holds one)."""
         error = None
         if self.comm.rank == 0:
@@ -98,9 +384,34 @@ class RunDirectory:
             except OSError as exc:
                 error = f"cannot create run directory {self.path}: {exc.strerror}"
         self._agree_error(self.comm.bcast(error, root=0))
-        self.manifest = {"format": FORMAT, "identity": identity, "setup": setup, "ranks": self.comm.size,
-                         "status": "running", "durable": None, "snapshots": {}, "created": time.time()}
+        self.manifest = {"format": FORMAT, "identity": identity, "trajectory": trajectory, "setup": setup,
+                         "ranks": self.comm.size, "status": "running", "durable": None, "snapshots": {},
+                         "created": time.time()}
         self.save()
+
+    def nothing_durable(self) -> bool:
+        """Whether the opened run never reached a durable point (killed in start-up, say)."""
+        return all((m or {}).get("durable") is None for m in (self.manifest, self.previous))
+
+    def start_afresh(self) -> None:
+        """Make the opened run, which has nothing durable, a fresh start in the same set-up."""
+        self.manifest.update(status="running", durable=None, snapshots={}, created=time.time(),
+                             ranks=self.comm.size)
+        self.manifest.pop("forward_points", None)
+        self.manifest.pop("adaptive_steps", None)
+        self.manifest["setup"].pop("compression", None)
+        self.previous = None
+        self.save()
+
+    def check_trajectory(self, trajectory: dict) -> None:
+        """RunDirError on every rank when this run's :func:`trajectory_fingerprint` is not the recorded one."""
+        saved = self.manifest.get("trajectory") or {}
+        why = _trajectory_mismatch(saved, trajectory, self.manifest["ranks"] == self.comm.size)
+        if why is not None:
+            why = (f"run directory {self.path} belongs to another configuration: {why} (a setting the "
+                   f"model's describe() does not list, e.g. a coefficient or a velocity, is not the "
+                   f"run's): resume with the run's settings, or use another run directory")
+        self._agree_error(why)
 
     def open(self, identity: dict) -> dict:
         """Load the manifest of the run to resume; refuse one from another configuration.
@@ -115,6 +426,8 @@ class RunDirectory:
             if current is None and previous is None:
                 if why.endswith("does not exist") and why_prev.endswith("does not exist"):
                     error = f"nothing to resume: {self.manifest_path} does not exist"
+                elif "older hpcadj" in why:
+                    error = why
                 else:
                     error = (f"cannot resume from {self.path}: {why}; {why_prev}; remove the "
                              f"directory to start afresh")
@@ -131,7 +444,10 @@ class RunDirectory:
 
     @staticmethod
     def _identity_mismatch(saved: dict, current: dict) -> str | None:
-        for key in sorted((set(saved) | set(current)) - {"controls"}):
+        """The most basic difference first: model, grid/shape, steps, dt, then the rest by name."""
+        keys = (set(saved) | set(current)) - {"controls"}
+        ordered = [k for k in IDENTITY_ORDER if k in keys] + sorted(keys - set(IDENTITY_ORDER))
+        for key in ordered:
             if saved.get(key) != current.get(key):
                 return (f"run directory belongs to another configuration: {key} was "
                         f"{saved.get(key)!r}, now {current.get(key)!r}")
@@ -498,7 +814,12 @@ def _load_manifest(path: str):
         return None, f"{path} does not exist"
     except (OSError, ValueError) as exc:
         return None, f"{path} is unreadable ({exc})"
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    version = manifest.get("format") if isinstance(manifest, dict) else None
+    if isinstance(version, int) and 0 < version < FORMAT:
+        return None, (f"{path} was written by an older hpcadj (format {version}; this one reads format "
+                      f"{FORMAT}): finish that run with the version that started it, or remove "
+                      f"{os.path.dirname(path)} to start afresh")
+    if version != FORMAT:
         return None, f"{path}: not an hpcadj manifest (format {FORMAT})"
     body = {k: v for k, v in manifest.items() if k != "crc32"}
     if manifest.get("crc32") != _manifest_crc(body):

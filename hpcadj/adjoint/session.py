@@ -208,14 +208,18 @@ class GradientSession:
         Polled after every step; True on any rank stops the run on every rank (state made durable).
     on_message : callable, optional
         ``on_message(kind, text)`` as things happen, on every rank: ``"warning"`` (extreme
-        recomputation) and ``"fault"`` (what a resume found unusable). Default: kept in ``messages``.
-        The planner's notes (a level left empty, a calibration made) are kept in ``notes``.
+        recomputation) and ``"fault"`` (what a resume found unusable, a stale lock taken over).
+        Default: kept in ``messages``. The planner's notes (a level left empty, a calibration made,
+        a resume that starts afresh) are kept in ``notes``.
+    resume_hint : str, optional
+        How a stopped run's message tells the caller to continue (default: the
+        ``Restart(..., resume=True)`` call; the command line says ``--resume``).
     """
 
     def __init__(self, model, checkpointing: Checkpointing | None = None, *, controls=None,
                  restart: Restart | None = None, log_dir: str | None = None, energy_model=None,
                  gradient_out: str | None = None, record: dict | None = None, progress: bool = False,
-                 should_stop=None, on_message=None):
+                 should_stop=None, on_message=None, resume_hint: str | None = None):
         self.model = model
         self.comm = model.comm
         self.checkpointing = checkpointing or Checkpointing()
@@ -227,6 +231,9 @@ class GradientSession:
         self.record = dict(record or {})
         self.progress = progress
         self.should_stop = should_stop
+        self.resume_hint = resume_hint
+        self._lock = None    # the run directory's RunLock while this session holds it
+        self._fresh = False  # resuming a run that had nothing durable: it starts afresh
         self.notes: list[str] = []
         self.messages: list[tuple[str, str]] = []
         self._on_message = on_message or (lambda kind, text: self.messages.append((kind, text)))
@@ -256,6 +263,13 @@ class GradientSession:
         """Choose the levels and the plan (calibrating the costs briefly when the plan needs them)."""
         if self.planned is not None:
             return self.planned
+        try:
+            return self._plan()
+        except BaseException:
+            self._release()
+            raise
+
+    def _plan(self) -> PlannedRun:
         self.check()
         model, comm = self.model, self.comm
         self._open_run_directory()
@@ -320,6 +334,8 @@ class GradientSession:
 
     def _recorded_compression(self) -> None:
         """A resumed run's compressed levels keep the codec and slot bytes its manifest recorded."""
+        if self._fresh:  # nothing durable: this run records its own compression (set_up)
+            return
         recorded = self.rundir.manifest["setup"].get("compression") or {}
         now = {k: v["codec"].spec for k, v in self._probed.items()}
         then = {k: v["codec"] for k, v in recorded.items()}
@@ -567,8 +583,9 @@ class GradientSession:
         except Exception as exc:
             if self.log is not None:
                 self.log.abort(str(exc))
+            self._release()
             raise ConfigError(str(exc)) from None
-        if self.rundir is not None and self._probed and not self.resuming:
+        if self.rundir is not None and self._probed and (not self.resuming or self._fresh):
             self.rundir.manifest["setup"]["compression"] = {
                 k: {"codec": v["codec"].spec, "slot_bytes": v["slot_bytes"]} for k, v in self._probed.items()}
             self.rundir.save()
@@ -586,28 +603,49 @@ class GradientSession:
                                              info["pool_bytes"], self.comm, name=plan.name)
 
     def _open_run_directory(self) -> None:
-        """The run directory; on resume, the level set-up it recorded."""
+        """Lock the run directory; create the run's manifest, or open the recorded run and check it is
+        this configuration (``describe()``, the controls, the trajectory's fingerprint: one forward
+        and one adjoint step) and take its level set-up. A recorded run with nothing durable yet
+        starts afresh."""
         if self.restart is None or self.rundir is not None:
             return
-        from .restart import RunDirectory, RunDirError, controls_fingerprint
+        from .restart import RunDirectory, RunDirError, controls_fingerprint, trajectory_fingerprint
 
         model, comm, config = self.model, self.comm, self._config
-        identity = {**model.describe(), "controls": controls_fingerprint(model, self.controls, comm)}
+        shapes = {name: list(f.global_shape) for name, f in sorted(model.snapshot_layout().items())}
+        identity = {"shape": shapes, **model.describe(),
+                    "controls": controls_fingerprint(model, self.controls, comm)}
         rundir = RunDirectory(self.restart.run_dir, comm)
         try:
+            rundir.acquire(create=not self.restart.resume)
+            self._lock = rundir.lock
             if self.restart.resume:
                 setup = rundir.open(identity)["setup"]
+                rundir.check_trajectory(trajectory_fingerprint(model, self.controls, comm))
+                if rundir.nothing_durable():
+                    self._fresh = True
+                    rundir.start_afresh()
+                    self.notes.append(f"nothing durable in {rundir.path} yet (the run ended before its first "
+                                      f"durable point): starting afresh")
                 config.run_id = setup["run_id"]
                 config.local_dir = config.local_dir or setup.get("local_dir")
                 config.pfs_file = config.pfs_file or setup.get("pfs_file")
             else:
+                trajectory = trajectory_fingerprint(model, self.controls, comm)
                 config.run_id = agree_run_id(comm)
                 rundir.create(identity, {"run_id": config.run_id, "local_dir": config.local_dir,
-                                         "pfs_file": config.pfs_file})
+                                         "pfs_file": config.pfs_file}, trajectory)
         except RunDirError as exc:
             raise ConfigError(str(exc)) from None
+        if rundir.lock.taken_over:  # said once the run is accepted (a refusal stays one line)
+            self._on_message("fault", rundir.lock.taken_over)
         config.keep = True  # snapshots must outlive a crash; removed when the run completes
         self.rundir = rundir
+
+    def _release(self) -> None:
+        """Give the run directory's lock up (any way the session ends)."""
+        if self._lock is not None:
+            self._lock.release()
 
     def _attach_kinds(self) -> frozenset:
         """Levels a resumed run reopens: node-local files only on the same rank count, HDF5 always."""
@@ -636,13 +674,15 @@ class GradientSession:
     # -- solve --------------------------------------------------------------------------------
     def solve(self) -> Outcome:
         """Run the gradient (resumed where asked); the levels are closed when it returns."""
-        planned = self.set_up()
         try:
+            planned = self.set_up()
             outcome = self._execute(planned)
         except BaseException as exc:
-            if self.log is not None:
+            if self.log is not None and not self.log.closed:
                 self.log.abort(f"{type(exc).__name__}: {exc}")
             raise
+        finally:
+            self._release()
         if outcome.status != "complete":
             if self.log is not None:
                 self.log.close({"status": outcome.status})
@@ -683,10 +723,9 @@ class GradientSession:
             for level in levels:
                 level.flush()
             wall_s = comm.allreduce(time.perf_counter() - t0, op=mpi().MAX)
-        except StopRequested as exc:
+        except StopRequested:
             stopped = True
-            where = self.restart.run_dir if self.restart is not None else "memory only (no --run-dir)"
-            return Outcome("stopped", message=f"{exc}; state is durable in {where}; continue with --resume")
+            return Outcome("stopped", message=self._stop_message(driver))
         except Unrecoverable as exc:
             return Outcome("failed", message=str(exc))
         finally:
@@ -708,6 +747,8 @@ class GradientSession:
                                "interval_s": durability.interval}
         if self.rundir is not None:
             info["predicted_durable_s"] = planned.predicted_durable_s
+            # the trajectory fingerprint's steps (restart.trajectory_fingerprint), beside forward_steps
+            info["run_dir_check"] = {"forward_steps": 1, "adjoint_steps": 1}
         if self.memory is not None:
             info["memory"] = {**self.memory.as_dict(), "source": self.memory.detail["source"]}
         info.update(schedule=planned.schedule.name, minimize=ck.minimize, predicted_s=self._predicted(planned),
@@ -719,6 +760,17 @@ class GradientSession:
             info["compression"] = summary(comm, levels)
             info["lossy"] = any(c["lossy"] for c in info["compression"].values())
         return Outcome("complete", result=result, info=info)
+
+    def _stop_message(self, driver) -> str:
+        """Where the run stopped, and how to continue it (``resume_hint``: what the caller calls)."""
+        if driver.lam_step is None:
+            where = f"stopped in the forward sweep at step {driver.frontier}"
+        else:
+            where = f"stopped in the reverse sweep at adjoint step {driver.lam_step}"
+        if self.restart is None:
+            return f"{where}; nothing was made durable (no run directory): a new solve starts over"
+        hint = self.resume_hint or f"GradientSession(..., restart=Restart({self.restart.run_dir!r}, resume=True))"
+        return f"{where}; state is durable in {self.restart.run_dir}; continue with {hint}"
 
     def _report_recovered(self) -> None:
         """What a resume found unusable (corrupt durable files, snapshots dropped on attach): a
@@ -766,7 +818,9 @@ class GradientSession:
         write_fields(path, self.comm, layouts, arrays, attrs=attrs)
 
     def close(self) -> None:
-        """Close the levels of a session that was set up but not solved (solve closes them itself)."""
+        """Close the levels of a session that was set up but not solved (solve closes them itself),
+        and give the run directory up."""
+        self._release()
         for level in self.levels:
             level.close()
         if self.log is not None and not self.log.closed:

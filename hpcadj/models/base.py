@@ -144,8 +144,14 @@ class Stepper(abc.ABC):
         return None if self.dt is None else i * self.dt
 
     def describe(self) -> dict:
-        """Facts for summaries and logs (``model``, ``grid``, ``steps``, ...)."""
-        return {"model": self.name, "steps": self.n_steps}
+        """Facts for summaries, logs and a run directory's identity (``model``, ``steps``, ``dt``, ...).
+
+        The default holds what the base class knows: the name, n, dt and the snapshot fields' global
+        shapes. A resume also checks the trajectory itself, so a setting left out here (a velocity)
+        is still caught; listing it names it in the refusal.
+        """
+        shape = {name: list(f.global_shape) for name, f in sorted(self.snapshot_layout().items())}
+        return {"model": self.name, "steps": self.n_steps, "dt": self.dt, "shape": shape}
 
     def working_set_states(self) -> float:
         """The model's own peak memory per rank, in state-equivalents (one snapshot's bytes here).

@@ -2,7 +2,7 @@
 line without installing it, for run, gradcheck, calibrate and plan; every way of naming a wrong
 object is one line on stderr and exit status 2.
 
-The model file is the README's example (public API only), as a user would save it."""
+The model file is docs/example.md's (the README's example; public API only), as a user saves it."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ NUMBER = 3
 
 
 def readme_model() -> str:
-    text = (ROOT / "README.md").read_text()
+    """docs/example.md's model (the README's example), without its ``__main__`` block."""
+    text = (ROOT / "docs" / "example.md").read_text()
     example = next(b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S)
                    if "class ReactionDiffusion(Stepper)" in b)
     return example.split('\nif __name__ == "__main__":')[0]
@@ -55,7 +56,7 @@ def readme_model() -> str:
 
 @pytest.fixture
 def model_file(tmp_path, monkeypatch):
-    """The README's model plus a ModelCLI, factories and wrong objects in ``tmp/models/reaction.py``."""
+    """The example's model plus a ModelCLI, factories and wrong objects in ``tmp/models/reaction.py``."""
     monkeypatch.setattr(sys, "path", list(sys.path))  # loading a file puts its folder on sys.path
     folder = tmp_path / "models"
     folder.mkdir()

@@ -110,7 +110,7 @@ def test_gradient_script_runs_without_slurm(tmp_path):
 
 
 def _model_file(submit_dir: Path) -> None:
-    """The README's model as ``models/reaction.py`` in the submit directory, with a factory."""
+    """docs/example.md's model as ``models/reaction.py`` in the submit directory, with a factory."""
     from .test_model_spec import EXTRA, readme_model
 
     (submit_dir / "models").mkdir()

@@ -19,12 +19,15 @@ the model's later steps cannot reuse).
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
 from ..checkpoint.schedules import CostProfile, LevelCost
 from ..snapshot import mapped_empty
 from ..checkpoint.storage.factory import make_level
+from ..checkpoint.storage.base import agree_run_id
+from ..checkpoint.storage.local import SCRATCH_PREFIX
 from .manager import CheckpointConfig, LevelPlan
 
 
@@ -147,11 +150,16 @@ def _level_cost(plan, layout, comm, config, snapshot, repeats, forward_s, energy
         model.restore(level.read(step))
         petsc().garbage_cleanup(comm)
 
+    scratch = f"{config.pfs_file}.calibrate" if config.pfs_file else None
+    if plan.kind == "pfs" and scratch and comm.rank == 0 and os.path.isfile(scratch):
+        os.remove(scratch)  # this name is calibration's own: a killed calibration left it
+    comm.Barrier()
+
     def measure(async_io: bool):
+        # a scratch run id: node-local files of a calibration killed here are swept by the next level
         level = make_level(plan.kind, repeats, layout, comm, name=f"calibrate-{plan.name}",
-                           path=f"{config.pfs_file}.calibrate" if config.pfs_file else None,
-                           local_dir=config.local_dir, async_io=async_io,
-                           run_id=None)
+                           path=scratch, local_dir=config.local_dir, async_io=async_io,
+                           run_id=SCRATCH_PREFIX + agree_run_id(comm))
         try:
             for step in range(repeats):  # warm-up: the slots', files' and page cache's first touch
                 level.write(step, snapshot, donate=True)

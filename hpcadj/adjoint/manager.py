@@ -96,6 +96,10 @@ def build_levels(plans: list[LevelPlan], layout, comm, config: CheckpointConfig,
         for level in levels:
             level.close()
         raise
+    if attach and not any(plan.kind == "local" for plan in plans):  # resumed without --disk
+        from ..checkpoint.storage.local import purge_node_local
+
+        purge_node_local(comm, config.local_dir, config.run_id)
     return levels
 
 

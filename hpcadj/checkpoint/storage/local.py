@@ -26,6 +26,7 @@ thread); :class:`LocalLevel` composes it with the I/O queue, asynchronous by def
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import struct
@@ -40,6 +41,9 @@ from .aio import QueuedLevel, Transport
 from .base import CorruptSnapshot, LevelError, agree_run_id
 from .checksum import ALGORITHM, block_checksum
 
+#: run ids of scratch levels (calibration): swept by any later node-local level once their owner died
+SCRATCH_PREFIX = "calibrate-"
+OWNER = ".owner"
 MAGIC = b"HPCADJS1"
 _PREFIX = struct.Struct("<8sQ")
 ENV_VARS = ("HPCADJ_LOCAL_DIR", "SLURM_TMPDIR", "TMPDIR")
@@ -53,6 +57,50 @@ def resolve_local_dir(local_dir: str | None = None) -> str:
         if os.environ.get(var):
             return os.environ[var]
     return "/tmp"
+
+
+def sweep_dead_scratch(base_dir: str) -> int:
+    """Remove the rank directories of scratch levels (``hpcadj-calibrate-*``) under ``base_dir``
+    whose owner process is gone (its lock on ``.owner`` released, by exit or by a kill); the
+    number of snapshot files removed. A live owner's directory is left alone."""
+    removed = 0
+    try:
+        runs = [e for e in os.listdir(base_dir) if e.startswith("hpcadj-" + SCRATCH_PREFIX)]
+    except OSError:
+        return 0
+    for run in runs:
+        run_dir = os.path.join(base_dir, run)
+        try:
+            ranks = [e for e in os.listdir(run_dir) if e.startswith("rank")]
+        except OSError:
+            continue
+        for entry in ranks:
+            rank_dir = os.path.join(run_dir, entry)
+            try:
+                fd = os.open(os.path.join(rank_dir, OWNER), os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # its owner still runs
+                os.close(fd)
+                continue
+            try:
+                for name in os.listdir(rank_dir):
+                    if name.endswith((".snap", ".tmp")) or name in ("LAYOUT.json", OWNER):
+                        _remove(os.path.join(rank_dir, name))
+                        removed += name.endswith(".snap")
+            finally:
+                os.close(fd)
+            _rmdir(rank_dir)
+        _rmdir(run_dir)
+    return removed
+
+
+def purge_node_local(comm, local_dir: str | None, run_id: str) -> None:
+    """Remove the node-local snapshots run ``run_id`` left (a resume that has no node-local level:
+    nothing else would). Collective over ``comm``; one rank per node removes."""
+    RankFiles("local", comm, None, local_dir=local_dir, run_id=run_id).purge_run(run_id)
 
 
 def layout_crc(record: dict) -> int:
@@ -95,6 +143,7 @@ class RankFiles(Transport):
         self.run_dir = os.path.join(self.base_dir, f"hpcadj-{self.run_id}")
         self.directory = os.path.join(self.run_dir, f"rank{self.rank}")
         self._nonce = uuid.uuid4().hex
+        self._owner: int | None = None  # a scratch level's lock, held while this process lives
         self._crc: dict[int, dict[str, int]] = {}
         self._nonces: dict[int, str] = {}  # adopted from files of an earlier process (attach)
         self.attach_note: str | None = None
@@ -260,9 +309,14 @@ class RankFiles(Transport):
         return header, {f["name"]: f["crc32"] for f in header["fields"]}
 
     def probe(self) -> str | None:
-        """Create this rank's directory and write a probe file; the reason on failure."""
+        """Create this rank's directory and write a probe file; the reason on failure. A scratch
+        level locks its ``.owner`` file first; dead scratch levels' files are swept."""
+        sweep_dead_scratch(self.base_dir)
         try:
             os.makedirs(self.directory, exist_ok=True)
+            if self.run_id.startswith(SCRATCH_PREFIX) and self._owner is None:
+                self._owner = os.open(os.path.join(self.directory, OWNER), os.O_RDWR | os.O_CREAT, 0o600)
+                fcntl.flock(self._owner, fcntl.LOCK_EX)
             probe = os.path.join(self.directory, f".probe-{self._nonce}")
             with open(probe, "wb") as f:
                 f.write(b"ok")
@@ -404,11 +458,14 @@ class RankFiles(Transport):
                 pass
         try:
             leftovers = [e for e in os.listdir(self.directory)
-                         if e.endswith(".tmp") or e == "LAYOUT.json"]
+                         if e.endswith(".tmp") or e in ("LAYOUT.json", OWNER)]
         except OSError:
             leftovers = []
         for entry in leftovers:
             _remove(os.path.join(self.directory, entry))
+        if self._owner is not None:
+            os.close(self._owner)
+            self._owner = None
         for d in (self.directory, self.run_dir):
             _rmdir(d)
 

@@ -50,6 +50,10 @@ class Pair:
         self.u.set(value)
         self.d.set(value)
 
+    def destroy(self) -> None:
+        self.u.destroy()
+        self.d.destroy()
+
     def getArray(self, readonly: bool = True):
         """Both Vecs' local values in one new array (what the driver's finiteness and input guards
         read; a copy, never written through)."""

@@ -79,3 +79,29 @@ def test_many_products_from_one_forward_sweep(reference, comm):
     check_equal(products.hessian_action(w), H.hessian_action(model, controls, w))
     check_equal(products.hessian_action(v), ref)
     assert products.counts == {"forward": 8, "tangent": 24, "adjoint": 24, "products": 3}
+
+
+@pytest.mark.parametrize("poll", [4, 12], ids=["forward", "reverse"])
+def test_stopped_and_resumed_bitwise(reference, comm, shared_tmp, poll):
+    """A HessianSession with a run directory, stopped in the forward or the reverse sweep (the state
+    made durable), then resumed from it: H v bitwise the store-all one."""
+    import os
+
+    from hpcadj.adjoint.session import Restart
+
+    model, controls, v, ref = reference
+    run_dir, local = os.path.join(shared_tmp, f"hrun{poll}"), os.path.join(shared_tmp, f"hlocal{poll}")
+    polls = []
+
+    def stop():
+        polls.append(1)
+        return len(polls) >= poll
+
+    checkpointing = Checkpointing(disk="3", local_dir=local)
+    stopped = H.HessianSession(model, checkpointing, restart=Restart(run_dir, durable_every=2), should_stop=stop)
+    with pytest.raises(RuntimeError, match="stopped"):
+        stopped.hessian_action(controls, v)
+    resumed = H.HessianSession(model, checkpointing, restart=Restart(run_dir, resume=True, durable_every=2))
+    result = resumed.hessian_action(controls, v)
+    check_equal(result, ref)
+    assert result.result.forward_steps < 2 * model.n_steps

@@ -134,7 +134,7 @@ def test_stop_at_random_points_then_resume_is_bitwise_identical(frozen, comm, sh
         session.should_stop = StopAfter(k)
         first = session.solve()
         assert first.status == "stopped", (k, first.status, first.message)
-        sweeps.add("forward" if "adjoint step None" in first.message else "reverse")
+        sweeps.add("forward" if "forward sweep" in first.message else "reverse")
         model = adaptive_model(name, comm)
         resumed = _session(model, tmp, resume=True).solve()
         assert resumed.status == "complete", (k, resumed.message)

@@ -4,6 +4,7 @@ A real tmpfs of a few MiB is mounted (root, as on CI) and filled: the parallel-H
 overflowing it mid-run takes no more writes and the run re-plans to the store-all gradient
 bitwise; a run directory or a ``--gradient-out`` file on it ends the run with one line and exit
 status 2 and no ``.partial`` file left; on 2 and 3 ranks, each under a timeout (a hang fails).
+The node-local level re-plans too, and calibrating on a full file system is one line and exit 2.
 """
 
 from __future__ import annotations
@@ -117,6 +118,30 @@ def test_pfs_level_on_a_full_file_system_replans_bitwise(full, workdir, referenc
     for name in grads:
         assert np.array_equal(got[name], grads[name]), name
     assert sorted(os.listdir(tmpfs)) == [], "the checkpoint file was left on the full file system"
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_node_local_level_on_a_full_file_system_replans_bitwise(full, workdir, reference, ranks):
+    tmpfs, _fill = full
+    proc = hpcadj([*BASE, "--ram", "2", "--disk", "16", "--local-dir", str(tmpfs),
+                   "--costs", str(workdir / "costs.json")], ranks, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout.splitlines()[-1])
+    assert any("disk" in fault and "No space left" in fault for fault in info["faults"]), info["faults"]
+    assert info["J"] == reference[ranks][0]
+    assert sorted(os.listdir(tmpfs)) == []
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_calibration_on_a_full_file_system_exits_2(full, ranks):
+    tmpfs, fill = full
+    fill(400 * 1024)  # calibration's HDF5 file (a few 256 KiB snapshots) does not fit
+    proc = hpcadj([*BASE, "--ram", "2", "--pfs", "16", "--pfs-file", str(tmpfs / "ck.h5")], ranks, timeout=TIMEOUT)
+    assert proc.returncode != 124, f"hung on a full file system:\n{proc.stderr}"
+    assert proc.returncode == 2, proc.stderr
+    lines = error_lines(proc.stderr)
+    assert len(lines) == 1 and "No space left" in lines[0], proc.stderr
+    assert sorted(os.listdir(tmpfs)) == ["filler"]
 
 
 @pytest.mark.parametrize("ranks", [2, 3])

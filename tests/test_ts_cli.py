@@ -2,6 +2,8 @@
 three-level compressed run killed (SIGKILL on one rank) and resumed on the same and on another rank count.
 """
 
+import json
+
 import numpy as np
 import pytest
 
@@ -46,3 +48,21 @@ def test_killed_then_resumed(reference, tmp_path, restart_costs, resume_ranks):
             assert np.array_equal(grads[name], field), name
         else:  # another decomposition: the same arithmetic up to the order of the sums over ranks
             assert np.abs(grads[name] - field).max() <= 1e-12 * np.abs(field).max(), name
+
+
+def test_gradcheck_runs_taylor_only(tmp_path):
+    info = hpcadj_json(["gradcheck", "--model", "hpcadj.ts.examples:grayscott_stepper", "--grid", "16", "--steps", "5",
+                        "-ts_type", "rk", "-ts_rk_type", "4"], 1, timeout=120)
+    assert info["passed"] and info["dot_product"] is None
+    assert sorted(info["taylor"]) == ["gamma", "u0"]
+    assert all(t["min_rate"] >= 1.95 for t in info["taylor"].values())
+
+
+def test_calibrate_prices_the_recomputing_adjoint(tmp_path):
+    """RK's adjoint step re-runs the forward step: the measured adjoint cost includes it."""
+    out = tmp_path / "costs.json"
+    proc = hpcadj(["calibrate", "--model", "hpcadj.ts.examples:grayscott_stepper", "--grid", "24", "--steps", "6",
+                   "--out", str(out), "-ts_type", "rk", "-ts_rk_type", "4"], 1, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    profile = json.loads(out.read_text())
+    assert profile["adjoint_s"] > 1.5 * profile["forward_s"]

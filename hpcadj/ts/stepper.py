@@ -70,6 +70,8 @@ class TSStepper(AdaptiveSteps, Stepper):
     """
 
     name = "ts"
+    #: no tangent-linear step: ``hpcadj gradcheck`` runs the Taylor test only
+    has_tangent = False
 
     def __init__(self, ts, u0, n_steps: int | None = None, *, parameters: Mapping | None = None,
                  apply_parameters: Callable | None = None, final=None, every_step=None,
@@ -343,6 +345,9 @@ class TSStepper(AdaptiveSteps, Stepper):
                 "petsc": _version_text(_version())}
         if self.ts_type == "rk":
             info["rk_type"] = self.ts.getRKType()
+        dm = self.ts.getDM()
+        if dm is not None and dm.getType() == "da":
+            info["grid"] = "x".join(str(s) for s in dm.getSizes())
         return self._describe_steps(info)
 
     def working_set_states(self) -> float:

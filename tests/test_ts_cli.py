@@ -10,6 +10,8 @@ import pytest
 from .helpers import hpcadj, hpcadj_json
 from .helpers import read_gradients as gradients
 
+pytestmark = pytest.mark.mpi   # launches hpcadj under mpirun
+
 MODEL = ["--model", "hpcadj.ts.examples:grayscott_stepper", "--grid", "12", "--steps", "12"]
 #: RAM and node-local compressed; the HDF5 level uncompressed, so another rank count can resume from it
 LEVELS = ["--ram", "2", "--disk", "2", "--pfs", "3", "--compress", "lossless", "--compress-pfs", "none",

@@ -9,6 +9,8 @@ import pytest
 
 from .helpers import PYTHON, ROOT, mpi_env, mpirun, run
 
+pytestmark = pytest.mark.mpi   # launches hpcadj under mpirun
+
 PAGE = (ROOT / "docs" / "ts.md").read_text()
 EXAMPLE = re.findall(r"```python\n(.*?)```", PAGE, flags=re.S)[0]
 SHELL = re.findall(r"```sh\n(.*?)```", PAGE, flags=re.S)

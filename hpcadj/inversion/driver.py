@@ -1,0 +1,269 @@
+"""The inversion loop: PETSc TAO (lmvm, blmvm, bqnls) over checkpointed gradient sessions.
+
+TAO asks for f, g or both at packed controls; every request goes through an
+:class:`~.cache.EvaluationCache`, so a control whose bytes equal the last one evaluated costs
+nothing. Each accepted iterate is logged (JSON lines) and, with a run directory, made durable
+(:class:`~.iterates.IterateStore`). A stop request (a signal flag, a time limit) ends the solve at
+the end of the current evaluation; resuming continues from the last accepted iterate with TAO's
+history fresh (petsc4py exposes no LMVM state): a resumed inversion is bitwise the inversion
+started afresh at that iterate with the iterations left.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+from .cache import EvaluationCache
+from .iterates import IterateError, IterateStore
+from .space import ControlSpace, Tikhonov
+
+#: TAO types the inversion drives (gradient-only: no Hessian is asked for)
+TAO_TYPES = ("lmvm", "blmvm", "bqnls")
+BOUNDED_TYPES = ("blmvm", "bqnls")
+
+
+class InversionError(ValueError):
+    """A configuration or run directory no inversion can use: one line, nothing done or lost."""
+
+
+class StopInversion(Exception):
+    """Raised inside TAO's callback when a stop was requested: the solve ends after this evaluation."""
+
+
+@dataclass
+class InversionResult:
+    """How the inversion ended: ``status`` ``"converged"``, ``"max_it"``, ``"diverged"`` or ``"stopped"``."""
+
+    status: str
+    reason: int
+    iterations: int                 # accepted iterates beyond the start, resumed ones included
+    J: float
+    misfit: float
+    regularization: float
+    grad_norm: float
+    controls: dict                  # name -> Vec at the last accepted iterate
+    history: list = field(default_factory=list)
+    counts: dict = field(default_factory=dict)
+    resumed_from: int | None = None
+
+
+class Inversion:
+    """Minimise J(m) + w/2 |m − m_ref|² over the controls named in ``invert`` with TAO.
+
+    ``bounds`` maps an inverted control to ``(low, high)`` (None for no bound on that side; needs
+    blmvm or bqnls); ``regularization`` is w (default 0), ``reference`` the m_ref controls (default:
+    the starting controls); ``max_it`` caps the accepted iterates in all (resumes included);
+    ``gatol``/``grtol``/``gttol`` are TAO's tolerances (None: TAO's defaults). Every ``-tao_*``
+    option in PETSc's options database applies on top (``setFromOptions``). ``run_dir`` makes
+    accepted iterates durable, ``resume`` continues from the last one; ``should_stop`` (polled after
+    every evaluation) or ``time_limit`` seconds stop the solve with status ``"stopped"``; ``log``
+    is a JSON-lines file of one record per accepted iterate; ``policy`` the cache's objective-only
+    policy. Collective over the model's communicator.
+    """
+
+    def __init__(self, model, invert, checkpointing=None, *, controls=None, bounds=None,
+                 regularization: float = 0.0, reference=None, tao_type: str = "lmvm", max_it: int = 50,
+                 gatol=None, grtol=None, gttol=None, run_dir=None, resume: bool = False,
+                 should_stop=None, time_limit=None, log=None, policy: str = "gradient", on_iteration=None):
+        self.model, self.comm = model, model.comm
+        self.invert = [invert] if isinstance(invert, str) else list(invert)
+        self.checkpointing = checkpointing
+        self.controls = controls if controls is not None else model.default_controls()
+        self.bounds = dict(bounds or {})
+        self.weight = regularization
+        self.reference = reference
+        self.tao_type, self.max_it = tao_type, max_it
+        self.tolerances = (gatol, grtol, gttol)
+        self.run_dir, self.resume = run_dir, resume
+        self.should_stop, self.time_limit = should_stop, time_limit
+        self.log, self.policy, self.on_iteration = log, policy, on_iteration
+
+    def identity(self) -> dict:
+        """What makes two inversions the same one (a resume must match it)."""
+        return {"model": self.model.describe(), "invert": self.invert, "tao_type": self.tao_type,
+                "bounds": {k: list(v) for k, v in sorted(self.bounds.items())},
+                "regularization": self.weight}
+
+    def check(self) -> None:
+        """InversionError for options no inversion can use, before any work (same on every rank)."""
+        unknown = [n for n in self.invert if n not in self.controls]
+        if not self.invert or unknown:
+            raise InversionError(f"--invert {','.join(unknown) or '(nothing)'}: the model's controls are "
+                                 f"{', '.join(sorted(self.controls))}")
+        if self.tao_type not in TAO_TYPES:
+            raise InversionError(f"--tao {self.tao_type}: choose one of {', '.join(TAO_TYPES)}")
+        for name, pair in self.bounds.items():
+            if name not in self.invert:
+                raise InversionError(f"--bounds {name}: not an inverted control ({', '.join(self.invert)})")
+            low, high = pair
+            if any(v is not None and math.isnan(v) for v in pair):
+                raise InversionError(f"--bounds {name}: a bound is NaN")
+            if low is not None and high is not None and not low < high:
+                raise InversionError(f"--bounds {name}: the lower bound {low:g} must be below the upper "
+                                     f"bound {high:g}")
+        if self.bounds and self.tao_type not in BOUNDED_TYPES:
+            raise InversionError(f"bounds need a bounded method (--tao {' or '.join(BOUNDED_TYPES)}); "
+                                 f"{self.tao_type} ignores them")
+        if not (isinstance(self.weight, (int, float)) and math.isfinite(self.weight) and self.weight >= 0):
+            raise InversionError(f"the regularisation weight must be >= 0, got {self.weight}")
+        if not (isinstance(self.max_it, int) and self.max_it >= 0):
+            raise InversionError(f"the iteration cap must be a whole number >= 0, got {self.max_it}")
+        for name, tol in zip(("gatol", "grtol", "gttol"), self.tolerances):
+            if tol is not None and not (math.isfinite(tol) and tol >= 0):
+                raise InversionError(f"--{name} must be >= 0, got {tol}")
+        if self.time_limit is not None and not (self.time_limit > 0):
+            raise InversionError(f"--time-limit must be a positive number of seconds, got {self.time_limit}")
+        if self.resume and not self.run_dir:
+            raise InversionError("--resume needs --run-dir DIR (the inversion to continue)")
+
+    # -- solve -----------------------------------------------------------------------------
+    def solve(self) -> InversionResult:
+        from ..stack import petsc
+
+        self.check()
+        PETSc = petsc()
+        space = ControlSpace(self.controls, self.invert)
+        store = IterateStore(self.run_dir, self.model, self.identity()) if self.run_dir else None
+        history, done, resumed_from, start = [], 0, None, self.controls
+        try:
+            if store is not None and self.resume:
+                state, start = store.load(self.controls)
+                history, done = list(state["history"]), int(state["iteration"])
+                resumed_from = done
+            elif store is not None:
+                store.create()
+        except IterateError as exc:
+            raise InversionError(str(exc)) from None
+        x = space.pack(start)
+        reference = space.pack(self.reference) if self.reference is not None else space.pack(self.controls)
+        reg = Tikhonov(float(self.weight), reference)
+        cache = EvaluationCache(self.model, space, self.checkpointing, policy=self.policy)
+        self._cache, self._space = cache, space
+        t_start = time.perf_counter()
+        self._mark = {"t": t_start, "forward": 0, "adjoint": 0, "meter": self._meter()}
+        stop = self._stop_check(t_start)
+
+        def objective(tao, xv):
+            e = cache.objective(xv)
+            f = e.J + reg.value(xv)
+            stop()
+            return f
+
+        def gradient(tao, xv, g):
+            e = cache.gradient(xv)
+            e.gradient.copy(g)
+            reg.add_gradient(xv, g)
+            stop()
+
+        def objective_gradient(tao, xv, g):
+            e = cache.gradient(xv)
+            e.gradient.copy(g)
+            reg.add_gradient(xv, g)
+            f = e.J + reg.value(xv)
+            stop()
+            return f
+
+        tao = PETSc.TAO().create(comm=self.comm)
+        tao.setType(self.tao_type)
+        tao.setObjective(objective)
+        tao.setGradient(gradient, space.new())
+        tao.setObjectiveGradient(objective_gradient, space.new())
+        tao.setSolution(x)
+        if self.bounds:
+            lower = space.fill({k: v[0] for k, v in self.bounds.items() if v[0] is not None}, PETSc.NINFINITY)
+            upper = space.fill({k: v[1] for k, v in self.bounds.items() if v[1] is not None}, PETSc.INFINITY)
+            tao.setVariableBounds((lower, upper))
+        tao.setMaximumIterations(max(self.max_it - done, 0))
+        tol = {k: v for k, v in zip(("gatol", "grtol", "gttol"), self.tolerances) if v is not None}
+        if tol:
+            tao.setTolerances(**tol)
+        state = {"last": None}
+
+        def monitor(t):
+            its, f, gnorm, _cnorm, step, _reason = t.getSolutionStatus()
+            if resumed_from is not None and its == 0:
+                return  # the stored iterate itself: already recorded and durable
+            record = self._record(done + its, t.getSolution(), f, gnorm, step, reg)
+            history.append(record)
+            state["last"] = record
+            if store is not None:
+                controls = space.unpack(t.getSolution())
+                store.save(record["iteration"], controls, record, history)
+                for vec in controls.values():
+                    vec.destroy()
+            self._write_log(record)
+            if self.on_iteration is not None:
+                self.on_iteration(record)
+
+        tao.setMonitor(monitor)
+        tao.setFromOptions()
+        if self.bounds and tao.getType() not in BOUNDED_TYPES:
+            raise InversionError(f"bounds need a bounded method (blmvm or bqnls); -tao_type chose {tao.getType()}")
+        status = None
+        try:
+            if self.max_it - done > 0:
+                tao.solve()
+            reason = int(tao.getConvergedReason())
+        except StopInversion:
+            status, reason = "stopped", 0
+        if status is None:
+            status = ("converged" if reason > 0 else "max_it" if reason == -2 or self.max_it - done <= 0
+                      else "diverged")
+        last = state["last"] or (history[-1] if history else None)
+        if last is None:  # stopped before the first iterate was accepted: the start
+            last = {"iteration": done, "J": math.nan, "misfit": math.nan, "regularization": math.nan,
+                    "grad_norm": math.nan}
+        final = space.unpack(tao.getSolution()) if status != "stopped" else (
+            store.load(self.controls)[1] if store is not None and history else space.unpack(x))
+        tao.destroy()
+        return InversionResult(status, reason, last["iteration"], last["J"], last["misfit"],
+                               last["regularization"], last["grad_norm"], final, history,
+                               {**cache.counts(), "seconds": time.perf_counter() - t_start}, resumed_from)
+
+    def _stop_check(self, t_start: float):
+        from ..collective import any_rank
+
+        def check():
+            asked = bool(self.should_stop()) if self.should_stop is not None else False
+            late = self.time_limit is not None and time.perf_counter() - t_start > self.time_limit
+            if any_rank(self.comm, asked or late):
+                raise StopInversion("stop requested")
+        return check
+
+    def _meter(self):
+        from ..telemetry.energy import EnergyMeter
+
+        meter = EnergyMeter(self.comm, interval_s=None, nvml=False)
+        meter.start()
+        return meter
+
+    def _record(self, iteration: int, x, f: float, gnorm: float, step: float, reg) -> dict:
+        """One accepted iterate's telemetry: J, its terms, ‖g‖, step, steps, seconds and joules."""
+        cache, mark = self._cache, self._mark
+        entry = cache.entry
+        key = cache.key(x)
+        misfit = entry.J if entry is not None and entry.key == key else None
+        energy = mark["meter"].stop().get("rapl", {})
+        now = time.perf_counter()
+        record = {"event": "iteration", "iteration": iteration, "J": f, "misfit": misfit,
+                  "regularization": reg.value(x), "grad_norm": gnorm, "step": step,
+                  "forward_steps": cache.forward_steps - mark["forward"],
+                  "adjoint_steps": cache.adjoint_steps - mark["adjoint"],
+                  "seconds": now - mark["t"], "joules": energy.get("joules"),
+                  "energy_source": energy.get("source", "unavailable"), "controls_hash": key}
+        self._mark = {"t": now, "forward": cache.forward_steps, "adjoint": cache.adjoint_steps,
+                      "meter": self._meter()}
+        return record
+
+    def _write_log(self, record: dict) -> None:
+        if self.log is None or self.comm.rank != 0:
+            return
+        from ..telemetry.jsonlog import dumps, iso_time
+
+        parent = os.path.dirname(os.path.abspath(self.log))
+        os.makedirs(parent, exist_ok=True)
+        with open(self.log, "a") as fh:
+            fh.write(dumps({"time": iso_time(time.time()), **record}) + "\n")

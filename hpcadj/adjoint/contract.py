@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..collective import allgather, problems
-from .guards import checksum
+from .guards import checksum, finite
 
 PROPERTIES = ("step_pure", "inputs_untouched", "snapshot_round_trip", "adjoint_transpose", "describe",
               "working_set")
@@ -131,6 +131,7 @@ class _Checker:
         self.states: list = []            # u_0 .. u_K as returned by the first sweep
         self.arrays: list = []            # their values right after they were made
         self.pure = True                  # step_pure passed (else a restored state's step proves nothing)
+        self.overflow: str | None = None  # the first non-finite state of the first sweep, this rank
 
     def note_touched(self, text: str) -> None:
         self.touched = self.touched or text
@@ -161,6 +162,8 @@ class _Checker:
             u = self.call(f"step({i}, u)", lambda: model.step(i, u), (f"u_{i}", u))
             self.states.append(u)
             self.arrays.append(_array(u))
+            if self.overflow is None and not finite([u]):
+                self.overflow = f"step({i}, u_{i}) produced a non-finite value (inf or NaN) in u_{i + 1}"
 
     def step_pure(self) -> PropertyResult:
         model, local = self.model, None
@@ -472,10 +475,12 @@ def check_contract(model, controls=None, *, steps: int = 3, variant=None, factor
         return result
 
     swept = guarded("step_pure", lambda: checker.sweep() or PropertyResult("step_pure", PASSED, ""))
-    if swept.status == FAILED:
-        results["step_pure"] = PropertyResult("step_pure", FAILED, f"the first sweep {swept.reason}")
+    overflow = _agree(comm, checker.overflow) if swept.status != FAILED else None
+    if swept.status == FAILED or overflow:
+        reason = f"the first sweep {swept.reason}" if swept.status == FAILED else overflow
+        results["step_pure"] = PropertyResult("step_pure", FAILED, reason)
         for name in ("snapshot_round_trip", "adjoint_transpose"):
-            results[name] = PropertyResult(name, NOT_CHECKED, "the first sweep did not complete")
+            results[name] = PropertyResult(name, NOT_CHECKED, "the first sweep gave no finite states to check with")
     else:
         results["step_pure"] = guarded("step_pure", checker.step_pure)
         results["snapshot_round_trip"] = guarded("snapshot_round_trip", checker.snapshot_round_trip)

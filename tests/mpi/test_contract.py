@@ -8,7 +8,7 @@ import json
 import pytest
 from mpi4py import MPI  # noqa: F401  (MPI before the comm fixture starts PETSc)
 
-from contract_models import (CachedGuess, Counter, LosesField, Reaction, SameDescribe, ScalesInput, TwoSpecies,
+from contract_models import (Blows, CachedGuess, Counter, LosesField, Reaction, SameDescribe, ScalesInput, TwoSpecies,
                              WrongParameterAdjoint)
 from hpcadj.adjoint.contract import PROPERTIES, check_contract
 
@@ -91,3 +91,11 @@ def test_check_command_json(comm):
 def test_check_command_bad_input_exits_2(comm, argv):
     rc, out = cli(["check", "--model", "heat", "--grid", "10x8", *argv])
     assert rc == 2 and out == ""
+
+
+def test_a_state_that_overflows_is_named(comm):
+    report = check_contract(Blows(comm), steps=4)
+    same_everywhere(comm, report)
+    assert report["step_pure"].status == "FAILED" and "u_3" in report["step_pure"].reason
+    assert report["adjoint_transpose"].status == "NOT CHECKED"
+    assert not report.passed

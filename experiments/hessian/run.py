@@ -117,7 +117,6 @@ def main():
 
         _, t = timed(comm, reused)
         record(f"{args.k} Hv one forward sweep", "store-all (HessianProducts)", t, n)
-        del model
     if comm.rank == 0:
         with open(os.path.join(HERE, "results.csv"), "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -1,5 +1,6 @@
 """Hessian-vector products of every built-in model: second-order Taylor, symmetry, gradient differences."""
 
+import numpy as np
 import pytest
 
 from hpcadj.adjoint import hessian as H
@@ -86,3 +87,48 @@ def test_gauss_newton(checks, name):
     assert c["gn_v"].J == c["hv"].J
     assert H.relative_difference(c["gn_v"].gradient, c["hv"].gradient) == 0.0
     assert H.relative_difference(c["gn_v"].hessian, c["hv"].hessian) > 1e-8
+
+
+#: H v across rank counts agrees as the models' gradients do (tests/mpi/test_<model>.py)
+RANK_RTOL = {"heat": 1e-10, "burgers": 1e-13, "wave": 1e-13, "grayscott": 1e-10}
+
+
+def fixed_direction(model, controls, seed):
+    """A direction drawn on the global grid, scaled by constants (no reductions): the same on any
+    rank count, bit for bit."""
+    from hpcadj.adjoint.verify import random_direction
+
+    direction = random_direction(model, controls, seed, relative=False)
+    for name, vec in direction.items():
+        vec.scale({"kappa": 0.1, "nu": 1e-3, "c": 0.1, "F": 4e-3, "k": 6e-3}.get(name, 0.05))
+    return direction
+
+
+def hessian_fields(comm, name):
+    """Global arrays of dJ/dm and H v (at default controls + a fixed shift, along a fixed direction)."""
+    from model_checks import gather
+
+    model = build(comm, name)
+    controls = model.default_controls()
+    shift = fixed_direction(model, controls, 7)
+    for k in controls:
+        controls[k].axpy(0.5, shift[k])
+    hv = H.hessian_action(model, controls, fixed_direction(model, controls, 11))
+    layouts = model.control_layout()
+    return {"J": hv.J, "g": gather(comm, layouts, model.control_arrays(hv.gradient)),
+            "hv": gather(comm, layouts, model.control_arrays(hv.hessian))}
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_rank_count_invariance(comm, name):
+    from hpcadj.stack import mpi
+
+    ref = comm.bcast(hessian_fields(mpi().COMM_SELF, name) if comm.rank == 0 else None, root=0)
+    got = hessian_fields(comm, name)
+    rtol = RANK_RTOL[name]
+    assert abs(got["J"] - ref["J"]) <= rtol * abs(ref["J"])
+    for part in ("g", "hv"):
+        for field, expected in ref[part].items():
+            scale = np.max(np.abs(expected))
+            assert scale > 0, (part, field)
+            assert np.max(np.abs(got[part][field] - expected)) <= rtol * scale, (part, field)

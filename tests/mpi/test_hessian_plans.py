@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 
-from hpcadj.adjoint import Driver
 from hpcadj.adjoint import hessian as H
 from hpcadj.adjoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
 from hpcadj.adjoint.session import Checkpointing
@@ -105,3 +104,12 @@ def test_stopped_and_resumed_bitwise(reference, comm, shared_tmp, poll):
     result = resumed.hessian_action(controls, v)
     check_equal(result, ref)
     assert result.result.forward_steps < 2 * model.n_steps
+
+
+def test_session_with_lossless_compression(reference, comm):
+    """Compressed RAM slots (lossless) under revolve: H v bitwise the store-all one."""
+    model, controls, v, ref = reference
+    session = H.HessianSession(model, Checkpointing(ram="2", compress="lossless", schedule="revolve"))
+    result = session.hessian_action(controls, v)
+    check_equal(result, ref)
+    assert result.result.recomputed_steps > 0

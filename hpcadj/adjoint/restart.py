@@ -78,11 +78,17 @@ def _same_fingerprint(a, b) -> bool:
 
 
 def _natural_index(layout) -> np.ndarray:
-    """The natural (global, C-order) index of every point of this rank's block."""
-    if not int(np.prod(layout.shape)):
-        return np.zeros(layout.shape, dtype=np.int64)
-    grids = np.meshgrid(*[np.arange(s, s + m) for s, m in zip(layout.start, layout.shape)], indexing="ij")
-    return np.ravel_multi_index(grids, layout.global_shape)
+    """The natural (global, C-order) index of every point of this rank's block, as float64 (one
+    block-sized array: the axes' offsets are broadcast, not expanded)."""
+    out = np.zeros(layout.shape, dtype=np.float64)
+    stride = 1
+    for axis in reversed(range(len(layout.shape))):
+        shape = [1] * len(layout.shape)
+        shape[axis] = layout.shape[axis]
+        start = layout.start[axis]
+        out += (np.arange(start, start + layout.shape[axis], dtype=np.float64) * stride).reshape(shape)
+        stride *= layout.global_shape[axis]
+    return out
 
 
 def _field_print(arrays: dict, layouts: dict, comm) -> dict:
@@ -92,10 +98,12 @@ def _field_print(arrays: dict, layouts: dict, comm) -> dict:
     out = {}
     for name in sorted(layouts):
         values = np.asarray(arrays[name]).reshape(layouts[name].shape)
-        natural = _natural_index(layouts[name]).astype(np.float64)
         x = values.astype(np.float64, copy=False)
-        local = np.array([np.abs(x).sum(), (x * np.sin(0.7 + 1.3 * natural)).sum(),
-                          (x * np.cos(0.2 + 0.9 * natural)).sum()])
+        natural = _natural_index(layouts[name])
+        weights = np.sin(0.7 + 1.3 * natural)
+        local = [np.abs(x).sum(), np.vdot(x, weights)]
+        np.cos(0.2 + 0.9 * natural, out=weights)
+        local = np.array(local + [np.vdot(x, weights)])
         crcs = comm.allgather(zlib.crc32(np.ascontiguousarray(values).tobytes()))
         out[name] = {"crc32": zlib.crc32(np.asarray(crcs, dtype=np.uint32).tobytes()),
                      "sums": [float(v) for v in comm.allreduce(local)]}
@@ -106,8 +114,7 @@ def _probe_state(model):
     """A state with fixed values given by the natural index (the same field on any rank count)."""
     blocks = {}
     for name, layout in model.snapshot_layout().items():
-        natural = _natural_index(layout)
-        blocks[name] = np.sin(0.3 + 0.77 * natural).astype(layout.dtype)
+        blocks[name] = np.sin(0.3 + 0.77 * _natural_index(layout)).astype(layout.dtype, copy=False)
     return model.restore(blocks)
 
 

@@ -146,3 +146,46 @@ def test_a_manifest_of_an_older_format_is_refused_in_one_line(comm, shared_tmp):
         solve(Drift(comm), run_dir, local, resume=True)
     message = str(caught.value)
     assert "\n" not in message and "format 2" in message and "older" in message, message
+
+
+def test_a_lock_from_another_host_is_taken_over_only_once_its_slurm_job_is_gone(comm, shared_tmp, monkeypatch):
+    """squeue is a two-line script here (its state from $HPCADJ_TEST_SQUEUE_STATE): what a cluster's
+    squeue prints for a job id, RUNNING, or nothing once the job is gone."""
+    import time
+
+    bin_dir = os.path.join(shared_tmp, "bin")
+    if comm.rank == 0:
+        os.makedirs(bin_dir)
+        with open(os.path.join(bin_dir, "squeue"), "w") as f:
+            f.write('#!/bin/sh\n[ -n "$HPCADJ_TEST_SQUEUE_STATE" ] && echo "$HPCADJ_TEST_SQUEUE_STATE"\n')
+        os.chmod(os.path.join(bin_dir, "squeue"), 0o755)
+    comm.Barrier()
+    monkeypatch.setenv("PATH", bin_dir + os.pathsep + os.environ["PATH"])
+    monkeypatch.setenv("SLURM_JOB_ID", "88")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+
+    def plant(run_dir, job, restart):
+        if comm.rank == 0:
+            os.makedirs(run_dir)
+            with open(os.path.join(run_dir, "lock.json"), "w") as f:
+                json.dump({"host": "node-elsewhere", "pid": 4242, "job": job, "restart": restart,
+                           "since": time.time()}, f)
+        comm.Barrier()
+
+    local = os.path.join(shared_tmp, "local")
+    monkeypatch.setenv("HPCADJ_TEST_SQUEUE_STATE", "RUNNING")
+    plant(os.path.join(shared_tmp, "a"), "77", None)
+    with pytest.raises(ConfigError) as caught:
+        solve(Drift(comm), os.path.join(shared_tmp, "a"), local)
+    message = str(caught.value)
+    assert "in use" in message and "node-elsewhere" in message and "SLURM job 77" in message, message
+    monkeypatch.setenv("HPCADJ_TEST_SQUEUE_STATE", "")  # squeue no longer lists job 77
+    session, outcome = solve(Drift(comm), os.path.join(shared_tmp, "a"), local)
+    assert outcome.status == "complete"
+    assert any(kind == "fault" and "took over" in text and "squeue no longer lists" in text for kind, text in session.messages)
+    # this very job before SLURM requeued it (restart count 0, now 1): taken over though squeue lists it
+    monkeypatch.setenv("HPCADJ_TEST_SQUEUE_STATE", "RUNNING")
+    plant(os.path.join(shared_tmp, "b"), "88", "0")
+    session, outcome = solve(Drift(comm), os.path.join(shared_tmp, "b"), local)
+    assert outcome.status == "complete"
+    assert any("requeued" in text for kind, text in session.messages), session.messages

@@ -61,6 +61,10 @@ def _petsc_options(case: str, n: int, budget: int, tmp: str) -> dict:
     raise ValueError(case)
 
 
+#: time steps: ex5adj's 0.5 for CN; RK4 is stable on these grids only with a smaller one
+DT = {"cn": 0.5, "rk": 0.05}
+
+
 def _petsc_gradient(comm, m, ts_type, n, options, disk_dir=None):
     """TSSolve + TSAdjointSolve with ``options``: wall, the result, TSStep calls, bytes the trajectory
     left on disk after TSSolve (the basic trajectory deletes its files when the adjoint is done)."""
@@ -71,7 +75,7 @@ def _petsc_gradient(comm, m, ts_type, n, options, disk_dir=None):
     opts = petsc().Options()          # PETSc 3.18's trajectory reads no TS prefix: plain options
     for key, value in options.items():
         opts[key] = value
-    gs = GrayScott(comm, m=m, ts_type=ts_type)
+    gs = GrayScott(comm, m=m, ts_type=ts_type, dt=DT[ts_type])
     gs.ts.setSaveTrajectory()
     gs.ts.setFromOptions()
     for key in options:
@@ -125,7 +129,7 @@ def worker(args) -> None:
     base = comm.allreduce(_rss_kib(), op=mpi().MAX)
     if args.case == "storeall-pair":
         ratios, walls_h, walls_p = [], [], []
-        gs = GrayScott(comm, m=args.grid, ts_type=args.ts_type)
+        gs = GrayScott(comm, m=args.grid, ts_type=args.ts_type, dt=DT[args.ts_type])
         stepper = gs.stepper(args.steps)
         for r in range(args.repeats):
             wp, theirs, _, _ = _petsc_gradient(comm, args.grid, args.ts_type, args.steps, {"ts_trajectory_type": "memory"})
@@ -145,15 +149,21 @@ def worker(args) -> None:
                                                           _petsc_options(args.case, args.steps, args.budget, tmp),
                                                           os.path.join(tmp, "traj"))
         else:
-            gs = GrayScott(comm, m=args.grid, ts_type=args.ts_type)
+            gs = GrayScott(comm, m=args.grid, ts_type=args.ts_type, dt=DT[args.ts_type])
             stepper = gs.stepper(args.steps)
-            ck = None if args.case == "hpcadj-storeall" else Checkpointing(ram=args.budget, schedule="revolve")
+            if args.case == "hpcadj-storeall":
+                ck = None
+            elif args.case == "hpcadj-memory":   # a whole-process budget per rank: hpcadj sizes its RAM slots
+                ck = Checkpointing(memory=f"{args.memory_mib}MiB", ram=args.steps, schedule="revolve")
+            else:
+                ck = Checkpointing(ram=args.budget, schedule="revolve")
             wall, outcome = _hpcadj_gradient(comm, stepper, ck)
             forward, disk = outcome.result.forward_steps, 0
         comm.Barrier()
         if comm.rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
-        out.update(wall_s=wall, forward_steps=forward, disk_bytes=disk, budget_states=args.budget)
+        out.update(wall_s=wall, forward_steps=forward, disk_bytes=disk, budget_states=args.budget,
+                   memory_budget_mib=args.memory_mib)
     peak = comm.allreduce(_peak_kib(), op=mpi().MAX)
     out.update(baseline_rss_mib=base / 1024, peak_rss_mib=peak / 1024, peak_over_baseline_mib=(peak - base) / 1024,
                state_mib=args.grid * args.grid * 2 * 8 / 2 ** 20 / comm.size)
@@ -181,6 +191,7 @@ def main() -> None:
     p.add_argument("--grid", type=int)
     p.add_argument("--steps", type=int)
     p.add_argument("--budget", type=int, default=0)
+    p.add_argument("--memory-mib", type=float)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--tmp", default=tempfile.gettempdir())
     p.add_argument("--ranks", type=int, default=2)
@@ -201,16 +212,21 @@ def main() -> None:
         rows.append(r)
     budget = max(args.steps_b // 10, 2)
     for ts_type in ("cn", "rk"):
-        for case in ("hpcadj-storeall", "hpcadj-budget", "petsc-memory", "petsc-stride", "petsc-solution-only",
-                     "petsc-basic"):
+        for case in ("hpcadj-storeall", "hpcadj-budget", "hpcadj-memory", "petsc-memory", "petsc-stride",
+                     "petsc-solution-only", "petsc-basic"):
+            extra = []
+            if case == "hpcadj-memory":
+                # store-all's peak with its snapshots cut to a tenth: the whole-process budget per rank
+                full = next(r for r in rows if r["case"] == "hpcadj-storeall" and r["ts_type"] == ts_type)
+                extra = ["--memory-mib", f"{full['peak_rss_mib'] - 0.9 * args.steps_b * full['state_mib']:.1f}"]
             r = launch(args.ranks, ["--case", case, "--ts-type", ts_type, "--grid", str(args.grid_b),
-                                    "--steps", str(args.steps_b), "--budget", str(budget)])
+                                    "--steps", str(args.steps_b), "--budget", str(budget), *extra])
             print(json.dumps(r), flush=True)
             rows.append(r)
     out = Path(args.out)
     keys = ["case", "ts_type", "grid", "steps", "ranks", "budget_states", "ratio", "hpcadj_wall_s", "petsc_wall_s",
             "wall_s", "forward_steps", "peak_rss_mib", "baseline_rss_mib", "peak_over_baseline_mib", "disk_bytes",
-            "state_mib", "gradient_rel_diff"]
+            "state_mib", "memory_budget_mib", "gradient_rel_diff"]
     with open(out / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
         w.writeheader()

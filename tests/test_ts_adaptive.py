@@ -82,3 +82,30 @@ def test_adaptive_records_and_replays(comm, kind, dt0):
         assert np.array_equal(result.gradient["u0"].getArray(), theirs.lam0.getArray())
         if with_mu:
             assert np.array_equal(result.gradient["mu"].getArray(), theirs.mu.getArray())
+
+
+def test_adaptive_run_stopped_and_resumed_replays_the_record(comm, tmp_path):
+    """A fresh TS resumes a stopped adaptive run: it replays the manifest's steps, the gradient is bitwise."""
+    from hpcadj.adjoint.session import Restart
+
+    def build(tag):
+        ode = _adaptive(comm, "cn", f"resume{tag}_")
+        return TSStepper(ode.ts, ode.u0, parameters={"mu": ode.p}, apply_parameters=ode.set_mu, final=HALF_NORM2)
+
+    reference = build("a")
+    controls = reference.default_controls()
+    expected = GradientSession(reference, Checkpointing(ram=4), controls=controls).solve().result
+    polls = []
+    first = build("b")
+    stopped = GradientSession(first, Checkpointing(ram=4), controls=controls,
+                              restart=Restart(str(tmp_path / "run"), durable_every=1),
+                              should_stop=lambda: polls.append(1) or len(polls) > reference.n_steps + 10)
+    assert stopped.solve().status == "stopped"
+    second = build("c")
+    assert second.n_steps is None
+    outcome = GradientSession(second, Checkpointing(ram=4), controls=controls,
+                              restart=Restart(str(tmp_path / "run"), resume=True, durable_every=1)).solve()
+    assert outcome.status == "complete" and outcome.info["resumed"], outcome.message
+    assert second.steps.dts == reference.steps.dts and second.n_steps == reference.n_steps
+    for name in controls:
+        assert np.array_equal(outcome.result.gradient[name].getArray(), expected.gradient[name].getArray()), name

@@ -146,23 +146,40 @@ def test_bad_spec_is_one_line_exit_2(spec):
 def test_pool_holds_snapshots_at_their_own_sizes_and_refuses_past_its_bytes():
     codec = C.parse_codec("lossless")
     size = len(frame(C.encode_snapshot(smooth_snapshot(), codec)))
-    lv = PooledLevel(codec, LAYOUT, capacity=5, pool_bytes=int(2.5 * size))
-    lv.write(0, smooth_snapshot(0))
-    lv.write(1, smooth_snapshot(1))
-    with pytest.raises(CompressionOverflow, match="pool"):
-        lv.write(2, smooth_snapshot(2))
-    assert 2 not in lv and lv.used <= lv.pool_bytes and lv.summary()["overflows"] == 1
-    snap = smooth_snapshot(1)
-    back = lv.read(1)
+    lv = PooledLevel(codec, LAYOUT, capacity=5, pool_bytes=int(3.5 * size), margin=1.0)
+    for step in range(3):
+        lv.write(step, smooth_snapshot(step))
+    with pytest.raises(CompressionOverflow, match="pool now plans 3 slots, 1 held"):
+        lv.write(3, smooth_snapshot(3))
+    # nothing of u_3 stored; every other held snapshot dropped until the room left holds half of
+    # what the pool would at the largest size (one here): u_0 and u_2 kept, one slot free
+    assert 3 not in lv and 1 not in lv and lv.used <= lv.pool_bytes and lv.summary()["overflows"] == 1
+    assert lv.capacity == 3 and lv.dropped == [1]
+    snap = smooth_snapshot(2)
+    back = lv.read(2)
     assert all(back[k].tobytes() == snap[k].tobytes() for k in snap)
     lv.free(0)
-    lv.write(2, smooth_snapshot(2))  # the freed bytes are reused
-    assert lv.peak_bytes <= lv.pool_bytes and lv.slot_bytes == lv.pool_bytes // 5
-    bad = lv._data[2].copy()
-    bad[300] ^= 0xFF
-    lv._data[2] = bad
+    lv.write(3, smooth_snapshot(3))  # the freed bytes are reused
+    lv.write(4, smooth_snapshot(4))
+    assert lv.peak_bytes <= lv.pool_bytes and lv.slot_bytes == lv.pool_bytes // 3
+    lv._arena.view((3, "u"))[300] ^= 0xFF
     with pytest.raises(CorruptSnapshot):
-        lv.read(2)
+        lv.read(3)
+
+
+def test_arena_reuses_gaps_and_packs_blobs_when_no_gap_fits():
+    from hpcadj.checkpoint.storage.compressed import Arena
+
+    arena = Arena(100)
+    for key, n in (("a", 30), ("b", 30), ("c", 30)):
+        arena.alloc(key, n)[:] = bytes([ord(key)]) * n
+    arena.free("a")
+    arena.free("c")
+    assert arena.alloc("d", 20) is not None and arena.where["d"][0] == 0  # first fit, low end
+    arena.view("d")[:] = b"d" * 20
+    assert arena.alloc("e", 50) is not None and arena.compactions == 1  # 50 free, no gap of 50
+    assert bytes(arena.view("b")) == b"b" * 30 and bytes(arena.view("d")) == b"d" * 20
+    assert arena.alloc("f", 1) is None and arena.used == 100
 
 
 def test_size_curve_is_a_running_maximum_extrapolated_up_to_the_cap():

@@ -97,6 +97,21 @@ def codec_footprint(codecs: dict, layout) -> int:
     return CODEC_LIBRARY_BYTES + max(0, after - before)
 
 
+def codec_memory_bytes(snapshot_bytes: int, largest_field: int, file_levels: bool) -> int:
+    """The codecs' buffers per rank at their peak, for the memory plan.
+
+    The RAM pool keeps a scratch buffer of the largest field (``scratch_bytes``, written by every
+    lossless encode) and encodes a field at a time, copying it into its arena (at most
+    :func:`~hpcadj.checkpoint.storage.codec.transient_bytes` of the largest field beside, for the
+    codecs that cannot use the scratch); it decodes a read into a new snapshot before the driver
+    takes it (one snapshot). A compressed file level (``file_levels``) holds every encoded field
+    of a snapshot (at most the snapshot's bytes) while it encodes the last one and frames them."""
+    from ..checkpoint.storage.codec import scratch_bytes, transient_bytes
+
+    write = transient_bytes(largest_field) + (int(snapshot_bytes) if file_levels else 0)
+    return scratch_bytes(largest_field) + max(write, int(snapshot_bytes))
+
+
 def probe_points(n_steps: int, probe_steps: int | None) -> list[int]:
     """The steps the probe encodes: u_0, u_4 and :data:`PROBE_POINTS` evenly spaced up to u_K."""
     last = min(n_steps, max(PROBE_STEPS, probe_steps or PROBE_STEPS))

@@ -135,10 +135,12 @@ class Driver:
     should_stop : callable, optional
         Polled after every Advance and Adjoint (one small allreduce each); when it returns True on
         any rank, the run stops on every rank.
+    on_replan : callable, optional
+        Called with the run's forward steps in all (done and planned) after each re-plan.
     """
 
     def __init__(self, stepper, levels, telemetry: Telemetry | None = None, progress=None, *,
-                 costs=None, observer=None, should_stop=None):
+                 costs=None, observer=None, should_stop=None, on_replan=None):
         self.stepper = stepper
         self.levels = list(levels)
         self.telemetry = telemetry or Telemetry(petsc_events=False)
@@ -146,6 +148,7 @@ class Driver:
         self.costs = costs
         self.observer = observer
         self.should_stop = should_stop
+        self.on_replan = on_replan
         self.comm = stepper.comm
         self.faults: list[str] = []
         self.actions_done = 0
@@ -248,7 +251,8 @@ class Driver:
         retained, capacities = {}, []
         unknown_n = self.n is None  # first sweep of an adaptive run: continue it online
         top = (self.frontier + 1 if unknown_n else self.n) if self.lam_step is None else self.lam_step
-        failed = {i for i, level in enumerate(self.levels) if fault.writing and fault.level == level.name}
+        failed = {i for i, level in enumerate(self.levels) if fault.writing and fault.level == level.name
+                  and not getattr(level, "shrinks_on_overflow", False)}  # it lowered its capacity instead
         survived = survey(self.levels, self.comm, failed=failed, keep=lambda step: step < top)
         for index, (level, left) in enumerate(zip(self.levels, survived)):
             for step in left.steps:
@@ -265,6 +269,8 @@ class Driver:
                                       costs=self.costs))
         except ScheduleError as exc:
             raise Unrecoverable(f"storage fault ({fault}) and no plan fits what is left: {exc}") from None
+        if self.on_replan is not None:  # the run's forward steps in all, with this plan's
+            self.on_replan(self.result.forward_steps + sum(a.n1 - a.n0 for a in plan if isinstance(a, Advance)))
         return iter(plan)
 
     LOOKAHEAD = 64

@@ -46,6 +46,17 @@ ONE_LEVEL_SCHEDULES = ("store-all", "revolve", "online")
 SLOW_RECOMPUTE_FACTOR = 10.0
 
 
+def recompute_warning(forward_steps: int, n_steps: int, what: str) -> str | None:
+    """The warning for ``what`` evaluating ``forward_steps`` forward steps for ``n_steps``, when
+    that exceeds :data:`SLOW_RECOMPUTE_FACTOR` per step (None otherwise)."""
+    factor = forward_steps / max(n_steps or 0, 1)
+    if factor <= SLOW_RECOMPUTE_FACTOR:
+        return None
+    return (f"{what} evaluates {forward_steps} forward steps for {n_steps} (recompute factor {factor:.1f}): "
+            f"the run will take about {factor:.0f} times as long as one with room for every state; raise "
+            f"--ram/--disk/--pfs")
+
+
 class ConfigError(ValueError):
     """A configuration no run can use (a budget too small, an unusable file): nothing was done."""
 
@@ -176,8 +187,9 @@ class Outcome:
 #: resident memory beyond what the working-set counts predict (allocator rounding, page tables,
 #: MPI buffers): wave 64^3, 2 ranks, 38 RAM slots measured 3 MiB above its prediction
 ALLOCATOR_SLACK_BYTES = 16 * 2 ** 20
-#: a compressed level's transient buffers in states: a decoded copy (encode checks its bound or
-#: bits) and the decoded state of a read before the driver takes it
+#: a compressed level's transient buffers in states, for callers that know only a snapshot's bytes
+#: (``hpcadj plan``): at least :func:`~hpcadj.adjoint.compression.codec_memory_bytes` of a
+#: snapshot of two fields or more, or of one field on the RAM pool
 CODEC_STATES = 2
 
 
@@ -520,11 +532,19 @@ class GradientSession:
 
     def _codec_memory(self, snapshot: int) -> dict:
         """plan_memory's compression terms: a compressed RAM slot's bytes (its worst probed size; the
-        pool may then plan more, see _grow_pool) and the codec's transients (CODEC_STATES states)."""
+        pool may then plan more, see _grow_pool) and the codecs' transient buffers
+        (:func:`~hpcadj.adjoint.compression.codec_memory_bytes`, collective)."""
+        from ..stack import mpi
+        from .compression import codec_memory_bytes
+
         if not self._probed:
             return {}
+        layout = self.model.snapshot_layout()
+        largest = self.comm.allreduce(max((f.local_nbytes for f in layout.values()), default=0), op=mpi().MAX)
         ram = self._probed.get("ram")
-        return {"ram_slot_bytes": ram["slot_bytes"] if ram else None, "codec_bytes": CODEC_STATES * snapshot}
+        files = any(name != "ram" for name in self._probed)
+        return {"ram_slot_bytes": ram["slot_bytes"] if ram else None,
+                "codec_bytes": codec_memory_bytes(snapshot, largest, files)}
 
     def _check_node(self, node, claim: int, source: str) -> None:
         """ConfigError when the ranks sharing this node claim more memory than the node holds."""
@@ -556,13 +576,17 @@ class GradientSession:
         for p in unused if not self.resuming else ():  # a resume re-plans: this plan is not the one run
             self.notes.append(f"level {p.name} (--{p.name} {budgets[p.name]}) holds no snapshot in this plan: "
                           f"the planner found it not worth its cost")
-        factor = summary.forward_steps / max(schedule.n_steps, 1)
-        if factor > SLOW_RECOMPUTE_FACTOR:
-            self._on_message("warning", f"this plan evaluates {summary.forward_steps} forward steps for "
-                             f"{schedule.n_steps} (recompute factor {factor:.1f}): the run will take about "
-                             f"{factor:.0f} times as long as one with room for every state; raise "
-                             f"--ram/--disk/--pfs")
+        text = recompute_warning(summary.forward_steps, schedule.n_steps, "this plan")
+        if text:
+            self._on_message("warning", text)
         return summary
+
+    def _replanned(self, forward_steps: int) -> None:
+        """The driver re-planned after a storage fault: warn when the run now recomputes too much."""
+        text = recompute_warning(forward_steps, self.model.n_steps,
+                                 "after a storage fault the re-planned run")
+        if text:
+            self._on_message("warning", text)
 
     def set_up(self) -> PlannedRun:
         """Plan, open the log and create the levels (reopening a resumed run's snapshots)."""
@@ -600,7 +624,8 @@ class GradientSession:
             if info is not None and "pool_bytes" in info:
                 self.levels[i].close()
                 self.levels[i] = PooledLevel(info["codec"], self.model.snapshot_layout(), plan.slots,
-                                             info["pool_bytes"], self.comm, name=plan.name)
+                                             info["pool_bytes"], self.comm, name=plan.name,
+                                             margin=info["margin"])
 
     def _open_run_directory(self) -> None:
         """Lock the run directory; create the run's manifest, or open the recorded run and check it is
@@ -713,7 +738,7 @@ class GradientSession:
                                  levels=levels, plan=None if unknown_n else schedule, costs=profile.vector("time"),
                                  sim_time=model.time_reached if unknown_n else None)
         driver = Driver(model, levels, self.telemetry, progress=progress, costs=costs, observer=durability,
-                        should_stop=self.should_stop)
+                        should_stop=self.should_stop, on_replan=self._replanned)
         self._report_recovered()
         comm.Barrier()
         t0 = time.perf_counter()

@@ -25,6 +25,7 @@ header with its own CRC, the payload) for file-backed levels.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import os
@@ -44,6 +45,10 @@ BLOSC_SETTINGS = {"lz4": (9, 0), "zstd": (1, 1 << 20), "lz4hc": (5, 0), "zlib": 
                   "blosclz": (5, 0)}
 #: blocks smaller than this are stored raw by the compressing codecs (headers would eat the gain)
 MIN_COMPRESS_BYTES = 256
+#: Blosc's bytes beyond the input in a compressed buffer (BLOSC_MAX_OVERHEAD)
+BLOSC_OVERHEAD = 16
+#: bytes of a field's headers in a stored frame (container prefix, JSON header, field name)
+FRAME_HEADER_BYTES = 4096
 BLOSC_CODECS = ("zstd", "lz4", "lz4hc", "zlib", "blosclz")
 LOSSLESS_CODECS = (*BLOSC_CODECS, "zfp")
 #: container format: magic, then <u4 header length, <u4 header CRC-32, JSON header, payload
@@ -90,14 +95,37 @@ class EncodedBlock:
                 "chunks": [len(c) for c in self.chunks], "stored_crc": self.stored_crc,
                 "decoded_crc": self.decoded_crc, "max_error": self.max_error, "params": self.params}
 
+    def _head(self) -> bytes:
+        return json.dumps(self.header(), separators=(",", ":")).encode()
+
+    def container_nbytes(self) -> int:
+        """Bytes of :meth:`to_bytes`'s container."""
+        return _PREFIX.size + len(self._head()) + self.nbytes
+
+    def write_into(self, out) -> int:
+        """Write :meth:`to_bytes`'s container at the start of the writable buffer ``out`` (no
+        joined copy of the payload is made); the number of bytes written."""
+        view = memoryview(out).cast("B")
+        head = self._head()
+        _PREFIX.pack_into(view, 0, MAGIC, len(head), crc32(head))
+        pos = _PREFIX.size
+        for part in (head, *self.chunks):
+            view[pos:pos + len(part)] = part
+            pos += len(part)
+        return pos
+
     def to_bytes(self) -> bytes:
         """The self-describing container: magic, header length and CRC, JSON header, payload."""
-        head = json.dumps(self.header(), separators=(",", ":")).encode()
-        return b"".join([_PREFIX.pack(MAGIC, len(head), crc32(head)), head, *self.chunks])
+        out = bytearray(self.container_nbytes())
+        self.write_into(out)
+        return bytes(out)
 
     @classmethod
-    def from_bytes(cls, buf) -> "EncodedBlock":
-        """Parse :meth:`to_bytes`'s container; :class:`CodecError` if it is truncated or corrupt."""
+    def from_bytes(cls, buf, copy: bool = True) -> "EncodedBlock":
+        """Parse :meth:`to_bytes`'s container; :class:`CodecError` if it is truncated or corrupt.
+
+        ``copy=False`` leaves the payload chunks as views of ``buf`` (no copy of the payload): the
+        block is then only valid while ``buf`` is unchanged."""
         view = memoryview(buf).cast("B")
         if len(view) < _PREFIX.size:
             raise CodecError(f"encoded block truncated: {len(view)} bytes")
@@ -110,7 +138,7 @@ class EncodedBlock:
         h = json.loads(bytes(view[_PREFIX.size:end]))
         chunks, pos = [], end
         for n in h["chunks"]:
-            chunks.append(bytes(view[pos:pos + n]))
+            chunks.append(bytes(view[pos:pos + n]) if copy else view[pos:pos + n])
             pos += n
         if pos != len(view):
             raise CodecError(f"encoded block has {len(view)} bytes, header says {pos}")
@@ -131,15 +159,45 @@ def _raw(a: np.ndarray, crc: int | None = None) -> EncodedBlock:
     return EncodedBlock("raw", a.shape, a.dtype.str, (data,), c, c if crc is None else crc)
 
 
+def _codec_threads() -> int:
+    try:
+        return max(1, int(os.environ.get("HPCADJ_CODEC_THREADS", "1")))
+    except ValueError:
+        raise ValueError("HPCADJ_CODEC_THREADS must be a positive integer") from None
+
+
 def _set_blosc_threads() -> None:
     """One Blosc thread per process unless $HPCADJ_CODEC_THREADS says otherwise: MPI runs already
     put a rank on every core, and Blosc's default (one thread per core) would oversubscribe them."""
     from numcodecs import blosc
 
-    try:
-        blosc.set_nthreads(max(1, int(os.environ.get("HPCADJ_CODEC_THREADS", "1"))))
-    except ValueError:
-        raise ValueError("HPCADJ_CODEC_THREADS must be a positive integer") from None
+    blosc.set_nthreads(_codec_threads())
+
+
+_BLOSC_LIBRARY: list = []
+
+
+def _blosc_library():
+    """libblosc (the C-Blosc 1 library Debian's numcodecs links), for compressing into a caller's
+    buffer; None where it cannot be loaded by name (a numcodecs wheel with Blosc built in)."""
+    if not _BLOSC_LIBRARY:
+        try:
+            lib = ctypes.CDLL("libblosc.so.1")
+            fn = lib.blosc_compress_ctx
+        except (OSError, AttributeError):
+            lib = None
+        else:
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p,
+                           ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int]
+        _BLOSC_LIBRARY.append(lib)
+    return _BLOSC_LIBRARY[0]
+
+
+def scratch_bytes(field_bytes: int) -> int:
+    """Bytes :meth:`Lossless.encode_into` needs for a field of ``field_bytes``: the field plus Blosc's
+    overhead per chunk of :data:`CHUNK_BYTES`."""
+    return int(field_bytes) + BLOSC_OVERHEAD * (1 + int(field_bytes) // CHUNK_BYTES)
 
 
 class Codec:
@@ -206,10 +264,37 @@ class Lossless(Codec):
 
             data = zfpy.compress_numpy(a.reshape(_zfp_shape(a)))
             decoded = zfpy.decompress_numpy(data)
-            if len(data) < a.nbytes and crc32(decoded) == crc and decoded.tobytes() == a.tobytes():
+            if len(data) < a.nbytes and crc32(decoded) == crc and _same_bits(decoded, a):
                 return EncodedBlock("zfp", a.shape, a.dtype.str, (data,), _payload_crc((data,)), crc,
                                     0.0, {"mode": "reversible"})
+            del data, decoded  # not held while Blosc encodes (see transient_bytes)
         return self._encode(a, crc)
+
+    def encode_into(self, block: np.ndarray, scratch: np.ndarray) -> EncodedBlock:
+        """As :meth:`encode`, Blosc writing straight into ``scratch`` (a uint8 array of at least
+        :func:`scratch_bytes` of the block) through libblosc's ``blosc_compress_ctx`` instead of
+        into new buffers: the block's chunks are views of ``scratch``, valid until it is written
+        again. Where libblosc cannot be called so (or for zfp), :meth:`encode`."""
+        a = np.ascontiguousarray(block)
+        lib = _blosc_library()
+        if (lib is None or self.cname == "zfp" or a.nbytes < MIN_COMPRESS_BYTES or a.itemsize > 255
+                or scratch.nbytes < scratch_bytes(a.nbytes)):
+            return self.encode(a)
+        crc = crc32(a)
+        flat, base, pos, chunks = a.reshape(-1), scratch.ctypes.data, 0, []
+        step = max(1, CHUNK_BYTES // a.itemsize)
+        blocksize = BLOSC_SETTINGS[self._blosc_name][1]
+        for i in range(0, flat.size, step):
+            part = flat[i:i + step]
+            room = part.nbytes + BLOSC_OVERHEAD
+            n = lib.blosc_compress_ctx(self.clevel, 1, a.itemsize, part.nbytes, part.ctypes.data, base + pos,
+                                       room, self._blosc_name.encode(), blocksize, _codec_threads())
+            if n <= 0:
+                raise CodecError(f"blosc_compress_ctx failed ({n}) on a block of {part.nbytes} bytes")
+            chunks.append(memoryview(scratch)[pos:pos + n])
+            pos += n
+        return EncodedBlock("blosc", a.shape, a.dtype.str, tuple(chunks), _payload_crc(chunks), crc, 0.0,
+                            {"cname": self._blosc_name, "clevel": self.clevel})
 
     def _encode(self, a: np.ndarray, decoded_crc: int) -> EncodedBlock:
         flat = a.reshape(-1)
@@ -241,14 +326,34 @@ class Lossy(Codec):
             return self._fallback.encode(a)
         data = zfpy.compress_numpy(a.reshape(_zfp_shape(a)), tolerance=self.tolerance)
         decoded = zfpy.decompress_numpy(data).reshape(a.shape)
-        err = float(np.max(np.abs(decoded - a)))
-        if not err <= self.tolerance:
+        decoded_crc = crc32(decoded)
+        np.subtract(decoded, a, out=decoded)  # the error in place: no block-sized temporaries
+        np.abs(decoded, out=decoded)
+        err = float(np.max(decoded))
+        del decoded
+        if not err <= self.tolerance or len(data) >= a.nbytes:
+            del data
             return self._fallback.encode(a)
-        if len(data) >= a.nbytes:
-            return self._fallback._encode(a, crc32(a))
         chunks = (data,)
         return EncodedBlock("zfp", a.shape, a.dtype.str, chunks, _payload_crc(chunks),
-                            crc32(decoded), err, {"tolerance": self.tolerance})
+                            decoded_crc, err, {"tolerance": self.tolerance})
+
+
+def _same_bits(x: np.ndarray, y: np.ndarray) -> bool:
+    """Whether two arrays of one dtype hold the same bits (compared as unsigned integers of the
+    item size: no byte copies of either, NaNs compare by their bits)."""
+    as_int = np.dtype(f"u{x.dtype.itemsize}")
+    return x.size == y.size and bool(np.array_equal(x.reshape(-1).view(as_int), y.reshape(-1).view(as_int)))
+
+
+def transient_bytes(largest_field: int) -> int:
+    """The most bytes encoding one field holds beside the field and its finished encoding, for a
+    snapshot whose largest field (rank block) has ``largest_field`` bytes: the compressor's output
+    buffer (the field's bytes plus Blosc's overhead) and the copy of its result (numcodecs slices
+    it), or zfp's stream and its decoded check copy (lossy's error is taken in place in that copy;
+    lossless:zfp's bit comparison adds an eighth): at most two fields, plus the headers."""
+    largest = int(largest_field)
+    return 2 * largest + 2 * BLOSC_OVERHEAD * (1 + largest // CHUNK_BYTES) + FRAME_HEADER_BYTES
 
 
 def _zfp_eligible(a: np.ndarray) -> bool:
@@ -263,7 +368,10 @@ def _zfp_shape(a: np.ndarray) -> tuple[int, ...]:
 def _decode_raw(enc: EncodedBlock, out: np.ndarray) -> None:
     if enc.nbytes != out.nbytes:
         raise CodecError(f"raw block has {enc.nbytes} bytes, expected {out.nbytes}")
-    out.reshape(-1).view(np.uint8)[:] = np.frombuffer(b"".join(enc.chunks), np.uint8)
+    flat, pos = out.reshape(-1).view(np.uint8), 0
+    for c in enc.chunks:
+        flat[pos:pos + len(c)] = np.frombuffer(c, np.uint8)
+        pos += len(c)
 
 
 def _decode_blosc(enc: EncodedBlock, out: np.ndarray) -> None:

@@ -15,9 +15,9 @@ import os
 import sys
 
 #: subcommand modules, in ``--help`` order; each has ``add_parser(subparsers)`` and ``main(args)``.
-SUBCOMMANDS = ["run", "gradcheck", "hesscheck", "check", "plan", "calibrate", "analyze"]
+SUBCOMMANDS = ["run", "gradcheck", "hesscheck", "check", "plan", "calibrate", "analyze", "invert"]
 #: the subcommands that initialise PETSc; the others refuse PETSc options rather than ignore them
-PETSC_COMMANDS = {"run", "gradcheck", "hesscheck", "check", "calibrate"}
+PETSC_COMMANDS = {"run", "gradcheck", "hesscheck", "check", "calibrate", "invert"}
 
 EXIT_USAGE = 2
 

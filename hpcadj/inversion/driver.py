@@ -25,6 +25,26 @@ TAO_TYPES = ("lmvm", "blmvm", "bqnls")
 BOUNDED_TYPES = ("blmvm", "bqnls")
 
 
+def option_pairs(tokens) -> list[tuple[str, str]]:
+    """``["-tao_ls_type", "armijo", "-tao_view"]`` as ``[("-tao_ls_type", "armijo"), ("-tao_view", "")]``."""
+    pairs, i = [], 0
+    while i < len(tokens):
+        key = tokens[i]
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+        value = nxt if nxt is not None and (not nxt.startswith("-") or _number(nxt)) else ""
+        pairs.append((key, value))
+        i += 2 if value else 1
+    return pairs
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 class InversionError(ValueError):
     """A configuration or run directory no inversion can use: one line, nothing done or lost."""
 
@@ -61,13 +81,16 @@ class Inversion:
     accepted iterates durable, ``resume`` continues from the last one; ``should_stop`` (polled after
     every evaluation) or ``time_limit`` seconds stop the solve with status ``"stopped"``; ``log``
     is a JSON-lines file of one record per accepted iterate; ``policy`` the cache's objective-only
-    policy. Collective over the model's communicator.
+    policy; ``tao_options`` (``["-tao_ls_type", "armijo"]``) are put in PETSc's options database for
+    this solve only (a process whose PETSc was initialised earlier never saw its command line's).
+    Collective over the model's communicator.
     """
 
     def __init__(self, model, invert, checkpointing=None, *, controls=None, bounds=None,
                  regularization: float = 0.0, reference=None, tao_type: str = "lmvm", max_it: int = 50,
                  gatol=None, grtol=None, gttol=None, run_dir=None, resume: bool = False,
-                 should_stop=None, time_limit=None, log=None, policy: str = "gradient", on_iteration=None):
+                 should_stop=None, time_limit=None, log=None, policy: str = "gradient", on_iteration=None,
+                 tao_options=None):
         self.model, self.comm = model, model.comm
         self.invert = [invert] if isinstance(invert, str) else list(invert)
         self.checkpointing = checkpointing
@@ -80,6 +103,7 @@ class Inversion:
         self.run_dir, self.resume = run_dir, resume
         self.should_stop, self.time_limit = should_stop, time_limit
         self.log, self.policy, self.on_iteration = log, policy, on_iteration
+        self.tao_options = option_pairs(tao_options or [])
 
     def identity(self) -> dict:
         """What makes two inversions the same one (a resume must match it)."""
@@ -129,12 +153,12 @@ class Inversion:
         store = IterateStore(self.run_dir, self.model, self.identity()) if self.run_dir else None
         history, done, resumed_from, start = [], 0, None, self.controls
         try:
-            if store is not None and self.resume:
+            if store is not None and self.resume and store.recorded():
                 state, start = store.load(self.controls)
                 history, done = list(state["history"]), int(state["iteration"])
                 resumed_from = done
-            elif store is not None:
-                store.create()
+            elif store is not None:  # a resume of a run stopped before its first iterate starts afresh
+                store.create(resuming=self.resume)
         except IterateError as exc:
             raise InversionError(str(exc)) from None
         x = space.pack(start)
@@ -199,7 +223,14 @@ class Inversion:
                 self.on_iteration(record)
 
         tao.setMonitor(monitor)
-        tao.setFromOptions()
+        database = PETSc.Options()
+        for key, value in self.tao_options:
+            database.setValue(key, value)
+        try:
+            tao.setFromOptions()
+        finally:
+            for key, _value in self.tao_options:
+                database.delValue(key)
         if self.bounds and tao.getType() not in BOUNDED_TYPES:
             raise InversionError(f"bounds need a bounded method (blmvm or bqnls); -tao_type chose {tao.getType()}")
         status = None

@@ -47,11 +47,12 @@ class IterateStore:
         self.identity = json.loads(json.dumps(identity, default=str))
         self.state_path = os.path.join(run_dir, STATE)
 
-    def create(self) -> None:
-        """Start a new inversion here; refuses a directory that already holds one (use resume)."""
+    def create(self, resuming: bool = False) -> None:
+        """Start a new inversion here; refuses a directory that already holds one (use resume), unless
+        ``resuming`` one that stopped before its first accepted iterate."""
         problem = None
         if self.comm.rank == 0:
-            if os.path.exists(self.state_path):
+            if os.path.exists(self.state_path) and not resuming:
                 problem = (f"{self.path} already holds an inversion ({STATE}): continue it with --resume, "
                            f"or choose another --run-dir")
             else:
@@ -62,6 +63,11 @@ class IterateStore:
         problem = self.comm.bcast(problem, root=0)
         if problem:
             raise IterateError(problem)
+
+    def recorded(self) -> bool:
+        """Whether an accepted iterate is recorded here (collective)."""
+        found = os.path.exists(self.state_path) if self.comm.rank == 0 else None
+        return bool(self.comm.bcast(found, root=0))
 
     def save(self, iteration: int, controls: dict, record: dict, history: list) -> None:
         """Make accepted iterate ``iteration`` durable: its controls file, then the state naming it."""

@@ -1,0 +1,139 @@
+"""``hpcadj invert``: minimise the model's objective over some of its controls with PETSc TAO, each
+gradient a checkpointed session, accepted iterates durable in --run-dir for --resume."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+from . import CliError
+from .common import add_model_arguments, build_model, positive_float, world
+from .run import EXIT_FAILED, EXIT_STOPPED, StopFlag, add_checkpoint_arguments, checkpointing
+
+
+def bound_spec(text: str) -> tuple[str, tuple[float | None, float | None]]:
+    """``NAME:LOW:HIGH`` (either side may be empty: unbounded) as (name, (low, high))."""
+    parts = text.split(":")
+    if len(parts) != 3 or not parts[0]:
+        raise ValueError(f"--bounds {text}: expected NAME:LOW:HIGH, e.g. kappa:0.5:3")
+    values = []
+    for part in parts[1:]:
+        try:
+            values.append(None if part.strip() in ("", "inf", "-inf", "+inf") else float(part))
+        except ValueError:
+            raise ValueError(f"--bounds {text}: {part!r} is not a number") from None
+    return parts[0], tuple(values)
+
+
+def add_parser(subparsers) -> None:
+    from ..checkpoint.schedules import SCHEDULES
+    from ..inversion.cache import POLICIES
+    from ..inversion.driver import TAO_TYPES
+
+    p = subparsers.add_parser("invert", help="minimise J over controls with TAO (inversion)",
+                              description="Minimise J(m) + w/2 |m - m0|^2 over the controls named by "
+                                          "--invert with PETSc TAO, every gradient a checkpointed adjoint "
+                                          "run; an evaluation at controls equal in every bit to the last "
+                                          "one costs nothing. -tao_* options go to TAO.")
+    add_model_arguments(p)
+    add_checkpoint_arguments(p, SCHEDULES)
+    o = p.add_argument_group("inversion")
+    o.add_argument("--invert", required=True, metavar="NAME[,NAME]",
+                   help="the controls to optimise (e.g. kappa); the others stay at their defaults")
+    o.add_argument("--tao", default=None, choices=TAO_TYPES,
+                   help="TAO method (default: blmvm with --bounds, else lmvm; -tao_type overrides)")
+    o.add_argument("--bounds", action="append", default=[], metavar="NAME:LOW:HIGH",
+                   help="bounds on an inverted control, e.g. kappa:0.5:3 (a side left empty: unbounded)")
+    o.add_argument("--regularization", type=float, default=0.0, metavar="W",
+                   help="Tikhonov weight w >= 0 of w/2 |m - m0|^2, m0 the starting controls (default 0)")
+    o.add_argument("--max-it", type=int, default=20, metavar="K",
+                   help="cap on accepted iterates, resumes included (default 20)")
+    for name in ("gatol", "grtol", "gttol"):
+        o.add_argument(f"--{name}", type=float, default=None, help=f"TAO's {name} (default TAO's)")
+    o.add_argument("--policy", default="gradient", choices=POLICIES,
+                   help="an objective-only request at a new control runs the whole gradient (kept for "
+                        "the gradient request that follows: default) or one forward sweep")
+    o.add_argument("--controls-out", metavar="FILE.h5", default=None,
+                   help="write the final controls as global datasets (parallel HDF5)")
+    o.add_argument("--log-dir", metavar="DIR", default=None,
+                   help="append one JSON line per accepted iterate to DIR/inversion.jsonl")
+    o.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    r = p.add_argument_group("restart")
+    r.add_argument("--run-dir", default=None, metavar="DIR",
+                   help="make every accepted iterate durable here (controls and state, checksummed)")
+    r.add_argument("--resume", action="store_true",
+                   help="continue the inversion in --run-dir (same options) from its last accepted iterate")
+    r.add_argument("--time-limit", type=positive_float, default=None, metavar="SECONDS",
+                   help="stop (exit 75) at the end of the first evaluation after SECONDS")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    import os
+
+    from ..adjoint.session import ConfigError, check_configuration
+    from ..fieldio import WriteError
+    from ..inversion import Inversion, InversionError
+    from ..models.base import SolverError
+
+    stop = StopFlag()
+    stop.install()
+    try:
+        bounds = dict(bound_spec(text) for text in args.bounds)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if args.resume and not args.run_dir:
+        raise CliError("--resume needs --run-dir DIR (the inversion to continue)")
+    comm = world(args)
+    args.memory_baseline = None
+    try:
+        options = checkpointing(args)
+        check_configuration(comm, options, None, args.controls_out)
+        model = build_model(args, comm)
+        inversion = Inversion(model, [n for n in args.invert.split(",") if n], options, bounds=bounds,
+                              regularization=args.regularization,
+                              tao_type=args.tao or ("blmvm" if bounds else "lmvm"), max_it=args.max_it,
+                              gatol=args.gatol, grtol=args.grtol, gttol=args.gttol, run_dir=args.run_dir,
+                              resume=args.resume, should_stop=stop, time_limit=args.time_limit,
+                              log=os.path.join(args.log_dir, "inversion.jsonl") if args.log_dir else None,
+                              policy=args.policy, tao_options=args.petsc_options)
+        result = inversion.solve()
+        if args.controls_out and result.status != "stopped":
+            from ..fieldio import write_fields
+
+            write_fields(args.controls_out, comm, model.control_layout(), model.control_arrays(result.controls),
+                         attrs={"J": result.J, "iterations": result.iterations})
+    except (ConfigError, InversionError, WriteError) as exc:
+        raise CliError(str(exc)) from None
+    except SolverError as exc:
+        raise CliError(f"{exc}; a smaller --dt may help") from None
+    info = {**model.describe(), "ranks": comm.size, "status": result.status, "reason": result.reason,
+            "iterations": result.iterations, "J": result.J, "misfit": result.misfit,
+            "regularization": result.regularization, "grad_norm": result.grad_norm,
+            "resumed_from": result.resumed_from, **result.counts}
+    if comm.rank == 0:
+        if args.json:
+            print(json.dumps(info, default=lambda v: None))
+        else:
+            print_human(info)
+        if result.status == "stopped":
+            where = (f"state is durable in {args.run_dir}; continue with --resume" if args.run_dir
+                     else "nothing durable (no --run-dir): a new run starts over")
+            print(f"hpcadj: stopped at iterate {result.iterations}; {where}", file=sys.stderr, flush=True)
+    if result.status == "stopped":
+        return EXIT_STOPPED
+    return EXIT_FAILED if result.status == "diverged" else 0
+
+
+def print_human(info: dict) -> None:
+    def num(v):
+        return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.6e}"
+
+    print(f"hpcadj invert: {info['model']} {info.get('grid')}, {info['steps']} steps, {info['ranks']} rank(s): "
+          f"{info['status']} (TAO reason {info['reason']}) after {info['iterations']} iterate(s)")
+    print(f"  J = {num(info['J'])} (misfit {num(info['misfit'])}, regularisation {num(info['regularization'])}), "
+          f"|g| = {num(info['grad_norm'])}")
+    print(f"  forward steps {info['forward_steps']}, adjoint steps {info['adjoint_steps']}, gradient sessions "
+          f"{info['sessions']}, forward-only sweeps {info['forward_sweeps']}, cache hits {info['hits']}, "
+          f"{info['seconds']:.3f} s")

@@ -148,9 +148,7 @@ def trajectory_fingerprint(model, controls, comm) -> dict:
            "objective": objective}
     if record is not None:
         model.load_step_record(record)
-    for vec in (u0, u1, probe, lam0, *grad.values()):
-        vec.destroy()
-    return out
+    return out  # the Vecs go with their references (a model may hand out one it keeps, e.g. u_0)
 
 
 #: what each part of the trajectory fingerprint is, for the refusal

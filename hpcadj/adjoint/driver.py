@@ -178,6 +178,9 @@ class Driver:
             self.frontier, self.lam, self.lam_step = 0, None, None
             with self.telemetry.phase("objective", step=0):
                 self.result.J += stepper.objective(0, u0)
+            if self._agree_flags(0 if math.isfinite(self.result.J) and finite([u0]) else 2):
+                raise NonFinite("the initial state u_0 (built from the controls) or its objective term holds "
+                                "a non-finite value (inf or NaN); stopped, no gradient")
         else:
             self.frontier, self.result.J = resume.frontier, resume.J
             self.lam, self.lam_step = resume.lam, resume.lam_step

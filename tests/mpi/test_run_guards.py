@@ -72,3 +72,15 @@ def test_heat_at_an_absurd_dt_exits_2_without_a_gradient(comm, shared_tmp, capfd
         lines = [line for line in err.splitlines() if line.strip()]
         assert len(lines) == 1 and lines[0].startswith("hpcadj: error:"), err
         assert "step" in lines[0]
+
+
+def test_a_non_finite_initial_state_is_named(comm):
+    model = Reaction(comm, n_steps=4)
+    controls = model.default_controls()
+    block = controls["u0"].getArray()  # written through on every rank (no stale cached norm)
+    if comm.rank == comm.size - 1:
+        block[0] = np.nan
+    with pytest.raises(NonFinite) as caught:
+        GradientSession(model, controls=controls).solve()
+    agreed(comm, str(caught.value))
+    assert "u_0" in str(caught.value)

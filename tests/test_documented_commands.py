@@ -192,10 +192,13 @@ SITE = "installs or loads a cluster site's software (network, module system): no
 STUDY = ("a study that takes minutes even at --quick size; `make experiments` (mk/experiments.mk) runs "
          "the studies")
 FRAGMENT = "a flag or launcher named in prose, not a command of its own (the full commands run above)"
+TS_PAGE = "tests/test_ts_docs.py runs docs/ts.md's example and command block as written (SLURM's part locally)"
 #: (pattern, reason): commands that cannot run here, each with why
 NOT_RUN: list[tuple[str, str]] = [
     (r"make test", "the whole suite (about 10 minutes), of which this test is a part"),
     (r"make test-cluster", "the multi-node SLURM suite, minutes; tests/test_slurm_cluster*.py"),
+    (r"(mpirun -n \d )?python my_ts\.py( .*)?|mpirun -n \d hpcadj run --model my_ts\.py:build .*"
+     r'|(\w+=("[^"]*"|\S*) )+sbatch jobs/gradient\.sbatch', TS_PAGE),
     (r"make test-fast", "the unit tier of this very suite (pytest -m unit)"),
     (r"make lint", "scripts/run-tests.sh runs ruff before pytest: make test fails on a finding"),
     (r"make setup", "scripts/setup.sh, which make test runs first (and the venv these commands use)"),
@@ -210,7 +213,7 @@ NOT_RUN: list[tuple[str, str]] = [
      SITE + "; scripts/setup.sh makes this project's venv the same way (every make test runs it)"),
     (r"(CC=mpicc \S+ \S+ )?pip install .*", SITE),
     (r"mpirun -n 2 python reaction\.py( \S+)?", "tests/test_readme_example.py runs exactly this, on 1 and 2 ranks"),
-    (r"hpcadj run --model NAME", FRAGMENT),
+    (r"hpcadj run --model( NAME)?", FRAGMENT),
     (r"hpcadj run --model reaction", "test_plugin_model_recipe below declares the entry point and runs it"),
     (r"make soak|\.venv/bin/python experiments/soak/durable_forward\.py",
      "the soak takes minutes; tests/test_soak_small.py runs its --quick version"),
@@ -218,7 +221,7 @@ NOT_RUN: list[tuple[str, str]] = [
     (r"\.venv/bin/python experiments/online/(walltime|variants|planning_cost)\.py( \S+)*", STUDY),
     (r"git show [0-9a-f]{7,40}:\S+ > /tmp/\S+", "an older version of a file, for a study's before/after figures"),
     (r"make experiments|make experiment-levels EXPERIMENTS_OUT= EXPERIMENT_FLAGS=|make experiment-[a-z-]+", STUDY),
-    (r"mpirun -n 1", FRAGMENT),
+    (r"mpirun -n [12]", FRAGMENT),
     (r"(mpirun -n 2 )?hpcadj run --json( --costs)?", "names what a study's script launches: " + FRAGMENT),
     (r"hpcadj analyze --sacct|hpcadj analyze --plot|hpcadj run --ram/--disk/--pfs", FRAGMENT),
 ]

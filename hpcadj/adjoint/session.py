@@ -468,7 +468,7 @@ class GradientSession:
         from .manager import LevelPlan
 
         MPI = mpi()
-        comm, model, ck = self.comm, self.model, self.checkpointing
+        comm, model = self.comm, self.model
         node = comm.Split_type(MPI.COMM_TYPE_SHARED)
         try:
             budget, source = self._memory_budget(node.size)

@@ -94,6 +94,7 @@ class TSStepper(AdaptiveSteps, Stepper):
         self._apply = apply_parameters
         self._u0 = u0
         self._refuse_unsupported()
+        self._claim_dm()                    # before this TS is touched: a second TS on a DM breaks the first
         self.ts_type = ts.getType()
         self._endpoint = self._theta_endpoint()
         self.adjoint_reads_next = self._endpoint
@@ -124,9 +125,7 @@ class TSStepper(AdaptiveSteps, Stepper):
             self.n_steps = None
         self._sol = u0.duplicate()          # the TS's solution Vec during adjoint steps
         self._last_taken = None             # the step the TS took last (θ's estimate continues from it)
-        self._mu = None
         self._controls = None
-        self._claim_dm()
 
     # -- checks ----------------------------------------------------------------------------
     def _claim_dm(self) -> None:

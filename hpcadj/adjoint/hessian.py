@@ -436,3 +436,44 @@ class HessianProducts:
         self.counts["products"] += 1
         result = GradientResult(J=self.J, gradient=grad, forward_steps=0, adjoint_steps=n)
         return _result(stepper, result)
+
+
+class HessianShell:
+    """y = (H + w I) x over packed controls, as the context of a petsc4py shell Mat, for TAO's
+    Newton methods (nls, bntr).
+
+    ``space`` packs the inverted controls into one Vec (:class:`hpcadj.inversion.space.ControlSpace`:
+    ``pack``, ``unpack``, ``names``, ``vec``); ``w`` is a zeroth-order Tikhonov weight. TAO's Hessian
+    callback (:meth:`point`) fixes m and runs one forward sweep (:class:`HessianProducts`); every
+    product after it (:meth:`mult`, one per Krylov iteration) runs only the tangent and reverse sweeps.
+    """
+
+    def __init__(self, model, space, *, gauss_newton: bool = False, regularization: float = 0.0):
+        self.model, self.space = model, space
+        self.gauss_newton, self.weight = gauss_newton, float(regularization)
+        self.products = None
+        self.count = 0
+
+    def matrix(self):
+        """The shell Mat (collective)."""
+        from ..stack import petsc
+
+        vec = self.space.vec
+        sizes = (vec.getLocalSize(), vec.getSize())
+        mat = petsc().Mat().createPython((sizes, sizes), context=self, comm=vec.getComm())
+        mat.setUp()
+        return mat
+
+    def point(self, tao, x, H, P) -> None:
+        """TAO's Hessian callback: the products that follow are at the controls packed in ``x``."""
+        self.products = HessianProducts(self.model, self.space.unpack(x), gauss_newton=self.gauss_newton)
+
+    def mult(self, mat, x, y) -> None:
+        v = self.space.unpack(x)
+        for name, vec in v.items():
+            if name not in self.space.names:
+                vec.set(0.0)
+        self.space.pack(self.products.hessian_action(v).hessian, y)
+        if self.weight:
+            y.axpy(self.weight, x)
+        self.count += 1

@@ -189,6 +189,8 @@ class Driver:
                     vec.copy(self.grad[name])
         self._frontier_J = {self.frontier: self.result.J}
         self._input_checks_left = self.INPUT_CHECKS
+        self._finite_state = self.frontier  # the last first-sweep state checked finite
+        self._finite_lambda = self.lam_step
         self.finished = False
         self.faults = []
         self.capacities = [level.capacity for level in self.levels]
@@ -280,6 +282,9 @@ class Driver:
     GC_EVERY = 64
     #: first-sweep steps of a run whose input is checksummed before and after ``step()``
     INPUT_CHECKS = 3
+    #: states and lambdas checked for inf/NaN every this many steps (and u_n, lambda_0 always): a
+    #: check reads the whole state, ~10 % of a memory-bound step (wave 128^3), and inf/NaN persists
+    FINITE_EVERY = 8
 
     def _agree_flags(self, flags: int) -> int:
         """The bitwise OR of every rank's ``flags`` (one small reduction)."""
@@ -300,7 +305,9 @@ class Driver:
             before = checksum(stepper, u)
         u_next = stepper.step(i, u)
         J_i = stepper.objective(i + 1, u_next)
-        flags = (2 if not (math.isfinite(J_i) and finite([u_next])) else 0)
+        if not (checked or (i + 1) % self.FINITE_EVERY == 0 or i + 1 == self.n):
+            return u_next, J_i
+        flags = 2 if not (math.isfinite(self.result.J + J_i) and finite([u_next])) else 0
         if checked and checksum(stepper, u) != before:
             flags |= 1
         flags = self._agree_flags(flags)
@@ -309,15 +316,27 @@ class Driver:
                                 f"leave the one it is given as it was: a checkpoint of u_{i} shares its "
                                 f"memory); see 'hpcadj check'")
         if flags & 2:
-            raise NonFinite(f"forward sweep: step {i} produced a non-finite value (inf or NaN) in u_{i + 1} "
-                            f"or its objective term; stopped, no gradient")
+            raise NonFinite(f"forward sweep: a non-finite value (inf or NaN) in u_{i + 1} or the objective "
+                            f"after step {i}{self._since(i + 1, self._finite_state)}; stopped, no gradient")
+        self._finite_state = i + 1
         return u_next, J_i
 
+    def _since(self, step: int, last: int | None) -> str:
+        """Where a non-finite value may have appeared first, when the last check was not the step before."""
+        if last is None or abs(step - last) <= 1:
+            return ""
+        return f" (first seen here: u_{last} was the last checked finite; checked every {self.FINITE_EVERY} steps)"
+
     def _check_lambda(self, step: int, lam, what: str) -> None:
-        """NonFinite on every rank if lambda_step holds inf or NaN on any rank."""
+        """NonFinite on every rank if lambda_step holds inf or NaN on any rank (checked at lambda_n,
+        lambda_0 and every ``FINITE_EVERY`` steps between)."""
+        if step not in (0, self.n) and step % self.FINITE_EVERY:
+            return
         if self._agree(not finite([lam])):
+            since = self._since(step, self._finite_lambda).replace("u_", "lambda_")
             raise NonFinite(f"reverse sweep: {what} produced a non-finite value (inf or NaN) in "
-                            f"lambda_{step}; stopped, no gradient")
+                            f"lambda_{step}{since}; stopped, no gradient")
+        self._finite_lambda = step
 
     def _with_prefetch(self, actions):
         """Yield the actions, first telling a level which snapshot the next Restore will read.
@@ -493,6 +512,10 @@ class Driver:
             self.n = self.stepper.n_steps
         if self.frontier != self.n or self.n not in self.work:
             raise PlanError(f"EndForward before u_{self.n} was reached (frontier {self.frontier})")
+        if self._finite_state != self.n and self._agree_flags(
+                0 if math.isfinite(self.result.J) and finite([self.work.get(self.n)]) else 2):
+            raise NonFinite(f"forward sweep: a non-finite value (inf or NaN) in u_{self.n} or the objective"
+                            f"{self._since(self.n, self._finite_state)}; stopped, no gradient")
         lam = self.stepper.objective_gradient(self.n, self.work.get(self.n))
         if lam is None:
             lam = self.work.get(self.n).duplicate()

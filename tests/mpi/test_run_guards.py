@@ -11,6 +11,7 @@ import pytest
 from mpi4py import MPI  # noqa: F401  (MPI before the comm fixture starts PETSc)
 
 from contract_models import Blows, NanAdjoint, Reaction, ScalesInput
+from hpcadj.adjoint.driver import Driver
 from hpcadj.adjoint.guards import InputModified, NonFinite
 from hpcadj.adjoint.session import Checkpointing, GradientSession
 from hpcadj.models.base import SolverError
@@ -40,20 +41,46 @@ def test_a_kept_contract_still_completes(comm, options):
     assert np.isfinite(outcome.result.J)
 
 
-def test_an_infinite_state_names_its_step(comm):
+@pytest.fixture
+def every_step(monkeypatch):
+    """States and lambdas checked at every step, so the step a value turned non-finite is named."""
+    monkeypatch.setattr(Driver, "FINITE_EVERY", 1)
+
+
+def test_an_infinite_state_names_its_step(comm, every_step):
+    model = Blows(comm, n_steps=12)
+    model.bad = 6
     with pytest.raises(NonFinite) as caught:
-        GradientSession(Blows(comm, n_steps=6)).solve()
+        GradientSession(model).solve()
     message = str(caught.value)
     agreed(comm, message)
-    assert "u_3" in message and "step 2" in message and "forward" in message
+    assert "u_6" in message and "step 5" in message and "forward" in message
 
 
-def test_a_nan_lambda_names_its_adjoint_step(comm):
+def test_an_infinite_state_between_checks_is_caught_with_its_range(comm):
+    model = Blows(comm, n_steps=20)
+    model.bad = 5  # past the checksummed first steps, before the check of u_8
+    with pytest.raises(NonFinite) as caught:
+        GradientSession(model, Checkpointing(ram=3, schedule="revolve")).solve()
+    message = str(caught.value)
+    agreed(comm, message)
+    assert "u_8" in message and "u_3 was the last checked finite" in message
+
+
+def test_a_nan_lambda_names_its_adjoint_step(comm, every_step):
     with pytest.raises(NonFinite) as caught:
         GradientSession(NanAdjoint(comm, n_steps=6), Checkpointing(ram=2, schedule="revolve")).solve()
     message = str(caught.value)
     agreed(comm, message)
     assert "lambda_2" in message and "adjoint step 2" in message
+
+
+def test_a_nan_lambda_between_checks_is_caught_at_lambda_0(comm):
+    with pytest.raises(NonFinite) as caught:
+        GradientSession(NanAdjoint(comm, n_steps=6), Checkpointing(ram=2, schedule="revolve")).solve()
+    message = str(caught.value)
+    agreed(comm, message)
+    assert "lambda_0" in message and "lambda_6 was the last checked finite" in message
 
 
 @pytest.mark.parametrize("dt", ["1e160", "1e200", "1e300"])

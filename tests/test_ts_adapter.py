@@ -121,3 +121,23 @@ def test_ex23_mass_matrix_parameter(comm):
     assert taylor_test(stepper, controls, "c", eps0=1e-2).min_rate >= 1.95
     # x(T) is linear in a: the Taylor remainder is round-off at every eps, no rate to measure
     assert max(taylor_test(stepper, controls, "u0", eps0=1e-2).remainders) < 1e-12 * abs(mine.J)
+
+
+@pytest.mark.parametrize("kind", ["rk4", "cn"])
+def test_per_step_terms_taylor(comm, kind):
+    """every_step terms (a misfit at every state) beside the final term: Taylor rate >= 1.95 for u0 and μ."""
+    ode = _vdp(comm, kind)
+    target = ode.u0.copy()
+
+    def value(i, t, u):
+        d = u - target
+        return 0.5 * t * d.dot(d)
+
+    def gradient(i, t, u):
+        return (u - target) * t
+
+    stepper = TSStepper(ode.ts, ode.u0, 20, parameters={"mu": ode.p}, apply_parameters=ode.set_mu,
+                        final=HALF_NORM2, every_step=(value, gradient))
+    controls = _moved(stepper.default_controls(), 0.98, 10.3)
+    for control in ("u0", "mu"):
+        assert taylor_test(stepper, controls, control, eps0=1e-3).min_rate >= 1.95

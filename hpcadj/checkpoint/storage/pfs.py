@@ -155,6 +155,8 @@ class H5File(Transport):
             contiguous_in_file(lay.global_shape, s, n) for s, n in zip(*self._ranks[f])))
             for f, lay in ((f, layout[f]) for f in self.fields)}
         self._file = None
+        self._unflushed = 0  # writes since the file's end was last re-measured (make_room)
+        self._roomy: set[int] = set()  # slots whose blocks this process has allocated
         self._created = False  # only a file this run created (or attached as its own) is removed
         self.groups: dict[int, object] = {}
         self._free_slots: list[int] = []
@@ -245,19 +247,32 @@ class H5File(Transport):
         why = reserve(self.path, [], at_end=METADATA_MARGIN) if self.rank == 0 else None
         agree_or_raise(self.comm, why, LevelError, f"{self.name}: no room for {self.path} ({{detail}})")
 
+    #: writes between the flushes that re-measure the file's end (a flush syncs the file: costly)
+    FLUSH_EVERY = 16
+
     def make_room(self, step: int, slot: int) -> None:
-        """Collective, before ``step`` is written to ``slot``: flush (the file then ends where
-        HDF5's allocations do) and allocate the blocks the write and its metadata may touch: the
-        slot's datasets, or room for a new slot, and a margin past the end. Raises the same
-        WriteFailed on every rank if either fails, before any other HDF5 call."""
+        """Collective, before ``step`` is written to ``slot``: allocate the blocks the write and
+        its metadata may touch. For a new slot, and every FLUSH_EVERY writes, the file is flushed
+        first (it then ends where HDF5's allocations do) and room for the slot plus a metadata
+        margin is allocated past its end; otherwise the slot's datasets, once per process (the
+        margin taken at the last flush covers the metadata of the writes in between). Raises the same WriteFailed on
+        every rank if anything fails, before any other HDF5 call."""
+        new = slot not in self.groups
+        flush = new or self._unflushed >= self.FLUSH_EVERY
+        self._unflushed += 1
+        if not flush and slot in self._roomy:  # its blocks are allocated, the margin stands
+            return
         error = None
-        try:
-            self._file.flush()
-        except Exception as exc:  # noqa: BLE001 - agreed next
-            error = exc
-        self.agree_write(step, slot, error, "flush", 0)
+        if flush:
+            try:
+                self._file.flush()
+            except Exception as exc:  # noqa: BLE001 - agreed next
+                error = exc
+            self.agree_write(step, slot, error, "flush", 0)
+            self._unflushed = 1
         if self.rank != 0:
             self.agree_write(step, slot, None, "room", 0)
+            self._roomy.add(slot)
             return
         name = f"slot_{slot:04d}"
         ranges, extra = [], 0
@@ -270,11 +285,12 @@ class H5File(Transport):
                             + 4096 for f in self.fields)
             else:
                 ranges = [(g[f].id.get_offset() or 0, int(g[f].id.get_storage_size())) for f in self.fields]
-            why = reserve(self.path, ranges, at_end=extra + METADATA_MARGIN)
+            why = reserve(self.path, ranges, at_end=extra + METADATA_MARGIN if flush else 0)
             error = None if why is None else OSError(why)
         except Exception as exc:  # noqa: BLE001 - agreed next
             error = exc
         self.agree_write(step, slot, error, "room", 0)
+        self._roomy.add(slot)
 
     def take_slot(self, step: int) -> int:
         """A free slot for ``step`` (the lowest freed one, else a new one); collective bookkeeping."""
@@ -315,7 +331,11 @@ class H5File(Transport):
                 del self._file["snapshots"][link]
             self._file["snapshots"][link] = g
             if self.fsync or self.keep:
-                self._file.flush()
+                self._file.flush()  # the file now ends where HDF5's allocations do: a new margin
+                self._unflushed = 0
+                why = reserve(self.path, [], at_end=METADATA_MARGIN) if self.rank == 0 else None
+                if why is not None:
+                    raise OSError(why)
         except Exception as exc:  # noqa: BLE001 - agreed below
             error = exc
         try:

@@ -94,6 +94,8 @@ BURGERS = ("mpirun -n 2 hpcadj run --model burgers --grid 128x128 --steps 400 --
            "--disk 1GiB --pfs 64 --pfs-file /scratch/$USER/ck.h5 --local-dir $TMPDIR --json")
 WAVE = ("mpirun -n 2 hpcadj run --model wave --grid 256x256 --ram 4 --disk 16 --pfs 64 --pfs-file $SCRATCH/ck.h5 "
         "--run-dir $SCRATCH/run1")
+INVERT = ("mpirun -n 2 hpcadj invert --grid 32x32 --steps 20 --dt 2e-3 --invert kappa --bounds kappa:0.5:3 "
+          "--max-it 10 --ram 4 --run-dir inv --log-dir inv/log -tao_ls_type armijo")
 PLAN = "hpcadj plan --steps 1000 --ram 20 [--disk 40 --pfs 200 --costs burgers.json] [--json] [--actions]"
 
 
@@ -185,6 +187,12 @@ RUN: dict[str, list[tuple]] = {
          _files("pareto.png", "results.md"))],
     ".venv/bin/hpcadj analyze /tmp/sweepfig/logs --csv > experiments/telemetry/results.csv": [
         (".venv/bin/hpcadj analyze sweepfig/logs --csv > results.csv", 0, _files("results.csv"))],
+    # docs/inversion.md: an inversion, then its resume raising the cap (the run directory carries over)
+    INVERT: [(small(INVERT), 0, _all(_has("hpcadj invert: heat 16x16, 12 steps, 2 rank(s)"),
+                                      _files("inv/inversion.json", "inv/log/inversion.jsonl")))],
+    INVERT.replace("--max-it 10", "--max-it 15") + " --resume": [
+        (small(INVERT.replace("--max-it 10", "--max-it 15")) + " --resume", 0,
+         _has("hpcadj invert: heat 16x16, 12 steps, 2 rank(s)"))],
 }
 
 SLURM = "needs a SLURM cluster; tests/test_slurm_jobs.py submits the job scripts to a private one"

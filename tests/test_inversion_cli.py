@@ -84,6 +84,7 @@ def test_invert_recovers_kappa_and_logs_each_iterate(observations, tmp_path, cap
     assert all(b < a for a, b in zip(misfits, misfits[1:])) and misfits[-1] == info["misfit"]
     # Armijo asks g at the accepted point only: the gradient policy answers it from the cache
     assert info["hits"] >= 6 and info["forward_sweeps"] == 0
+    assert info["forward_steps"] < 0.8 * info["naive_forward_steps"], info
     from hpcadj.stack import h5py
 
     with h5py().File(tmp_path / "k.h5", "r") as f:

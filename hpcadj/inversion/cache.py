@@ -76,6 +76,11 @@ class EvaluationCache:
         self.sessions = 0           # checkpointed gradient sessions run
         self.forward_sweeps = 0     # objective-only forward sweeps run ("forward" policy)
         self.hits = 0               # requests answered without computing
+        self.requests = {"objective": 0, "gradient": 0}
+        #: what a loop without cache pays: n steps per objective-only request, one gradient session's
+        #: forward steps (the last one run) per gradient request
+        self.naive_forward_steps = 0
+        self._session_steps = None
         self.notes: list[str] = []
 
     def key(self, x) -> str:
@@ -87,10 +92,16 @@ class EvaluationCache:
                 vec.destroy()
 
     def objective(self, x) -> Evaluation:
-        return self._evaluate(x, gradient=self.policy == "gradient", needed=False)
+        e = self._evaluate(x, gradient=self.policy == "gradient", needed=False)
+        self.requests["objective"] += 1
+        self.naive_forward_steps += self.model.n_steps or e.forward_steps
+        return e
 
     def gradient(self, x) -> Evaluation:
-        return self._evaluate(x, gradient=True, needed=True)
+        e = self._evaluate(x, gradient=True, needed=True)
+        self.requests["gradient"] += 1
+        self.naive_forward_steps += self._session_steps
+        return e
 
     def _evaluate(self, x, gradient: bool, needed: bool) -> Evaluation:
         key = self.key(x)
@@ -126,6 +137,7 @@ class EvaluationCache:
         for vec in list(result.gradient.values()) + list(controls.values()):
             vec.destroy()
         self.sessions += 1
+        self._session_steps = result.forward_steps
         self.forward_steps += result.forward_steps
         self.adjoint_steps += result.adjoint_steps
         return Evaluation(key, result.J, g, result.forward_steps, result.adjoint_steps,
@@ -158,4 +170,6 @@ class EvaluationCache:
 
     def counts(self) -> dict:
         return {"forward_steps": self.forward_steps, "adjoint_steps": self.adjoint_steps,
-                "sessions": self.sessions, "forward_sweeps": self.forward_sweeps, "hits": self.hits}
+                "sessions": self.sessions, "forward_sweeps": self.forward_sweeps, "hits": self.hits,
+                "objective_requests": self.requests["objective"], "gradient_requests": self.requests["gradient"],
+                "naive_forward_steps": self.naive_forward_steps}

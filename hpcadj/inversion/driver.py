@@ -165,7 +165,7 @@ class Inversion:
         reference = space.pack(self.reference) if self.reference is not None else space.pack(self.controls)
         reg = Tikhonov(float(self.weight), reference)
         cache = EvaluationCache(self.model, space, self.checkpointing, policy=self.policy)
-        self._cache, self._space = cache, space
+        self._cache, self._space, self._energy = cache, space, None
         t_start = time.perf_counter()
         self._mark = {"t": t_start, "forward": 0, "adjoint": 0, "meter": self._meter()}
         stop = self._stop_check(t_start)
@@ -250,6 +250,9 @@ class Inversion:
         final = space.unpack(tao.getSolution()) if status != "stopped" else (
             store.load(self.controls)[1] if store is not None and history else space.unpack(x))
         tao.destroy()
+        if self._energy is not None:
+            self._energy.node_comm.Free()
+            self._energy = None
         return InversionResult(status, reason, last["iteration"], last["J"], last["misfit"],
                                last["regularization"], last["grad_norm"], final, history,
                                {**cache.counts(), "seconds": time.perf_counter() - t_start}, resumed_from)
@@ -265,11 +268,14 @@ class Inversion:
         return check
 
     def _meter(self):
+        """The energy meter, restarted for the next iterate (one meter: its node communicator is
+        split once per solve, not once per iterate)."""
         from ..telemetry.energy import EnergyMeter
 
-        meter = EnergyMeter(self.comm, interval_s=None, nvml=False)
-        meter.start()
-        return meter
+        if getattr(self, "_energy", None) is None:
+            self._energy = EnergyMeter(self.comm, interval_s=None, nvml=False)
+        self._energy.start()
+        return self._energy
 
     def _record(self, iteration: int, x, f: float, gnorm: float, step: float, reg) -> dict:
         """One accepted iterate's telemetry: J, its terms, ‖g‖, step, steps, seconds and joules."""

@@ -146,3 +146,21 @@ def test_sigusr1_stops_with_75_and_resume_continues(observations, tmp_path, caps
     assert final["history"][:k + 1] == state["history"]
     misfits = [h["misfit"] for h in final["history"]]
     assert all(b < a for a, b in zip(misfits, misfits[1:])), misfits
+
+
+def test_a_users_model_file_is_inverted(tmp_path, monkeypatch, capsys, restore_signals):
+    """--model path/to/file.py:Name as for run: docs/example.md's model, its field ``a`` inverted."""
+    import sys
+
+    from .test_model_spec import readme_model
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    path = tmp_path / "reaction.py"
+    path.write_text(readme_model())
+    args = ["invert", "--model", f"{path}:ReactionDiffusion", "--grid", "10x8", "--steps", "4", "--dt", "1e-4",
+            "--invert", "a", "--max-it", "3", "--ram", "2", "--log-dir", str(tmp_path / "log"), "--json"]
+    assert main(args) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["model"] == "reaction" and info["iterations"] == 3, info
+    lines = [json.loads(line) for line in (tmp_path / "log" / "inversion.jsonl").read_text().splitlines()]
+    assert info["sessions"] >= 4 and info["J"] == lines[-1]["J"] < lines[0]["J"], (info, lines)

@@ -226,6 +226,7 @@ NOT_RUN: list[tuple[str, str]] = [
     (r"make soak|\.venv/bin/python experiments/soak/durable_forward\.py",
      "the soak takes minutes; tests/test_soak_small.py runs its --quick version"),
     (r"(\.venv/bin/)?python experiments/\w+/(run|plan_choice)\.py", STUDY),
+    (r"mpirun -n \d python experiments/memory_budget/compressed\.py .*", STUDY),
     (r"\.venv/bin/python experiments/online/(walltime|variants|planning_cost)\.py( \S+)*", STUDY),
     (r"git show [0-9a-f]{7,40}:\S+ > /tmp/\S+", "an older version of a file, for a study's before/after figures"),
     (r"make experiments|make experiment-levels EXPERIMENTS_OUT= EXPERIMENT_FLAGS=|make experiment-[a-z-]+", STUDY),

@@ -65,7 +65,7 @@ def inline_commands(text: str) -> list[str]:
     for span in re.findall(r"`([^`\n]+)`", text):
         span = span.strip()
         if (_first_word(span) not in COMMAND_WORDS or len(span.split()) < 2 or PLACEHOLDER.search(span)
-                or re.fullmatch(r"hpcadj (run|gradcheck|check|hesscheck|plan|calibrate|analyze)", span)
+                or re.fullmatch(r"hpcadj (run|gradcheck|check|hesscheck|plan|calibrate|analyze|invert)", span)
                 or not re.fullmatch(r"[\w.$=/'\"(); -]+", span)
                 or (span.startswith(". ") and "/" not in span.split()[1])):  # prose between two spans
             continue

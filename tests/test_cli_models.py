@@ -22,7 +22,7 @@ HPCADJ = str(ROOT / ".venv" / "bin" / "hpcadj")
 LEGACY = '''
 
 class LegacyReaction(ReactionDiffusion):
-    """The README model with the pre-adapter protocol: CLI classmethods on the Stepper class."""
+    """The documented example model with the pre-adapter protocol: CLI classmethods on the Stepper class."""
 
     name = "legacy"
 
@@ -48,9 +48,9 @@ def test_stepper_has_no_cli_hooks_and_every_builtin_has_an_adapter():
 
 
 def _plugin(tmp_path: Path) -> dict:
-    """The README's example module, plus a legacy Stepper, as package ``mypkg`` with three entry
-    points: the README's adapter, the legacy class, and a Stepper class with no CLI at all."""
-    text = (ROOT / "README.md").read_text()
+    """The documented example module (docs/example.md), plus a legacy Stepper, as package ``mypkg``
+    with three entry points: the example's adapter, the legacy class, and a Stepper class with no CLI."""
+    text = (ROOT / "docs" / "example.md").read_text()
     example = next(b for b in re.findall(r"```python\n(.*?)```", text, flags=re.S)
                    if "class ReactionDiffusion(Stepper)" in b)
     head = example.split('\nif __name__ == "__main__":')[0]

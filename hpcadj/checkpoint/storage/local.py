@@ -59,13 +59,15 @@ def resolve_local_dir(local_dir: str | None = None) -> str:
     return "/tmp"
 
 
-def sweep_dead_scratch(base_dir: str) -> int:
+def sweep_dead_scratch(base_dir: str, own_run: str | None = None) -> int:
     """Remove the rank directories of scratch levels (``hpcadj-calibrate-*``) under ``base_dir``
     whose owner process is gone (its lock on ``.owner`` released, by exit or by a kill); the
-    number of snapshot files removed. A live owner's directory is left alone."""
+    number of snapshot files removed. A live owner's directory is left alone, and so is run
+    ``own_run``'s (the caller's ranks may be creating theirs at this moment)."""
     removed = 0
     try:
-        runs = [e for e in os.listdir(base_dir) if e.startswith("hpcadj-" + SCRATCH_PREFIX)]
+        runs = [e for e in os.listdir(base_dir) if e.startswith("hpcadj-" + SCRATCH_PREFIX)
+                and e != f"hpcadj-{own_run}"]
     except OSError:
         return 0
     for run in runs:
@@ -87,7 +89,7 @@ def sweep_dead_scratch(base_dir: str) -> int:
                 continue
             try:
                 for name in os.listdir(rank_dir):
-                    if name.endswith((".snap", ".tmp")) or name in ("LAYOUT.json", OWNER):
+                    if name.endswith((".snap", ".tmp")) or name == "LAYOUT.json" or name.startswith(OWNER):
                         _remove(os.path.join(rank_dir, name))
                         removed += name.endswith(".snap")
             finally:
@@ -311,12 +313,15 @@ class RankFiles(Transport):
     def probe(self) -> str | None:
         """Create this rank's directory and write a probe file; the reason on failure. A scratch
         level locks its ``.owner`` file first; dead scratch levels' files are swept."""
-        sweep_dead_scratch(self.base_dir)
+        sweep_dead_scratch(self.base_dir, own_run=self.run_id)
         try:
             os.makedirs(self.directory, exist_ok=True)
             if self.run_id.startswith(SCRATCH_PREFIX) and self._owner is None:
-                self._owner = os.open(os.path.join(self.directory, OWNER), os.O_RDWR | os.O_CREAT, 0o600)
+                # locked under a private name, then renamed: a sweep never finds an unlocked .owner
+                taking = os.path.join(self.directory, f"{OWNER}.{self._nonce}")
+                self._owner = os.open(taking, os.O_RDWR | os.O_CREAT, 0o600)
                 fcntl.flock(self._owner, fcntl.LOCK_EX)
+                os.rename(taking, os.path.join(self.directory, OWNER))
             probe = os.path.join(self.directory, f".probe-{self._nonce}")
             with open(probe, "wb") as f:
                 f.write(b"ok")

@@ -27,21 +27,8 @@ def reserve(path: str, ranges, *, at_end: int = 0) -> str | None:
     The file's size grows with the reservation (HDF5 truncates the file back to what it uses
     when it next flushes or closes it). Not collective: one rank calls it, the caller agrees.
     """
-    try:
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            wanted = [(int(o), int(n)) for o, n in ranges if n > 0]
-            if at_end > 0:
-                wanted.append((os.fstat(fd).st_size, int(at_end)))
-            for offset, length in wanted:
-                os.posix_fallocate(fd, offset, length)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        if exc.errno in _UNSUPPORTED:
-            return None
-        return exc.strerror or str(exc)
-    return None
+    wanted = [(int(o), int(n)) for o, n in ranges if n > 0]
+    return _allocate(path, os.O_WRONLY, wanted, at_end=int(at_end))
 
 
 def preallocate(path: str, nbytes: int) -> str | None:
@@ -50,10 +37,19 @@ def preallocate(path: str, nbytes: int) -> str | None:
     Used before a file is created by HDF5 (which truncates it): it proves the room exists, and
     frees it for the HDF5 file to take at once.
     """
+    return _allocate(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, [(0, max(1, int(nbytes)))])
+
+
+def _allocate(path: str, flags: int, ranges, at_end: int = 0) -> str | None:
+    """posix_fallocate each range of ``path`` (opened with ``flags``) and ``at_end`` bytes past its
+    end; None when done or when the file system cannot preallocate, else the reason it failed."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(path, flags, 0o644)
         try:
-            os.posix_fallocate(fd, 0, max(1, int(nbytes)))
+            if at_end > 0:
+                ranges = [*ranges, (os.fstat(fd).st_size, at_end)]
+            for offset, length in ranges:
+                os.posix_fallocate(fd, offset, length)
         finally:
             os.close(fd)
     except OSError as exc:

@@ -48,7 +48,7 @@ def any_rank(comm, flag: bool) -> bool:
     """True on every rank if ``flag`` is true on any rank."""
     if comm is None:
         return bool(flag)
-    from .stack import mpi
+    from .imports import mpi
 
     return bool(comm.allreduce(bool(flag), op=mpi().LOR))
 

@@ -20,7 +20,7 @@ import zlib
 import numpy as np
 
 from .snapshot import Snapshot, SnapshotLayout
-from .stack import h5py
+from .imports import h5py
 
 
 def check_writable(path: str) -> None:

@@ -33,4 +33,4 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
       --no-build-isolation -e '.[test]'
   touch "$stamp"
 fi
-.venv/bin/python -c 'import hpcadj.stack as s; s.check()' 
+.venv/bin/python -c 'import hpcadj.imports as s; s.check()' 

@@ -11,7 +11,7 @@ from hpcadj.adjoint import compute_gradient, dot_product_test
 from hpcadj.cli import Parser
 from hpcadj.cli.common import add_model_arguments, build_model
 from hpcadj.models.grayscott import GrayScottModel
-from hpcadj.stack import mpi
+from hpcadj.imports import mpi
 
 CASES = [("wave", "8x8x6"), ("wave", "8x6"), ("burgers", "8x8"), ("heat", "8x8x6"), ("heat", "8x6"),
          ("grayscott", "8x8")]

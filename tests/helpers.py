@@ -77,7 +77,7 @@ RESTART_PROFILE = {"forward_s": 1.0, "adjoint_s": 2.0, "source": "test",
 
 def read_gradients(path) -> dict:
     """Every dataset of a ``--gradient-out`` file, by name."""
-    from hpcadj.stack import h5py
+    from hpcadj.imports import h5py
 
     with h5py().File(path, "r") as f:
         return {name: f[name][...] for name in f}

@@ -103,7 +103,7 @@ def test_neighbours_direction_is_stated_and_true():
     import numpy as np
 
     from hpcadj import Grid
-    from hpcadj.stack import mpi
+    from hpcadj.imports import mpi
 
     row = next(line for line in PAGE.splitlines() if line.startswith("| `neighbours()`"))
     assert "−1 or +1" in row and "index −1 or +1 along that axis" in row and "0 the slowest" in row

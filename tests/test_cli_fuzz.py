@@ -92,7 +92,7 @@ def check_well_formed_outputs(command: str, argv: list[str], stdout: str) -> Non
     # the last occurrence of a repeated flag is the one argparse uses
     last = {tok: argv[i + 1] for i, tok in enumerate(argv[:-1]) if tok in OUTPUT_FLAGS}
     if command == "run" and "--gradient-out" in last:
-        from hpcadj.stack import h5py
+        from hpcadj.imports import h5py
 
         with h5py().File(last["--gradient-out"], "r") as f:
             assert "grad_u0" in f and np.all(np.isfinite(f["grad_u0"][...]))
@@ -136,7 +136,7 @@ _counter = itertools.count()
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """Named input files and directories, valid and broken; ``fresh(kind)`` makes a new output path."""
-    from hpcadj.stack import h5py
+    from hpcadj.imports import h5py
 
     root = tmp_path_factory.mktemp("fuzz")
     h5 = h5py()

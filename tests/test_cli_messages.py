@@ -34,7 +34,7 @@ def test_analyze_labels_runs_by_their_shortest_distinct_path(tmp_path):
 
 
 def _observations(path, steps, u=None, u_group=False):
-    from hpcadj.stack import h5py
+    from hpcadj.imports import h5py
 
     with h5py().File(path, "w") as f:
         f["steps"] = steps

@@ -12,11 +12,11 @@ import pytest
 
 from hpcadj.checkpoint.storage import codec as C
 from hpcadj.checkpoint.storage.base import CorruptSnapshot
-from hpcadj.adjoint.compression import peak_bytes, pooled_capacity, size_curve
+from hpcadj.checkpoint.compression import peak_bytes, pooled_capacity, size_curve
 from hpcadj.checkpoint.storage.compressed import CompressedLevel, CompressionOverflow, PooledLevel, frame, unframe
 from hpcadj.checkpoint.storage.factory import make_level
 from hpcadj.snapshot import FieldLayout
-from hpcadj.stack import h5py
+from hpcadj.imports import h5py
 
 from .helpers import HPCADJ, mpirun, run
 
@@ -198,7 +198,7 @@ def test_peak_bytes_follows_stores_moves_and_frees():
 
 
 def test_pooled_capacity_plans_more_slots_than_the_worst_size_and_its_plan_fits():
-    from hpcadj.adjoint.manager import LevelPlan
+    from hpcadj.checkpoint.manager import LevelPlan
     from hpcadj.checkpoint.schedules import make_schedule
 
     n, pool = 200, 100_000

@@ -17,7 +17,7 @@ BIG = (640, 640)
 
 @pytest.fixture(scope="module")
 def comm():
-    from hpcadj.stack import mpi, petsc
+    from hpcadj.imports import mpi, petsc
 
     petsc()
     return mpi().COMM_WORLD

@@ -173,8 +173,8 @@ RUN: dict[str, list[tuple]] = {
     "hpcadj run --model burgers --grid 64x64 --adaptive --t-final 1.0 --ram 8 --schedule online": [
         ("hpcadj run --model burgers --grid 16x16 --adaptive --t-final 0.2 --ram 8 --schedule online", 0,
          _has("hpcadj run: burgers 16x16", "schedule online"))],
-    "python -c 'import hpcadj.stack as s; s.check()'": [
-        ("python -c 'import hpcadj.stack as s; s.check()'", 0, _has("(HDF5", "mpi)"))],
+    "python -c 'import hpcadj.imports as s; s.check()'": [
+        ("python -c 'import hpcadj.imports as s; s.check()'", 0, _has("(HDF5", "mpi)"))],
     "hpcadj run --help": [("hpcadj run --help", 0, _has("usage: hpcadj run", "--run-dir"))],
     # experiments/telemetry: the sweep at a small size, its outputs in the working directory (the
     # committed figure and tables stay as they are)

@@ -16,7 +16,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from hpcadj.stack import h5py
+from hpcadj.imports import h5py
 
 from .helpers import hpcadj
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from hpcadj.stack import h5py
+from hpcadj.imports import h5py
 
 from .helpers import hpcadj_json
 

@@ -22,7 +22,7 @@ GRID, N, DT, OBSERVED = (12, 10), 10, 2e-3, [2, 4, 6, 8, 10]
 def observations(tmp_path_factory):
     """u at the observed steps of a heat run with kappa = 1 + 0.8 sin(pi x) sin(pi y)."""
     from hpcadj.models.heat import HeatModel
-    from hpcadj.stack import h5py, mpi
+    from hpcadj.imports import h5py, mpi
 
     comm = mpi().COMM_WORLD
     truth = HeatModel(comm, grid=GRID, n_steps=N, dt=DT)
@@ -85,7 +85,7 @@ def test_invert_recovers_kappa_and_logs_each_iterate(observations, tmp_path, cap
     # Armijo asks g at the accepted point only: the gradient policy answers it from the cache
     assert info["hits"] >= 6 and info["forward_sweeps"] == 0
     assert info["forward_steps"] < 0.8 * info["naive_forward_steps"], info
-    from hpcadj.stack import h5py
+    from hpcadj.imports import h5py
 
     with h5py().File(tmp_path / "k.h5", "r") as f:
         kappa = f["kappa"][...]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcadj.stack import h5py
+from hpcadj.imports import h5py
 
 from .helpers import HPCADJ, hpcadj, mpi_env
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hpcadj.adjoint.memory import (DEFAULT_MODEL_STATES, DRIVER_STATES, LevelSpec, least_budget, model_states,
+from hpcadj.checkpoint.memory import (DEFAULT_MODEL_STATES, DRIVER_STATES, LevelSpec, least_budget, model_states,
                                    plan_memory, process_rss_bytes, staging_snapshots)
 from hpcadj.snapshot import FieldLayout
 

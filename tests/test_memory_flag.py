@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from hpcadj.adjoint.memory import budget_from_environment
+from hpcadj.checkpoint.memory import budget_from_environment
 
 from .helpers import hpcadj, hpcadj_json
 

@@ -17,7 +17,7 @@ KEYS = {"model", "grid", "steps", "ranks", "J", "grad_norm", "forward_steps", "a
 
 
 def _read(path):
-    from hpcadj.stack import h5py
+    from hpcadj.imports import h5py
 
     with h5py().File(path, "r") as f:
         return {name: np.array(f[name][...]) for name in f}

@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from hpcadj.stack import h5py
+from hpcadj.imports import h5py
 
 from .helpers import RESTART_BASE, RESTART_LEVELS, hpcadj, hpcadj_json
 from .helpers import read_gradients as gradients

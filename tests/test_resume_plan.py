@@ -74,8 +74,8 @@ def test_random_resumed_states_give_valid_plans(n, caps, seed, reverse):
 
 
 def test_predicted_durable_seconds_counts_frontier_stores_adjoint_points_and_the_interval():
-    from hpcadj.adjoint.manager import LevelPlan
-    from hpcadj.adjoint.restart import predicted_durable_seconds
+    from hpcadj.checkpoint.manager import LevelPlan
+    from hpcadj.restart import predicted_durable_seconds
     from hpcadj.checkpoint.schedules import CostProfile, LevelCost, make_schedule
 
     plans = [LevelPlan("ram", "ram", 2), LevelPlan("disk", "local", 4)]

@@ -606,7 +606,7 @@ def test_survey_keeps_what_survived_and_discards_the_rest(tmp_path):
 EXIT_PROBE = """
 import sys
 
-from hpcadj.stack import mpi, petsc
+from hpcadj.imports import mpi, petsc
 
 petsc([])
 from hpcadj.checkpoint.storage import make_level

@@ -126,7 +126,7 @@ def test_existing_run_is_not_mixed_in(tmp_path):
 
 def test_with_petsc_log_events(tmp_path):
     """The driver's default Telemetry also opens PETSc.Log events; the sink sees the same phases."""
-    from hpcadj.stack import petsc
+    from hpcadj.imports import petsc
 
     PETSc = petsc()
     PETSc.Log.begin()

@@ -13,7 +13,7 @@ import pytest
 from hpcadj.adjoint.verify import compute_gradient, taylor_test
 from hpcadj.checkpoint.schedules import make_schedule
 from hpcadj.checkpoint.storage import RamLevel
-from hpcadj.stack import mpi, petsc
+from hpcadj.imports import mpi, petsc
 from hpcadj.ts import TSStepper
 from hpcadj.ts.check import tsadjoint_gradient
 from hpcadj.ts.examples import MassODE, VanDerPol

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hpcadj.adjoint.session import Checkpointing, GradientSession
-from hpcadj.stack import mpi, petsc
+from hpcadj.imports import mpi, petsc
 from hpcadj.ts import TSStepper
 from hpcadj.ts.check import tsadjoint_gradient
 from hpcadj.ts.examples import VanDerPol

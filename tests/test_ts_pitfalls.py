@@ -9,7 +9,7 @@ import pytest
 
 from hpcadj.adjoint.verify import compute_gradient
 from hpcadj.models.base import SolverError
-from hpcadj.stack import mpi, petsc
+from hpcadj.imports import mpi, petsc
 from hpcadj.ts import TSRefused, TSStepper
 from hpcadj.ts.check import tsadjoint_gradient
 from hpcadj.ts.examples import GrayScott, VanDerPol

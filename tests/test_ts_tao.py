@@ -9,7 +9,7 @@ import numpy as np
 
 from hpcadj.adjoint.session import Checkpointing, GradientSession
 from hpcadj.adjoint.verify import taylor_test
-from hpcadj.stack import mpi, petsc
+from hpcadj.imports import mpi, petsc
 from hpcadj.ts import TSStepper
 from hpcadj.ts.check import tsadjoint_gradient
 from hpcadj.ts.examples import GrayScott

@@ -44,7 +44,7 @@ FIELDS = ["model", "grid", "steps", "field_max_abs", "raw_mib", "codec", "tolera
 def state_after(name: str, grid, steps: int):
     """This model's snapshot after ``steps`` forward steps from its default controls, and s/step."""
     from hpcadj.models import model_class
-    from hpcadj.stack import mpi
+    from hpcadj.imports import mpi
 
     comm = mpi().COMM_WORLD
     model = model_class(name)(comm, grid=grid, n_steps=steps)

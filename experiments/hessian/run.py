@@ -16,12 +16,12 @@ import csv
 import os
 import time
 
-from hpcadj.stack import mpi, petsc
+from hpcadj.imports import mpi, petsc
 
 petsc()
 from hpcadj.adjoint import Driver, compute_gradient  # noqa: E402
 from hpcadj.adjoint import hessian as H  # noqa: E402
-from hpcadj.adjoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for  # noqa: E402
+from hpcadj.checkpoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for  # noqa: E402
 from hpcadj.adjoint.verify import evaluate_objective  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -45,7 +45,7 @@ def main():
     ap.add_argument("--reps", type=int, default=13)
     args = ap.parse_args()
     from hpcadj.models.dmda import parse_grid
-    from hpcadj.stack import mpi, petsc
+    from hpcadj.imports import mpi, petsc
 
     grid = args.grid or ("1024x1024" if args.model == "burgers" else "128x128x128")
     try:

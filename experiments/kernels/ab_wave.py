@@ -35,7 +35,7 @@ def main():
     from hpcadj.models import kernels
     from hpcadj.models.kernels import wave as new
     from hpcadj.models.wave import WaveModel
-    from hpcadj.stack import mpi
+    from hpcadj.imports import mpi
 
     old = load_kernels(path, "old_wave_kernels")
     n = args.grid

@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from hpcadj.stack import mpi, petsc  # noqa: E402
+from hpcadj.imports import mpi, petsc  # noqa: E402
 
 
 def _timed(comm, fn):

@@ -39,7 +39,7 @@ import math
 
 import numpy as np
 
-from hpcadj.stack import petsc
+from hpcadj.imports import petsc
 from hpcadj.models.base import SolverError, Stepper
 from hpcadj.models.common import ComponentSnapshots, laplacian, scalar_add, scalar_array, scalar_layout, scalar_value, scalar_vec
 from hpcadj.models.dmda import Grid, parse_grid

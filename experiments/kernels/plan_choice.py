@@ -65,7 +65,7 @@ def probe_worker() -> None:
     sys.path.insert(0, str(HERE))
     from run import triad_probe
 
-    from hpcadj.stack import mpi
+    from hpcadj.imports import mpi
 
     comm = mpi().COMM_WORLD
     bandwidth = triad_probe(comm)

@@ -260,14 +260,14 @@ def triad_probe(comm, n=1 << 24, reps=8):
 
 
 def _max():
-    from hpcadj.stack import mpi
+    from hpcadj.imports import mpi
 
     return mpi().MAX
 
 
 def _time(comm, fn, reps):
     """Median and min over reps of the slowest rank's seconds; garbage cleaned as the driver does."""
-    from hpcadj.stack import petsc
+    from hpcadj.imports import petsc
 
     PETSc = petsc()
     out = []
@@ -286,7 +286,7 @@ def worker(model_name, grid, reps, old_reps):
     from hpcadj.models.burgers import BurgersModel
     from hpcadj.models.dmda import parse_grid
     from hpcadj.models.wave import WaveModel
-    from hpcadj.stack import mpi
+    from hpcadj.imports import mpi
 
     comm = mpi().COMM_WORLD
     sizes = parse_grid(grid)

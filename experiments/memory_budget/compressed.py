@@ -56,7 +56,7 @@ def main() -> int:
 
     from hpcadj.checkpoint.budget import parse_budget
     from hpcadj.cli import main as cli_main
-    from hpcadj.stack import mpi
+    from hpcadj.imports import mpi
 
     comm = mpi().COMM_WORLD
     sampler = Sampler() if args.trace else None

@@ -56,12 +56,12 @@ def main() -> int:
     p.add_argument("--prefetch-depth", type=int, default=1)
     args = p.parse_args()
 
-    from hpcadj.stack import mpi, petsc
+    from hpcadj.imports import mpi, petsc
 
     PETSc = petsc([])
     comm = mpi().COMM_WORLD
     from hpcadj.adjoint.driver import Driver
-    from hpcadj.adjoint.memory import LevelSpec, plan_memory
+    from hpcadj.checkpoint.memory import LevelSpec, plan_memory
     from hpcadj.adjoint.verify import compute_gradient
     from hpcadj.checkpoint.schedules import make_schedule
     from hpcadj.checkpoint.storage.factory import make_level

@@ -3,7 +3,7 @@
 For each model at a realistic size, on 1 and 2 ranks: a 10-step gradient with a 3-slot RAM revolve
 plan (``probe.py`` under mpirun, one run at a time), the peak RSS of each rank minus the process
 baseline, divided by one state's bytes on that rank; next to it the prediction of
-:func:`hpcadj.adjoint.memory.plan_memory` (model + working states + staging + RAM slots) in the
+:func:`hpcadj.checkpoint.memory.plan_memory` (model + working states + staging + RAM slots) in the
 same unit. The "before" figures are of main at 92b7e3b (before the lean heat and grayscott models),
 measured with the same probe from an export of that tree and kept in ``before.jsonl``; the "start"
 figures of main at 300918a (before the matrix-free heat operator and the leaner driver), kept in

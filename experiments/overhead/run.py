@@ -66,7 +66,7 @@ class TimedModel:
 
 
 def worker(args) -> None:
-    from hpcadj.stack import mpi, petsc
+    from hpcadj.imports import mpi, petsc
 
     PETSc = petsc()
     MPI = mpi()

@@ -14,7 +14,7 @@ import shutil
 import sys
 import tempfile
 
-from hpcadj.stack import mpi, petsc
+from hpcadj.imports import mpi, petsc
 
 
 def main() -> int:

@@ -68,7 +68,7 @@ DT = {"cn": 0.5, "rk": 0.05}
 def _petsc_gradient(comm, m, ts_type, n, options, disk_dir=None):
     """TSSolve + TSAdjointSolve with ``options``: wall, the result, TSStep calls, bytes the trajectory
     left on disk after TSSolve (the basic trajectory deletes its files when the adjoint is done)."""
-    from hpcadj.stack import petsc
+    from hpcadj.imports import petsc
     from hpcadj.ts.check import PetscGradient
     from hpcadj.ts.examples import GrayScott
 
@@ -101,7 +101,7 @@ def _petsc_gradient(comm, m, ts_type, n, options, disk_dir=None):
 
 
 def mpi_max():
-    from hpcadj.stack import mpi
+    from hpcadj.imports import mpi
 
     return mpi().MAX
 
@@ -120,7 +120,7 @@ def _hpcadj_gradient(comm, stepper, checkpointing):
 
 def worker(args) -> None:
     from hpcadj.adjoint.session import Checkpointing
-    from hpcadj.stack import mpi, petsc
+    from hpcadj.imports import mpi, petsc
     from hpcadj.ts.examples import GrayScott
 
     petsc().Log.begin()

@@ -32,7 +32,7 @@ import _harness as H  # noqa: E402
 
 
 def worker(args) -> None:
-    from hpcadj.stack import mpi, petsc
+    from hpcadj.imports import mpi, petsc
 
     PETSc = petsc()
     MPI = mpi()

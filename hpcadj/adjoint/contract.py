@@ -340,7 +340,7 @@ def _reset_peak() -> None:
 
 def _release_memory(comm) -> None:
     """Free what can be freed before a baseline: cycles, parked PETSc objects, the heap's free pages."""
-    from ..stack import petsc
+    from ..imports import petsc
 
     gc.collect()
     petsc().garbage_cleanup(comm)
@@ -358,7 +358,7 @@ def _layout_bytes(layout) -> int:
 
 def _working_set(model, controls, factory, steps, tolerance) -> PropertyResult:
     """Peak RSS growth of ``steps`` steps and adjoint steps, less what the checker holds, per state."""
-    from .memory import model_states
+    from ..checkpoint.memory import model_states
 
     comm = model.comm
     declared = model_states(model)

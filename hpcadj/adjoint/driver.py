@@ -130,7 +130,7 @@ class Driver:
     costs : OpCosts, optional
         What re-plans after a storage fault minimise.
     observer : RunObserver, optional
-        Told where the run stands (e.g. to make progress durable, :class:`~.restart.Durability`);
+        Told where the run stands (e.g. to make progress durable, :class:`~hpcadj.restart.Durability`);
         it may flush levels and raise LevelError, which the driver re-plans around.
     should_stop : callable, optional
         Polled after every Advance and Adjoint (one small allreduce each); when it returns True on
@@ -290,7 +290,7 @@ class Driver:
         """The bitwise OR of every rank's ``flags`` (one small reduction)."""
         if self.comm is None or self.comm.size == 1:
             return flags
-        from ..stack import mpi
+        from ..imports import mpi
 
         return int(self.comm.allreduce(int(flags), op=mpi().BOR))
 
@@ -426,7 +426,7 @@ class Driver:
         there, on some ranks and not others. Here it runs on the solver thread every
         ``GC_EVERY`` calls, at the same points of the plan on every rank.
         """
-        from ..stack import petsc
+        from ..imports import petsc
 
         self._gc_calls += 1
         if self._gc_calls % self.GC_EVERY == 0:

@@ -390,7 +390,7 @@ class HessianProducts:
     """
 
     def __init__(self, model, controls, *, gauss_newton: bool = False):
-        from ..stack import petsc
+        from ..imports import petsc
 
         check_model(model, gauss_newton)
         self.model, self.gauss_newton = model, gauss_newton
@@ -408,7 +408,7 @@ class HessianProducts:
 
     def hessian_action(self, v) -> HessianResult:
         """J, dJ/dm and H v for direction ``v`` at the kept controls."""
-        from ..stack import petsc
+        from ..imports import petsc
 
         model, states, n = self.model, self.states, self.model.n_steps
         stepper = SecondOrderStepper(model, v, gauss_newton=self.gauss_newton)
@@ -456,7 +456,7 @@ class HessianShell:
 
     def matrix(self):
         """The shell Mat (collective)."""
-        from ..stack import petsc
+        from ..imports import petsc
 
         vec = self.space.vec
         sizes = (vec.getLocalSize(), vec.getSize())

@@ -33,8 +33,8 @@ from ..checkpoint.budget import parse_budget
 from ..checkpoint.schedules.storeall import store_all_slots
 from ..collective import agree_or_raise
 from .driver import Driver, StopRequested, Unrecoverable
-from .manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
-from .memory import (budget_from_environment, least_budget, node_memory_bytes, plan_memory,
+from ..checkpoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
+from ..checkpoint.memory import (budget_from_environment, least_budget, node_memory_bytes, plan_memory,
                      process_rss_bytes)
 
 #: phases summed in the summary (seconds, the slowest rank's)
@@ -73,7 +73,7 @@ class Checkpointing:
 
     ``memory`` is the whole-process budget per rank in bytes (``"3GiB"``; default ``$HPCADJ_MEMORY``,
     else under SLURM the job's memory per task): the model's working set, the driver's states and
-    the file levels' staging are predicted (:mod:`hpcadj.adjoint.memory`) and the rest goes to RAM
+    the file levels' staging are predicted (:mod:`hpcadj.checkpoint.memory`) and the rest goes to RAM
     slots, ``ram`` staying an upper bound. ``memory_baseline`` is the process's resident set before
     the model was built (default: measured when the session is created, which counts the model twice
     and so errs on the safe side).
@@ -99,7 +99,7 @@ class Checkpointing:
 
     def codecs(self) -> dict:
         """Level name -> codec of the compressed levels (ConfigError on a bad spec)."""
-        from .compression import level_codecs
+        from ..checkpoint.compression import level_codecs
 
         try:
             return level_codecs(self.compress, {"ram": self.compress_ram, "disk": self.compress_disk,
@@ -188,7 +188,7 @@ class Outcome:
 #: MPI buffers): wave 64^3, 2 ranks, 38 RAM slots measured 3 MiB above its prediction
 ALLOCATOR_SLACK_BYTES = 16 * 2 ** 20
 #: a compressed level's transient buffers in states, for callers that know only a snapshot's bytes
-#: (``hpcadj plan``): at least :func:`~hpcadj.adjoint.compression.codec_memory_bytes` of a
+#: (``hpcadj plan``): at least :func:`~hpcadj.checkpoint.compression.codec_memory_bytes` of a
 #: snapshot of two fields or more, or of one field on the RAM pool
 CODEC_STATES = 2
 
@@ -300,7 +300,7 @@ class GradientSession:
         name = ck.schedule or ("store-all" if store_all else "auto")
         profile = load_costs(ck.costs)
         if profile is None and name in ("auto", "multilevel") and len(plans) > 1:
-            from .calibrate import calibrate
+            from ..checkpoint.calibrate import calibrate
 
             try:
                 profile = calibrate(model, self.controls, comm, plans, self._config, repeats=2)
@@ -311,7 +311,7 @@ class GradientSession:
             self.notes.append("no --costs profile given: calibrated step and level costs briefly")
         profile = profile_for(plans, profile)
         if self._probed:
-            from .compression import adjust_profile
+            from ..checkpoint.compression import adjust_profile
 
             profile = adjust_profile(profile, plans, self._probed)
             plans = self._grow_pool(name, plans, profile)
@@ -323,7 +323,7 @@ class GradientSession:
         predicted = profile.predicted_seconds(summary)
         durable_s = 0.0
         if self.restart is not None:
-            from .restart import predicted_durable_seconds
+            from ..restart import predicted_durable_seconds
 
             r = self.restart
             durable_s = predicted_durable_seconds(schedule, plans, profile, r.durable_every,
@@ -333,7 +333,7 @@ class GradientSession:
 
     def _probe_compression(self, plans) -> None:
         """Probe the compressed levels' sizes (RAM's too: a memory budget may add a RAM level)."""
-        from .compression import codec_footprint, probe
+        from ..checkpoint.compression import codec_footprint, probe
 
         names = {p.name for p in plans} | {"ram"}
         codecs = {k: v for k, v in self.checkpointing.codecs().items() if k in names}
@@ -402,8 +402,8 @@ class GradientSession:
 
     def _compressed_slots(self, plans):
         """Turn the compressed levels' byte budgets into slots; the RAM level becomes a byte pool."""
-        from .compression import resized_plans
-        from .manager import LevelPlan
+        from ..checkpoint.compression import resized_plans
+        from ..checkpoint.manager import LevelPlan
 
         self._probed = {k: v for k, v in self._probed.items() if any(p.name == k for p in plans)}
         if self.resuming:
@@ -436,9 +436,9 @@ class GradientSession:
 
     def _grow_pool(self, name: str, plans, profile):
         """The RAM pool's slots raised to what its bytes hold at the probed sizes (see
-        :func:`~hpcadj.adjoint.compression.pooled_capacity`)."""
-        from .compression import pooled_capacity
-        from .manager import LevelPlan
+        :func:`~hpcadj.checkpoint.compression.pooled_capacity`)."""
+        from ..checkpoint.compression import pooled_capacity
+        from ..checkpoint.manager import LevelPlan
 
         index = next((i for i, p in enumerate(plans) if p.kind == "ram" and p.name in self._probed), None)
         if index is None or not self._probed[plans[index].name].get("search"):
@@ -464,8 +464,8 @@ class GradientSession:
         Returns ``(plans, reshaped)``, ``reshaped`` True when the budget replaced store-all's RAM
         level by a smaller one. Sets ``self.memory`` (the :class:`MemoryPlan`, None without budget).
         """
-        from ..stack import mpi
-        from .manager import LevelPlan
+        from ..imports import mpi
+        from ..checkpoint.manager import LevelPlan
 
         MPI = mpi()
         comm, model = self.comm, self.model
@@ -503,7 +503,7 @@ class GradientSession:
 
     def _ram_within(self, predicted, plans, budget: int, source: str, snapshot: int):
         """RAM slots from what the budget leaves; ConfigError naming the least budget if nothing fits."""
-        from .manager import LevelPlan
+        from ..checkpoint.manager import LevelPlan
 
         fit = predicted.ram_slots_fit
         ram = [p for p in plans if p.kind == "ram"]
@@ -533,9 +533,9 @@ class GradientSession:
     def _codec_memory(self, snapshot: int) -> dict:
         """plan_memory's compression terms: a compressed RAM slot's bytes (its worst probed size; the
         pool may then plan more, see _grow_pool) and the codecs' transient buffers
-        (:func:`~hpcadj.adjoint.compression.codec_memory_bytes`, collective)."""
-        from ..stack import mpi
-        from .compression import codec_memory_bytes
+        (:func:`~hpcadj.checkpoint.compression.codec_memory_bytes`, collective)."""
+        from ..imports import mpi
+        from ..checkpoint.compression import codec_memory_bytes
 
         if not self._probed:
             return {}
@@ -548,7 +548,7 @@ class GradientSession:
 
     def _check_node(self, node, claim: int, source: str) -> None:
         """ConfigError when the ranks sharing this node claim more memory than the node holds."""
-        from ..stack import mpi
+        from ..imports import mpi
 
         total = node.allreduce(int(claim))
         capacity, what = node_memory_bytes()
@@ -634,7 +634,7 @@ class GradientSession:
         starts afresh."""
         if self.restart is None or self.rundir is not None:
             return
-        from .restart import RunDirectory, RunDirError, controls_fingerprint, trajectory_fingerprint
+        from ..restart import RunDirectory, RunDirError, controls_fingerprint, trajectory_fingerprint
 
         model, comm, config = self.model, self.comm, self._config
         shapes = {name: list(f.global_shape) for name, f in sorted(model.snapshot_layout().items())}
@@ -716,9 +716,9 @@ class GradientSession:
         return outcome
 
     def _execute(self, planned: PlannedRun) -> Outcome:
-        from ..stack import mpi
+        from ..imports import mpi
         from ..telemetry import SweepProgress
-        from .restart import Durability, resume_point
+        from ..restart import Durability, resume_point
 
         model, comm, levels = self.model, self.comm, self.levels
         ck, profile = self.checkpointing, planned.profile
@@ -772,7 +772,7 @@ class GradientSession:
                                "interval_s": durability.interval}
         if self.rundir is not None:
             info["predicted_durable_s"] = planned.predicted_durable_s
-            # the trajectory fingerprint's steps (restart.trajectory_fingerprint), beside forward_steps
+            # the trajectory fingerprint's steps (hpcadj.restart.trajectory_fingerprint), beside forward_steps
             info["run_dir_check"] = {"forward_steps": 1, "adjoint_steps": 1}
         if self.memory is not None:
             info["memory"] = {**self.memory.as_dict(), "source": self.memory.detail["source"]}
@@ -780,7 +780,7 @@ class GradientSession:
                     costs_source=profile.source, levels=level_summary(comm, planned.plans, levels),
                     resumed=self.resuming)
         if self._probed:
-            from .compression import summary
+            from ..checkpoint.compression import summary
 
             info["compression"] = summary(comm, levels)
             info["lossy"] = any(c["lossy"] for c in info["compression"].values())
@@ -813,7 +813,7 @@ class GradientSession:
 
     def _finish(self, outcome: Outcome) -> None:
         """Phase totals, peak memory, the gradient file and the log's summary."""
-        from ..stack import mpi
+        from ..imports import mpi
 
         comm, info, result = self.comm, outcome.info, outcome.result
         phase_s = self.telemetry.phase_seconds()
@@ -868,8 +868,8 @@ def measure_costs(model, checkpointing: Checkpointing | None = None, *, controls
     ``checkpointing.pfs_file`` is set, each with ``slots`` (default ``repeats``) slots. The profile's
     ``source`` is ``"calibrated"``. Collective.
     """
-    from .calibrate import calibrate
-    from .manager import LevelPlan
+    from ..checkpoint.calibrate import calibrate
+    from ..checkpoint.manager import LevelPlan
 
     ck = checkpointing or Checkpointing()
     slots = slots or repeats
@@ -896,7 +896,7 @@ def warmed_baseline(build_small) -> int | None:
     """
     import gc
 
-    from ..stack import petsc
+    from ..imports import petsc
     from .verify import compute_gradient
 
     small = build_small()
@@ -948,7 +948,7 @@ def run_summary(model, comm, result, wall_s: float) -> dict:
 
 def level_summary(comm, plans, levels) -> list[dict]:
     """Per level: counts, bytes and seconds (bytes summed over ranks, seconds the slowest rank's)."""
-    from ..stack import mpi
+    from ..imports import mpi
 
     MPI = mpi()
     out = []

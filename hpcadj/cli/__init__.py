@@ -222,7 +222,7 @@ def memory_exhausted(exc: BaseException) -> int:
 def console() -> int:
     """The ``hpcadj`` executable: one command, then PETSc finalised alike on every rank.
 
-    Python's cyclic collector stays off (the driver and :func:`hpcadj.stack.finalize` collect on
+    Python's cyclic collector stays off (the driver and :func:`hpcadj.imports.finalize` collect on
     the solver thread), so no PETSc object dies on an I/O thread. An unexpected exception on one
     rank aborts the whole job after its traceback: the other ranks would otherwise wait in their
     next collective forever.
@@ -240,7 +240,7 @@ def console() -> int:
         sys.stderr.flush()
         _abort_job(1)
         raise
-    from ..stack import finalize
+    from ..imports import finalize
 
     finalize()
     return status

@@ -86,7 +86,7 @@ def main(args) -> int:
 def codec_costs(model, codecs: dict, comm) -> dict:
     """The --compress codec's seconds per snapshot, slot size and probed ``(step, bytes)`` sizes on
     the model's probed states (``probed_bytes`` is what ``hpcadj plan --compressed-bytes`` takes)."""
-    from ..adjoint.compression import probe
+    from ..checkpoint.compression import probe
 
     if not codecs:
         return {}

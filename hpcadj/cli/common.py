@@ -206,7 +206,7 @@ def check_usable_directory(path: str, flag: str) -> None:
 
 def world(args):
     """Initialise PETSc with the command line's PETSc options (``-log_view`` ...); return COMM_WORLD."""
-    from ..stack import mpi, petsc
+    from ..imports import mpi, petsc
 
     petsc(args.petsc_options)
     return mpi().COMM_WORLD

@@ -76,7 +76,7 @@ class _Declared:
 def compressed_slot(args) -> int | None:
     """Bytes of one compressed slot (as ``run`` sizes it: probed bytes x margin, at most a raw
     snapshot), or None without --compress (or with ``--compress none``)."""
-    from ..adjoint.compression import margin
+    from ..checkpoint.compression import margin
     from ..checkpoint.storage.codec import parse_codec
 
     if args.compress is None:
@@ -101,7 +101,7 @@ def compressed_slot(args) -> int | None:
 
 def memory_plan(args, given):
     """The --memory breakdown and the RAM slots it leaves (``given``: the --ram/--disk/--pfs slots)."""
-    from ..adjoint.memory import DEFAULT_MODEL_STATES, LevelSpec, least_budget, plan_memory
+    from ..checkpoint.memory import DEFAULT_MODEL_STATES, LevelSpec, least_budget, plan_memory
     from ..adjoint.session import CODEC_STATES, ConfigError, memory_bytes
 
     if args.snapshot_bytes is None:
@@ -188,7 +188,7 @@ def load_costs(args, n_levels: int):
 def from_model(args) -> None:
     """Fill --steps, --snapshot-bytes and --model-states from the --model's own (given ones stay):
     the model is built on this command's ranks, as ``hpcadj run`` would build it."""
-    from ..stack import mpi
+    from ..imports import mpi
 
     comm = world(args)
     model = build_model(args, comm)

@@ -145,7 +145,7 @@ def memory_baseline(args, comm) -> int | None:
     warm-up gradient of the same model on a tiny grid (JIT code, solver set-up); else as it is now."""
     import copy
 
-    from ..adjoint.memory import budget_from_environment, process_rss_bytes
+    from ..checkpoint.memory import budget_from_environment, process_rss_bytes
     from ..adjoint.session import warmed_baseline
 
     if args.memory is None and budget_from_environment(os.environ) is None:
@@ -161,7 +161,7 @@ def memory_baseline(args, comm) -> int | None:
 
 def main(args) -> int:
     from ..adjoint.session import ConfigError, check_configuration
-    from ..adjoint.restart import RunDirError
+    from ..restart import RunDirError
     from ..fieldio import WriteError
 
     stop = StopFlag()

@@ -145,7 +145,7 @@ class EvaluationCache:
 
     def _forward(self, x, key: str) -> Evaluation:
         """J from one forward sweep, accumulated in the driver's order (so bitwise the session's J)."""
-        from ..stack import petsc
+        from ..imports import petsc
 
         model = self.model
         if model.n_steps is None:

@@ -145,7 +145,7 @@ class Inversion:
 
     # -- solve -----------------------------------------------------------------------------
     def solve(self) -> InversionResult:
-        from ..stack import petsc
+        from ..imports import petsc
 
         self.check()
         PETSc = petsc()

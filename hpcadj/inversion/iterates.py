@@ -136,7 +136,7 @@ class IterateStore:
         return state, self._read_controls(path, like)
 
     def _read_controls(self, path: str, like: dict) -> dict:
-        from ..stack import h5py
+        from ..imports import h5py
 
         layouts = self.model.control_layout()
         out, problem = {}, None

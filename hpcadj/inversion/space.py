@@ -15,7 +15,7 @@ class ControlSpace:
     """``invert`` (names) out of ``controls`` (name -> Vec, the starting point and the fixed rest)."""
 
     def __init__(self, controls: dict, invert):
-        from ..stack import petsc
+        from ..imports import petsc
 
         self.controls = controls
         self.names = list(invert)

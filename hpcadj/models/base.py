@@ -161,7 +161,7 @@ class Stepper(abc.ABC):
         persistent scratch, its copies of the controls, and the transients of its largest step
         or adjoint step (padded halo copies, numpy temporaries). Not counted here: the states and
         lambda the driver holds, the caller's controls and the gradient, checkpoint slots and
-        staging buffers (:func:`hpcadj.adjoint.memory.plan_memory` adds those).
+        staging buffers (:func:`hpcadj.checkpoint.memory.plan_memory` adds those).
 
         Used to predict a run's memory and to size RAM slots from a whole-process budget. The
         default, 32, is conservative for a matrix-based implicit solver in 3-D; a model that does

@@ -35,7 +35,7 @@ import math
 
 import numpy as np
 
-from ..stack import mpi
+from ..imports import mpi
 from . import kernels
 from .adaptive import AdaptiveSteps, StepSequence
 from .base import Stepper

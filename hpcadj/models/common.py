@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..snapshot import FieldLayout
-from ..stack import petsc
+from ..imports import petsc
 
 
 def scalar_vec(comm, value: float = 0.0):

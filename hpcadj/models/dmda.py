@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..snapshot import FieldLayout
-from ..stack import petsc
+from ..imports import petsc
 
 
 def parse_grid(text: str) -> tuple[int, ...]:

@@ -62,7 +62,7 @@ import math
 
 import numpy as np
 
-from ..stack import petsc
+from ..imports import petsc
 from .base import SolverError, Stepper
 from . import kernels
 from .common import ComponentSnapshots, scalar_add, scalar_array, scalar_layout, scalar_value, scalar_vec

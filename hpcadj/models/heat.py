@@ -34,7 +34,7 @@ import weakref
 
 import numpy as np
 
-from ..stack import petsc
+from ..imports import petsc
 from .adaptive import AdaptiveSteps, StepSequence
 from .base import SolverError, Stepper
 from .dmda import Grid

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..stack import petsc
+from ..imports import petsc
 
 
 @dataclass

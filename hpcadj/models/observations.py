@@ -24,7 +24,7 @@ class Observations:
 
     @classmethod
     def from_file(cls, path: str) -> "Observations":
-        from ..stack import h5py
+        from ..imports import h5py
 
         if not os.path.isfile(path):
             raise ValueError(f"observations file not found: {path}")
@@ -75,7 +75,7 @@ class Observations:
         if bad:
             raise ValueError(f"observed steps {bad} lie outside 0..{n_steps}")
         if self.path is not None:
-            from ..stack import h5py
+            from ..imports import h5py
 
             with h5py().File(self.path, "r") as f:
                 if tuple(f["u"].shape[1:]) != tuple(global_shape):
@@ -86,7 +86,7 @@ class Observations:
         """This rank's block of d_step."""
         if self.path is None:
             return np.zeros(grid.shape)
-        from ..stack import h5py
+        from ..imports import h5py
 
         k = self.steps.index(step)
         with h5py().File(self.path, "r") as f:

@@ -40,7 +40,7 @@ import os
 
 import numpy as np
 
-from ..stack import mpi
+from ..imports import mpi
 from . import kernels
 from .adaptive import AdaptiveSteps, StepSequence
 from .base import Stepper
@@ -201,7 +201,7 @@ class WaveModel(AdaptiveSteps, Stepper):
         return vec
 
     def _read_observed(self, path: str) -> np.ndarray:
-        from ..stack import h5py
+        from ..imports import h5py
 
         if not os.path.isfile(path):
             raise ValueError(f"observed traces file not found: {path}")

@@ -208,7 +208,7 @@ class EnergyMeter:
                  interval_s: float | None = DEFAULT_INTERVAL_S):
         self.comm = comm
         if comm is not None:
-            from ..stack import mpi
+            from ..imports import mpi
 
             self.node_comm = comm.Split_type(mpi().COMM_TYPE_SHARED, key=comm.rank)
             self.is_reader = self.node_comm.rank == 0

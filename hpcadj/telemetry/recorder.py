@@ -33,7 +33,7 @@ class Telemetry:
     def _petsc_event(self, phase: str):
         event = self._events.get(phase)
         if event is None:
-            from ..stack import petsc
+            from ..imports import petsc
 
             event = petsc().Log.Event(f"hpcadj:{phase}")
             self._events[phase] = event

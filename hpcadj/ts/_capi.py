@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import functools
 
-from ..stack import petsc
+from ..imports import petsc
 
 
 @functools.lru_cache(maxsize=None)

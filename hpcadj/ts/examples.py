@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from ..stack import petsc
+from ..imports import petsc
 from .stepper import TSStepper
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from ..models.adaptive import AdaptiveSteps, StepSequence
 from ..models.base import SolverError, Stepper
 from ..snapshot import FieldLayout
-from ..stack import petsc
+from ..imports import petsc
 from . import _capi
 
 CONTROL_U0 = "u0"

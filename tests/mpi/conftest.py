@@ -15,7 +15,7 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def comm():
-    from hpcadj.stack import mpi, petsc
+    from hpcadj.imports import mpi, petsc
 
     petsc()
     return mpi().COMM_WORLD

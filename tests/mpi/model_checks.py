@@ -29,7 +29,7 @@ def gather(comm, layouts, arrays) -> dict:
 
 def serial_reference(comm, build):
     """J, the gradient and the snapshot of u_n from a one-rank run (rank 0), broadcast to all ranks."""
-    from hpcadj.stack import mpi
+    from hpcadj.imports import mpi
 
     ref = None
     if comm.rank == 0:

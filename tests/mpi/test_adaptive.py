@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from hpcadj.adjoint import compute_gradient
-from hpcadj.adjoint.manager import CheckpointConfig, build_levels, level_slots, profile_for
+from hpcadj.checkpoint.manager import CheckpointConfig, build_levels, level_slots, profile_for
 from hpcadj.adjoint.session import Checkpointing, GradientSession, Restart
 from hpcadj.adjoint.verify import dot_product_test, taylor_test
 from hpcadj.checkpoint.schedules import simulate

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from hpcadj.adjoint.calibrate import calibrate
-from hpcadj.adjoint.manager import CheckpointConfig, LevelPlan
+from hpcadj.checkpoint.calibrate import calibrate
+from hpcadj.checkpoint.manager import CheckpointConfig, LevelPlan
 from hpcadj.adjoint.session import Checkpointing, GradientSession
 from hpcadj.checkpoint.schedules import CostProfile, LevelCost
 from hpcadj.cli import Parser

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from hpcadj.adjoint import Driver, compute_gradient
-from hpcadj.adjoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
+from hpcadj.checkpoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
 from hpcadj.cli import Parser
 from hpcadj.cli.common import add_model_arguments, build_model
 from hpcadj.models import MODELS

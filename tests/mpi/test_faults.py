@@ -26,7 +26,7 @@ from mpi4py import MPI  # noqa: F401 - initialise MPI (THREAD_MULTIPLE) before t
 
 from hpcadj.adjoint import Driver, compute_gradient
 from hpcadj.adjoint.driver import Unrecoverable
-from hpcadj.adjoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
+from hpcadj.checkpoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
 from hpcadj.models.heat import HeatModel
 
 PAGE = 4096

@@ -59,7 +59,7 @@ def test_stencil_and_assembled_jacobians_agree(comm):
 
 
 def max_op():
-    from hpcadj.stack import mpi
+    from hpcadj.imports import mpi
 
     return mpi().MAX
 

@@ -50,7 +50,7 @@ def test_matches_petsc_tsadjoint(problem):
 
 def test_gradient_file_is_natural_ordered(problem, shared_tmp, comm):
     from hpcadj.fieldio import write_fields
-    from hpcadj.stack import h5py
+    from hpcadj.imports import h5py
 
     model, _controls, result = problem
     path = f"{shared_tmp}/grad.h5"

@@ -121,7 +121,7 @@ def hessian_fields(comm, name):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_rank_count_invariance(comm, name):
-    from hpcadj.stack import mpi
+    from hpcadj.imports import mpi
 
     ref = comm.bcast(hessian_fields(mpi().COMM_SELF, name) if comm.rank == 0 else None, root=0)
     got = hessian_fields(comm, name)

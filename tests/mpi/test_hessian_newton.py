@@ -14,7 +14,7 @@ def solve(comm, kind):
     """(final misfit, Hessian products) of ``ITERATIONS`` TAO iterations inverting c."""
     from hpcadj.inversion.space import ControlSpace
     from hpcadj.models.wave import WaveModel
-    from hpcadj.stack import petsc
+    from hpcadj.imports import petsc
 
     PETSc = petsc()
     model = WaveModel(comm, (12, 10), n_steps=30)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from hpcadj.adjoint import hessian as H
-from hpcadj.adjoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
+from hpcadj.checkpoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
 from hpcadj.adjoint.session import Checkpointing
 
 from test_hessian import build, perturbed_controls

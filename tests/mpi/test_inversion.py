@@ -13,7 +13,7 @@ from hpcadj.checkpoint.schedules import CostProfile
 from hpcadj.inversion import ControlSpace, EvaluationCache, Inversion, InversionError
 from hpcadj.models.heat import HeatModel
 from hpcadj.models.observations import Observations
-from hpcadj.stack import h5py
+from hpcadj.imports import h5py
 
 GRID, N, DT, OBSERVED = (12, 10), 10, 2e-3, [2, 4, 6, 8, 10]
 

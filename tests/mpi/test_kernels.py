@@ -7,7 +7,7 @@ from hpcadj.models import kernels
 from hpcadj.models.burgers import BurgersModel
 from hpcadj.models.dmda import Grid
 from hpcadj.models.wave import WaveModel
-from hpcadj.stack import mpi
+from hpcadj.imports import mpi
 
 
 def _models(comm):

@@ -58,7 +58,7 @@ def solve(comm, case, pool_bytes):
 
 
 def max_op():
-    from hpcadj.stack import mpi
+    from hpcadj.imports import mpi
 
     return mpi().MAX
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from hpcadj.adjoint import compute_gradient
-from hpcadj.adjoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
+from hpcadj.checkpoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
 from hpcadj.checkpoint.schedules import simulate
 from hpcadj.checkpoint.schedules.online_binomial import OnlineBinomial
 from hpcadj.checkpoint.schedules.online_multilevel import OnlineMultilevel

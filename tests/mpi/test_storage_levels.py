@@ -223,7 +223,7 @@ def test_two_async_pfs_levels_share_the_collective_order(comm, shared_tmp):
 def test_donated_vec_views_are_written_after_the_vec_is_dropped(comm, shared_tmp, kind):
     """A donated view of a PETSc Vec is written without a copy, and correctly even when the Vec
     itself was dropped and garbage-collected (and its memory could be reused) before the write ran."""
-    from hpcadj.stack import petsc
+    from hpcadj.imports import petsc
 
     PETSc = petsc()
     lay = {"u": FieldLayout((6 * comm.size, 5000), (6 * comm.rank, 0), (6, 5000), "float64")}

@@ -51,7 +51,7 @@ def test_true_model_has_zero_misfit_and_background_does_not(comm):
 def test_observed_traces_from_file(comm, shared_tmp):
     """Traces written to HDF5 and read back give the same J; a wrong shape is refused."""
     from hpcadj.adjoint.verify import evaluate_objective
-    from hpcadj.stack import h5py
+    from hpcadj.imports import h5py
 
     reference = build2(comm)
     path = f"{shared_tmp}/traces.h5"

@@ -378,7 +378,7 @@ class PooledLevel(Level):
         pool holds at that size, every other held snapshot is dropped first (collective). Returns
         how many were dropped."""
         before = len(self.dropped)
-        from ...stack import mpi
+        from ...imports import mpi
 
         largest = self.largest if self.comm is None else self.comm.allreduce(self.largest, op=mpi().MAX)
         each = max(1, int(largest * self.margin))

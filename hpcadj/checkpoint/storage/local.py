@@ -157,7 +157,7 @@ class RankFiles(Transport):
         One rank per node does it (the directory is node-local); only this project's file names
         are removed, and what went is reported in ``attach_note``.
         """
-        from ...stack import mpi
+        from ...imports import mpi
 
         node = self.comm.Split_type(mpi().COMM_TYPE_SHARED) if self.comm is not None else None
         removed = [0, 0]

@@ -49,7 +49,7 @@ import os
 import numpy as np
 
 from ...snapshot import Snapshot, SnapshotLayout
-from ...stack import h5py, mpi
+from ...imports import h5py, mpi
 from .aio import QueuedLevel, Transport
 from ...collective import agree_or_raise
 from .base import CorruptSnapshot, LevelError, WriteFailed, agree_run_id

@@ -245,7 +245,7 @@ class AsyncPfsLevel(QueuedLevel):
                  prefetch_depth: int = 1, run_id: str | None = None, keep: bool = False,
                  fsync: bool = False, collective: str = "auto", name: str = "pfs",
                  attach: bool = False, async_io: bool = True):
-        from ...stack import mpi
+        from ...imports import mpi
 
         if comm is None:
             comm = mpi().COMM_WORLD

@@ -3,7 +3,7 @@
 For each level: flush it (a write failure there is recorded, not raised), list its valid steps,
 agree with every rank on which steps are valid everywhere and whether the level failed anywhere,
 and discard the rest. Fault re-planning (``Driver._replan``), durable points
-(``restart._durable_snapshots``) and resume (``restart.resume_point``) all read the levels this way.
+(``restart.durability``) and resume (``restart.resume``) all read the levels this way.
 """
 
 from __future__ import annotations

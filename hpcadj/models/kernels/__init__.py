@@ -21,7 +21,7 @@ import sys
 import numpy as np
 
 from ...snapshot import mapped_empty
-from ...stack import petsc
+from ...imports import petsc
 from ..dmda import Grid
 
 # numba's cache goes next to the source (__pycache__) when that is writable and to the user's cache

@@ -23,11 +23,11 @@ import os
 import statistics
 import time
 
-from ..checkpoint.schedules import CostProfile, LevelCost
+from .schedules import CostProfile, LevelCost
 from ..snapshot import mapped_empty
-from ..checkpoint.storage.factory import make_level
-from ..checkpoint.storage.base import agree_run_id
-from ..checkpoint.storage.local import SCRATCH_PREFIX
+from .storage.factory import make_level
+from .storage.base import agree_run_id
+from .storage.local import SCRATCH_PREFIX
 from .manager import CheckpointConfig, LevelPlan
 
 
@@ -37,7 +37,7 @@ BLOCK = 5
 
 def _timed(comm, fn, repeats: int, calls: int = 1) -> float:
     """Median over ``repeats`` of the slowest rank's seconds per call of ``calls`` calls to ``fn()``."""
-    from ..stack import mpi
+    from ..imports import mpi
 
     samples = []
     for _ in range(repeats):
@@ -65,7 +65,7 @@ def _fill_seconds(comm, nbytes: int, slots: int, repeats: int) -> float:
     MiB may come from such warm pages while the rest costs a host page fault each (seen: 8 ms per
     16 MiB slot for the first 24 of two ranks' slots, 59 ms for the last 8 of 32). Slots beyond the
     probe are priced at the mean of its last quarter."""
-    from ..stack import mpi
+    from ..imports import mpi
 
     probe = max(min(slots, FILL_PROBE_SLOTS, FILL_PROBE_BYTES // max(nbytes, 1)), repeats, 3)
     samples, held = [], []
@@ -87,7 +87,7 @@ def _fill_seconds(comm, nbytes: int, slots: int, repeats: int) -> float:
 def calibrate(model, controls, comm, plans: list[LevelPlan], config: CheckpointConfig,
               repeats: int = 3, energy_model=None, warmup: int = 2) -> CostProfile:
     """A cost profile for ``model`` with the current ranks and the levels in ``plans``."""
-    from ..stack import petsc
+    from ..imports import petsc
     from ..telemetry import load_model
 
     energy = energy_model if energy_model is not None else load_model(None)
@@ -144,7 +144,7 @@ def _level_cost(plan, layout, comm, config, snapshot, repeats, forward_s, energy
     an asynchronous one writes it without a staging copy). A read is timed as the driver's restore
     runs it: the level's read and the model's ``restore`` of it into a state (a RAM read alone
     returns views and costs nothing; the copy into a state is the cost)."""
-    from ..stack import petsc
+    from ..imports import petsc
 
     def restore(level, step):
         model.restore(level.read(step))

@@ -23,8 +23,8 @@ import time
 
 import numpy as np
 
-from ..checkpoint.storage.codec import Codec, parse_codec
-from ..checkpoint.storage.compressed import CompressedLevel, PooledLevel, framed_nbytes
+from .storage.codec import Codec, parse_codec
+from .storage.compressed import CompressedLevel, PooledLevel, framed_nbytes
 
 #: slot bytes = probed compressed bytes x this, per codec kind (later states may compress worse than
 #: the probed ones; a lossy codec's size follows the field's detail far more than a lossless one's)
@@ -106,7 +106,7 @@ def codec_memory_bytes(snapshot_bytes: int, largest_field: int, file_levels: boo
     codecs that cannot use the scratch); it decodes a read into a new snapshot before the driver
     takes it (one snapshot). A compressed file level (``file_levels``) holds every encoded field
     of a snapshot (at most the snapshot's bytes) while it encodes the last one and frames them."""
-    from ..checkpoint.storage.codec import scratch_bytes, transient_bytes
+    from .storage.codec import scratch_bytes, transient_bytes
 
     write = transient_bytes(largest_field) + (int(snapshot_bytes) if file_levels else 0)
     return scratch_bytes(largest_field) + max(write, int(snapshot_bytes))
@@ -127,7 +127,7 @@ def probe(model, controls, codecs: dict, comm, probe_steps: int | None = None) -
     fixed slot is u_n's size on their curve (:func:`size_curve`) times the margin, never more than the
     raw frame.
     """
-    from ..stack import mpi, petsc
+    from ..imports import mpi, petsc
 
     MPI = mpi()
     if not codecs:
@@ -194,7 +194,7 @@ def size_curve(sizes, cap: float = float("inf")):
 
 def peak_bytes(actions, level: int, nbytes) -> float:
     """The most bytes level ``level`` holds at once in a plan, a snapshot of u_n taking nbytes(n)."""
-    from ..checkpoint.schedules.actions import Free, Move, Store
+    from .schedules.actions import Free, Move, Store
 
     held, total, peak = {}, 0.0, 0.0
     for a in actions:
@@ -216,7 +216,7 @@ def pooled_capacity(plans, index: int, pool_bytes: int, info: dict, planner, nam
     peak held bytes, each snapshot at its probed size (:func:`size_curve`) times the margin, fit
     ``pool_bytes``. Starts from the count the worst probed size gives (always safe) and searches
     up by bisection, each candidate planned by ``planner(plans)`` and simulated byte by byte."""
-    from ..checkpoint.schedules.storeall import store_all_slots
+    from .schedules.storeall import store_all_slots
     from .manager import LevelPlan
 
     low = plans[index].slots
@@ -248,7 +248,7 @@ def pooled_capacity(plans, index: int, pool_bytes: int, info: dict, planner, nam
 def resized_plans(plans, budgets: dict, probed: dict, comm, ram_fixed: bool):
     """The plans with each compressed level's byte budget divided by its slot bytes (a budget in
     slots stays slots; ``ram_fixed``: the memory budget sized RAM, kept)."""
-    from ..checkpoint.budget import parse_budget
+    from .budget import parse_budget
     from .manager import LevelPlan
 
     out = []
@@ -280,7 +280,7 @@ def adjust_profile(profile, plans, probed: dict):
 def summary(comm, levels) -> dict:
     """``run --json``'s ``compression``: per compressed level its codec, ratio (raw/stored bytes
     over all ranks), slot bytes, the largest measured pointwise error and codec seconds."""
-    from ..stack import mpi
+    from ..imports import mpi
 
     MPI = mpi()
     out = {}

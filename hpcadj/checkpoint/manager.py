@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..checkpoint.budget import parse_budget
-from ..checkpoint.schedules import CostProfile, ScheduleError, make_schedule, store_all_slots
-from ..checkpoint.storage.factory import make_level
+from .budget import parse_budget
+from .schedules import CostProfile, ScheduleError, make_schedule, store_all_slots
+from .storage.factory import make_level
 
 #: (budget / level name, storage kind), fastest first
 LEVELS = (("ram", "ram"), ("disk", "local"), ("pfs", "pfs"))
@@ -97,7 +97,7 @@ def build_levels(plans: list[LevelPlan], layout, comm, config: CheckpointConfig,
             level.close()
         raise
     if attach and not any(plan.kind == "local" for plan in plans):  # resumed without --disk
-        from ..checkpoint.storage.local import purge_node_local
+        from .storage.local import purge_node_local
 
         purge_node_local(comm, config.local_dir, config.run_id)
     return levels
@@ -125,6 +125,6 @@ def make_plan(name: str, n_steps: int, plans: list[LevelPlan], profile: CostProf
 
 
 def _mpi_max():
-    from ..stack import mpi
+    from ..imports import mpi
 
     return mpi().MAX

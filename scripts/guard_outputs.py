@@ -52,6 +52,10 @@ RUNS = {
     "wave-compressed": ["--model", "wave", "--grid", "12x10x14", "--steps", "20", "--ram", "4",
                         "--compress", "lossless"],
     "heat-memory": ["--model", "heat", "--grid", "64x64", "--steps", "30", "--memory", "400MiB"],
+    "wave-ram-pool": ["--model", "wave", "--grid", "12x10x14", "--steps", "30", "--ram", "40KiB",
+                      "--compress", "lossless"],
+    "heat-memory-compressed": ["--model", "heat", "--grid", "64x64", "--steps", "30", "--memory", "400MiB",
+                               "--compress", "lossless", "--disk", "4"],
     "heat-online-adaptive": ["--model", "heat", "--grid", "24x20", "--adaptive", "--t-final", "0.002",
                              "--schedule", "online", "--ram", "4"],
 }

@@ -135,3 +135,23 @@ def test_objective_is_required(comm):
     ode = VanDerPol(comm, implicit=True)
     with pytest.raises(TSRefused):
         TSStepper(ode.ts, ode.u0, 5)
+
+
+def test_no_trajectory_directory_left_behind(comm, tmp_path, monkeypatch):
+    """PETSc's default trajectory ('basic') makes a TS-data-XXXXXX directory in the working directory at
+    set-up; neither the adapter nor the TSAdjointSolve check leaves one, even for a TS that had one."""
+    monkeypatch.chdir(tmp_path)
+    for implicit in (False, True):
+        ode = VanDerPol(comm, implicit=implicit)
+        stepper = ode.stepper(10)
+        mine = compute_gradient(stepper, stepper.default_controls())
+        ref = VanDerPol(comm, implicit=implicit)
+        theirs = tsadjoint_gradient(ref.ts, ref.u0, 10, HALF_NORM2, parameters=ref.p)
+        assert np.array_equal(_array(mine.gradient["u0"]), _array(theirs.lam0))
+    used = VanDerPol(comm, implicit=True)
+    used.ts.setSaveTrajectory()
+    used.ts.setSolution(used.u0.copy())
+    used.ts.step()                                     # a basic trajectory, its directory made
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("TS-data-")]
+    used.stepper(10)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -55,6 +55,30 @@ def vec_copy_into(src, dst_handle: int) -> None:
     _call("VecCopy", _h(src), ctypes.c_void_p(dst_handle))
 
 
+def _trajectory(ts) -> ctypes.c_void_p:
+    tj = ctypes.c_void_p()
+    _call("TSGetTrajectory", _h(ts), ctypes.byref(tj))
+    return tj
+
+
+def use_memory_trajectory(ts) -> None:
+    """Give ``ts`` a trajectory of type 'memory' (creates no directory; ``TSStep`` never fills it).
+
+    ``TSAdjointStep`` needs a trajectory object; PETSc's default, 'basic', makes an empty
+    ``TS-data-XXXXXX`` directory in the working directory at set-up, removed only by ``TSDestroy``
+    (never, for a TS alive at exit). A trajectory the TS already had is destroyed and made anew
+    (which removes a basic one's directory) before its type is set.
+    """
+    ts.setSaveTrajectory()
+    kind = ctypes.c_char_p()
+    _call("TSTrajectoryGetType", _trajectory(ts), _h(ts), ctypes.byref(kind))
+    if kind.value == b"memory":
+        return
+    if kind.value:
+        _call("TSResetTrajectory", _h(ts))
+    _call("TSTrajectorySetType", _trajectory(ts), _h(ts), ctypes.c_char_p(b"memory"))
+
+
 def _adapt(ts) -> ctypes.c_void_p:
     adapt = ctypes.c_void_p()
     _call("TSGetAdapt", _h(ts), ctypes.byref(adapt))

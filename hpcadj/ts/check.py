@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import _capi
+
 
 @dataclass
 class PetscGradient:
@@ -24,7 +26,7 @@ def tsadjoint_gradient(ts, u0, n_steps: int | None, final, parameters=None) -> P
     ``final`` is the (value, gradient) pair of the final-time term; ``parameters`` a Vec laid out
     as the TS's JacobianP columns (its gradient comes back as ``mu``), or None.
     """
-    ts.setSaveTrajectory()
+    _capi.use_memory_trajectory(ts)          # store-all in RAM, no directory left behind
     if n_steps is not None:
         ts.setMaxSteps(n_steps)
     u = u0.copy()

@@ -100,8 +100,9 @@ class TSStepper(AdaptiveSteps, Stepper):
         self.adjoint_reads_next = self._endpoint
         ts.setErrorIfStepFails(False)
         ts.setExactFinalTime(PETSc.TS.ExactFinalTime.MATCHSTEP)
-        # TSAdjointStep segfaults without a trajectory; ts.step() never fills it, so it stores nothing
-        ts.setSaveTrajectory()
+        # TSAdjointStep segfaults without a trajectory; ts.step() never fills it, so it stores nothing,
+        # and the memory type, unlike PETSc's default, leaves no TS-data-* directory behind
+        _capi.use_memory_trajectory(ts)
         ts.setSolution(u0.copy())
         ts.setUp()
         self._refuse_version_specific()

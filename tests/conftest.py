@@ -35,7 +35,7 @@ FILE_TIERS = {
 }
 #: in any other file, a test whose body calls one of these leaves the unit tier
 _MPI_CALL = re.compile(r"(?<![.\w])mpirun\(")
-_PROCESS_CALL = re.compile(r"(?<![.\w])(run|hpcadj|hpcadj_json|run_hpcadj|main)\(|subprocess\.")
+_PROCESS_CALL = re.compile(r"(?<![.\w])(run|hpcadj|hpcadj_json|hpcadj_in_process|run_hpcadj|main)\(|subprocess\.")
 
 
 def _source(function) -> str:

@@ -54,9 +54,41 @@ def hpcadj(args: list[str], nranks: int = 1, *, timeout: float = 300, env: dict 
     return mpirun(nranks, [HPCADJ, *args], timeout=timeout, env=env, cwd=cwd)
 
 
-def hpcadj_json(args: list[str], nranks: int = 1, **kw) -> dict:
-    """Run ``hpcadj ... --json`` and return its one JSON object (fails the test on error)."""
-    proc = hpcadj([*args, "--json"], nranks, **kw)
+def hpcadj_in_process(args: list[str], *, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``hpcadj args`` through :func:`hpcadj.cli.main` in this process, with ``env`` set meanwhile:
+    its exit status, stdout and stderr as :func:`hpcadj` returns them, without a process's ~1 s of
+    start-up (PETSc stays initialised between calls). For what a process of its own need not show."""
+    import contextlib
+    import io
+
+    from hpcadj.cli import main
+
+    saved = {name: os.environ.get(name) for name in env or {}}
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        os.environ.update(env or {})
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                status = main(list(args))
+            except SystemExit as exc:  # argparse's usage errors and --help
+                status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return subprocess.CompletedProcess(["hpcadj", *args], status, out.getvalue(), err.getvalue())
+
+
+def hpcadj_json(args: list[str], nranks: int = 1, *, in_process: bool = False, **kw) -> dict:
+    """Run ``hpcadj ... --json`` (in this process with ``in_process``) and return its one JSON object
+    (fails the test on error)."""
+    if in_process:
+        assert nranks == 1, "a run in this process has this process's one rank"
+        proc = hpcadj_in_process([*args, "--json"], env=kw.get("env"))
+    else:
+        proc = hpcadj([*args, "--json"], nranks, **kw)
     assert proc.returncode == 0, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     assert len(lines) == 1, f"expected one JSON line, got:\n{proc.stdout}"

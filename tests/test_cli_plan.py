@@ -1,10 +1,13 @@
-"""``hpcadj plan`` through the real command."""
+"""``hpcadj plan``: the summary, the JSON, the action stream and bad input (one line, exit 2).
+
+The real command runs once for a summary and once for bad input; the rest calls ``hpcadj.cli.main``
+in this process (``plan`` starts no solver, and a process would cost a second of start-up each)."""
 
 import json
 
 import pytest
 
-from tests.helpers import hpcadj
+from tests.helpers import hpcadj, hpcadj_in_process
 
 
 def test_human_summary_for_revolve():
@@ -15,8 +18,8 @@ def test_human_summary_for_revolve():
 
 
 def test_json_summary_three_levels_from_bytes(tmp_path):
-    proc = hpcadj(["plan", "--steps", "500", "--ram", "8MiB", "--disk", "32", "--pfs", "1GiB",
-                   "--snapshot-bytes", str(1024**2), "--json"], timeout=120)
+    proc = hpcadj_in_process(["plan", "--steps", "500", "--ram", "8MiB", "--disk", "32", "--pfs", "1GiB",
+                              "--snapshot-bytes", str(1024**2), "--json"])
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
     assert info["schedule"] == "multilevel" and info["steps"] == 500
@@ -37,8 +40,8 @@ def test_first_touch_of_each_filled_slot_is_in_the_predicted_makespan(tmp_path):
         path = tmp_path / f"costs{fill}.json"
         levels[0]["fill_s"] = fill
         path.write_text(json.dumps({"forward_s": 1.0, "adjoint_s": 2.0, "levels": levels}))
-        proc = hpcadj(["plan", "--steps", "200", "--ram", "6", "--disk", "10", "--costs", str(path), "--json"],
-                      timeout=120)
+        proc = hpcadj_in_process(["plan", "--steps", "200", "--ram", "6", "--disk", "10", "--costs", str(path),
+                                  "--json"])
         assert proc.returncode == 0, proc.stderr
         infos.append(json.loads(proc.stdout))
     plain, filled = infos
@@ -54,18 +57,18 @@ def test_costs_file_changes_the_plan(tmp_path):
                           {"name": "disk", "write_s": 1e6, "read_s": 1e6}]}
     path = tmp_path / "costs.json"
     path.write_text(json.dumps(profile))
-    proc = hpcadj(["plan", "--steps", "100", "--ram", "3", "--disk", "50", "--costs", str(path), "--json"],
-                  timeout=120)
+    proc = hpcadj_in_process(["plan", "--steps", "100", "--ram", "3", "--disk", "50", "--costs", str(path),
+                              "--json"])
     info = json.loads(proc.stdout)
     assert info["levels"][1]["writes"] == 0 and info["costs_source"] == "measured"
 
 
 def test_actions_stream():
-    proc = hpcadj(["plan", "--steps", "3", "--ram", "1", "--schedule", "revolve", "--actions"], timeout=120)
+    proc = hpcadj_in_process(["plan", "--steps", "3", "--ram", "1", "--schedule", "revolve", "--actions"])
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[:4] == ["Store(n=0, level=0)", "Advance(n0=0, n1=3)", "EndForward()", "Adjoint(n1=3, n0=2)"]
-    proc = hpcadj(["plan", "--steps", "3", "--ram", "1", "--actions", "--json"], timeout=120)
+    proc = hpcadj_in_process(["plan", "--steps", "3", "--ram", "1", "--actions", "--json"])
     records = [json.loads(line) for line in proc.stdout.splitlines()]
     assert records[0] == {"action": "Store", "n": 0, "level": 0}
     assert records[-2] == {"action": "EndReverse"} and records[-1]["forward_steps"] == 4
@@ -85,6 +88,7 @@ def test_actions_stream():
     (["--steps", "10", "--ram", "2", "--costs", "/nonexistent.json"], "cannot read cost profile"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message):
-    proc = hpcadj(["plan", *args], timeout=120)
+    real = args == ["--steps", "0", "--ram", "4"]  # the real command for one case, this process for the rest
+    proc = hpcadj(["plan", *args], timeout=120) if real else hpcadj_in_process(["plan", *args])
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr

@@ -1,15 +1,18 @@
-"""``hpcadj run`` and ``gradcheck``: the summary, the JSON keys, and bad input (one line, exit 2)."""
+"""``hpcadj run`` and ``gradcheck``: the summary, the JSON keys, and bad input (one line, exit 2).
+
+The real command runs under mpirun, for gradcheck's exit status and for one bad input; the rest calls
+``hpcadj.cli.main`` in this process (a process would cost a second of start-up each)."""
 
 import pytest
 
-from .helpers import hpcadj, hpcadj_json
+from .helpers import hpcadj, hpcadj_in_process, hpcadj_json
 
 KEYS = {"model", "grid", "steps", "ranks", "J", "grad_norm", "grad_kappa_norm", "forward_steps",
         "adjoint_steps", "wall_s", "snapshot_bytes"}
 
 
 def test_json_has_the_documented_keys():
-    info = hpcadj_json(["run", "--grid", "16x12", "--steps", "6"])
+    info = hpcadj_json(["run", "--grid", "16x12", "--steps", "6"], in_process=True)
     assert KEYS <= set(info)
     assert info["model"] == "heat" and info["grid"] == "16x12" and info["steps"] == 6
     assert info["forward_steps"] == 6 and info["adjoint_steps"] == 6
@@ -36,8 +39,9 @@ def test_gradcheck_passes():
     ["--gradient-out", "/nonexistent-dir/g.h5"], ["--observations", "/nonexistent.h5"],
 ])
 def test_bad_input_is_one_line_and_exit_2(args):
-    proc = hpcadj(["run", "--steps", "2", "--grid", "8x8", *args] if "--grid" not in args and "--steps" not in args
-                  else ["run", *args])
+    argv = ["run", "--steps", "2", "--grid", "8x8", *args] if "--grid" not in args and "--steps" not in args \
+        else ["run", *args]
+    proc = hpcadj(argv) if args == ["--grid", "0x16"] else hpcadj_in_process(argv)  # one real command
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("hpcadj: error:"), proc.stderr
@@ -56,7 +60,7 @@ def test_unwritable_gradient_path_leaves_no_file(tmp_path):
     target = tmp_path / "ro"
     target.mkdir()
     target.chmod(0o500)
-    proc = hpcadj(["run", "--grid", "8x8", "--steps", "2", "--gradient-out", str(target / "g.h5")])
+    proc = hpcadj_in_process(["run", "--grid", "8x8", "--steps", "2", "--gradient-out", str(target / "g.h5")])
     target.chmod(0o700)
     import os
 

@@ -26,7 +26,7 @@ from hpcadj.telemetry import Telemetry, jsonlog, open_run_log
 from hpcadj.telemetry.analyze import AnalyzeError, analyze, compare, find_run_dirs, load_run
 from hpcadj.telemetry.energy_model import EnergyModel
 
-from .helpers import HPCADJ, PYTHON, run
+from .helpers import HPCADJ, PYTHON, hpcadj_in_process, run
 
 SNAP = 1_000_000
 MODEL = EnergyModel(watts_per_core=10.0, joules_per_byte_write={"ram": 1e-9, "pfs": 1e-7},
@@ -191,6 +191,12 @@ def hpcadj(*args, env=None):
     return run([HPCADJ, *args], timeout=120, env={**os.environ, **(env or {})})
 
 
+def analyze_cli(*args, env=None):
+    """``hpcadj analyze`` in this process: the command's own exit status and lines are checked once
+    through :func:`hpcadj` above (a process costs a second of start-up)."""
+    return hpcadj_in_process(list(args), env=env)
+
+
 @pytest.fixture(scope="module")
 def model_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("model") / "model.toml"
@@ -209,13 +215,13 @@ def test_cli_markdown_csv_and_plot(sweep, model_file, tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", data[16:24])
     assert width >= 1000 and height >= 500
-    proc = hpcadj("analyze", str(sweep / "ram-all"), str(sweep / "revolve-4"), "--csv",
-                  env={"HPCADJ_ENERGY_MODEL": str(model_file)})
+    proc = analyze_cli("analyze", str(sweep / "ram-all"), str(sweep / "revolve-4"), "--csv",
+                       env={"HPCADJ_ENERGY_MODEL": str(model_file)})
     rows = list(csv.DictReader(io.StringIO(proc.stdout)))
     assert [r["run"] for r in rows] == ["ram-all", "revolve-4"]
     assert float(rows[1]["recompute_factor"]) == pytest.approx(2.5)
     assert float(rows[0]["energy_J"]) == pytest.approx(69.141)
-    proc = hpcadj("analyze", str(sweep / "revolve-4"), "--csv", "--by-phase")
+    proc = analyze_cli("analyze", str(sweep / "revolve-4"), "--csv", "--by-phase")
     phases = list(csv.DictReader(io.StringIO(proc.stdout)))
     assert [(r["phase"], r["level"]) for r in phases] == [
         ("forward", ""), ("recompute", ""), ("adjoint", ""), ("store", "ram"), ("restore", "ram")]
@@ -233,7 +239,7 @@ def test_cli_needs_no_mpi(sweep):
 def test_cli_broken_log_warns_and_still_reports(one_run):
     path = one_run / "rank00000.jsonl"
     path.write_text(path.read_text()[:-40])
-    proc = hpcadj("analyze", str(one_run))
+    proc = analyze_cli("analyze", str(one_run))
     assert proc.returncode == 0
     assert "warning" in proc.stderr and "is truncated" in proc.stderr
     assert "**Problems in this log:**" in proc.stdout
@@ -248,7 +254,7 @@ def test_cli_bad_input_exits_2_with_one_line(sweep, tmp_path, case):
             "empty": [str(tmp_path / "empty")],
             "plot-dir": [str(sweep), "--plot", str(tmp_path / "no" / "such" / "p.png")],
             "model": [str(sweep), "--energy-model", str(bad_model)]}[case]
-    proc = hpcadj("analyze", *args)
+    proc = hpcadj("analyze", *args) if case == "absent" else analyze_cli("analyze", *args)
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
@@ -375,14 +381,14 @@ def test_no_incomplete_run_is_ranked(mixed):
 
 def test_cli_csv_and_plot_with_incomplete_runs(mixed, model_file, tmp_path):
     root, _ = mixed
-    proc = hpcadj("analyze", str(root), "--csv", "--energy-model", str(model_file))
+    proc = analyze_cli("analyze", str(root), "--csv", "--energy-model", str(model_file))
     assert proc.returncode == 0, proc.stderr
     rows = {r["run"]: r for r in csv.DictReader(io.StringIO(proc.stdout))}
     assert rows["half-ranks"]["status"] == "missing-rank-logs" and rows["half-ranks"]["ranked"] == "False"
     assert [k for k, r in rows.items() if r["time_optimal"] == "True"] == ["pfs-all"]
     assert {r["memory_metric"] for r in rows.values()} == {"checkpoint peak, all levels"}
     png = tmp_path / "p.png"
-    proc = hpcadj("analyze", str(root), "--plot", str(png), "--json", "--energy-model", str(model_file))
+    proc = analyze_cli("analyze", str(root), "--plot", str(png), "--json", "--energy-model", str(model_file))
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert {c["run"]: c["status"] for c in data["comparison"]}["killed"] == "unfinished"
@@ -408,9 +414,9 @@ def test_real_resumed_run_is_a_fragment(tmp_path):
     killed = run_hpcadj(args, timeout=120, env={"HPCADJ_INJECT_KILL": "0:50"})
     assert killed.returncode == -9, killed.stderr
     first_id = json.loads((tmp_path / "logs" / "run.json").read_text())["run_id"]
-    resumed = run_hpcadj([*args, "--resume"], timeout=120)
+    resumed = hpcadj_in_process([*args, "--resume"])
     assert resumed.returncode == 0, resumed.stderr
-    full = run_hpcadj(args[:9] + ["--log-dir", str(tmp_path / "full"), "--quiet"], timeout=120)
+    full = hpcadj_in_process(args[:9] + ["--log-dir", str(tmp_path / "full"), "--quiet"])
     assert full.returncode == 0, full.stderr
     results = by_label(analyze([tmp_path / "logs", tmp_path / "full"]))
     fragment = results["logs"]

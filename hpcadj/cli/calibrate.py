@@ -9,6 +9,7 @@ from . import CliError
 from ..models.base import SolverError
 from .common import (add_model_arguments, build_model, check_can_create, check_usable_directory, int_in,
                      solver_failure, world)
+from .options import add_checkpoint_options, checkpointing
 
 
 def add_parser(subparsers) -> None:
@@ -19,17 +20,7 @@ def add_parser(subparsers) -> None:
     add_model_arguments(p)
     p.add_argument("--out", default=None, metavar="PROFILE.json", help="write the profile here")
     p.add_argument("--repeats", type=int_in(1), default=3, help="measurements per quantity (median; default 3)")
-    p.add_argument("--local-dir", default=None, metavar="DIR", help="node-local directory to measure")
-    p.add_argument("--pfs-file", default=None, metavar="PATH.h5", help="measure parallel HDF5 here")
-    p.add_argument("--no-async", dest="async_io", action="store_false", default=True,
-                   help="do not measure how much of a write asynchronous I/O hides")
-    p.add_argument("--memory", default=None, metavar="BYTES",
-                   help="refuse to measure unless the model and one RAM slot fit this whole-process "
-                        "budget per rank (as hpcadj run --memory)")
-    p.add_argument("--compress", default=None, metavar="SPEC",
-                   help="also time this codec (none, lossless[:cname], lossy:TOL) on the model's probed "
-                        "states: encode/decode seconds and slot bytes per snapshot (hpcadj run --compress "
-                        "measures them itself and adds them to the level costs; the profile stays raw)")
+    add_checkpoint_options(p, "calibrate", "--local-dir", "--pfs-file", "--no-async", "--memory", "--compress")
     p.add_argument("--json", action="store_true", help="print the profile as one JSON object")
     p.set_defaults(func=main)
 
@@ -51,8 +42,7 @@ def main(args) -> int:
     if model.n_steps is None:
         raise CliError("calibrate times fixed steps: drop --adaptive/--t-final and give --steps (a step costs "
                        "the same at any dt for the explicit models; --costs from it serves --adaptive runs)")
-    options = Checkpointing(local_dir=args.local_dir, pfs_file=args.pfs_file, async_io=args.async_io,
-                            compress=args.compress)
+    options = checkpointing(args)
     try:
         codecs = options.codecs()
         if args.memory is not None:  # the run this profile is for must fit, or measuring is moot

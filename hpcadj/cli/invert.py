@@ -9,7 +9,8 @@ import sys
 
 from . import CliError
 from .common import add_model_arguments, build_model, positive_float, world
-from .run import EXIT_FAILED, EXIT_STOPPED, StopFlag, add_checkpoint_arguments, checkpointing
+from .options import add_checkpoint_arguments, checkpointing
+from .run import EXIT_FAILED, EXIT_STOPPED, StopFlag
 
 
 def bound_spec(text: str) -> tuple[str, tuple[float | None, float | None]]:
@@ -27,7 +28,6 @@ def bound_spec(text: str) -> tuple[str, tuple[float | None, float | None]]:
 
 
 def add_parser(subparsers) -> None:
-    from ..checkpoint.schedules import SCHEDULES
     from ..inversion.cache import POLICIES
     from ..inversion.driver import TAO_TYPES
 
@@ -37,7 +37,7 @@ def add_parser(subparsers) -> None:
                                           "run; an evaluation at controls equal in every bit to the last "
                                           "one costs nothing. -tao_* options go to TAO.")
     add_model_arguments(p)
-    add_checkpoint_arguments(p, SCHEDULES)
+    add_checkpoint_arguments(p)
     o = p.add_argument_group("inversion")
     o.add_argument("--invert", required=True, metavar="NAME[,NAME]",
                    help="the controls to optimise (e.g. kappa); the others stay at their defaults")

@@ -15,13 +15,9 @@ import time
 
 from . import CliError
 from .common import add_model_arguments, build_model, byte_count, step_count, world
-
-LEVEL_OPTIONS = (("ram", "RAM"), ("disk", "node-local disk"), ("pfs", "parallel file system (HDF5)"))
-
+from .options import add_checkpoint_options
 
 def add_parser(subparsers) -> None:
-    from ..checkpoint.schedules import SCHEDULES
-
     p = subparsers.add_parser("plan", help="summarise a checkpoint plan (no physics)",
                               description="Plan the checkpoints of an n-step adjoint and print its "
                                           "forward evaluations, I/O per level and predicted makespan. "
@@ -30,33 +26,20 @@ def add_parser(subparsers) -> None:
                                           "then accepted.")
     p.add_argument("--steps", type=step_count, default=None, metavar="N",
                    help="number of time steps n (needed unless --model gives its own)")
-    for name, what in LEVEL_OPTIONS:
-        p.add_argument(f"--{name}", metavar="B", default=None,
-                       help=f"{what} budget: slots (8) or bytes (2GiB, 512MB, 1.5e9B)")
+    add_checkpoint_options(p, "plan", "--ram", "--disk", "--pfs")
     p.add_argument("--snapshot-bytes", type=byte_count, default=None, metavar="BYTES",
                    help="bytes of one snapshot, to turn byte budgets into slots")
-    p.add_argument("--memory", default=None, metavar="BYTES",
-                   help="whole-process budget per rank: RAM slots are what it leaves beside the model's "
-                        "working set (--model-states), the driver's states and I/O staging; needs "
-                        "--snapshot-bytes (one snapshot on one rank); --ram stays a cap")
+    add_checkpoint_options(p, "plan", "--memory")
     p.add_argument("--model-states", type=float, default=None, metavar="S",
                    help="the model's working set in snapshot-equivalents (default 32; `hpcadj run "
                         "--memory` uses the model's own count)")
     p.add_argument("--baseline", default="0B", metavar="BYTES",
                    help="the process's memory before the model is built (default 0)")
-    p.add_argument("--compress", default=None, metavar="SPEC",
-                   help="plan compressed snapshots (none, lossless[:cname], lossy:TOL) on every level, as "
-                        "hpcadj run --compress: a slot is --compressed-bytes times the codec's margin, so "
-                        "byte budgets (and --memory) buy that many more slots")
+    add_checkpoint_options(p, "plan", "--compress")
     p.add_argument("--compressed-bytes", type=byte_count, default=None, metavar="BYTES",
                    help="bytes one compressed snapshot takes on one rank (e.g. `hpcadj calibrate --compress "
                         "SPEC --json`'s compression.probed_bytes); needed with --compress")
-    p.add_argument("--schedule", default="auto", choices=SCHEDULES,
-                   help="auto: revolve on one level, multilevel on several (default)")
-    p.add_argument("--costs", metavar="PROFILE.json", default=None,
-                   help="cost profile (forward/adjoint step, write/read per level); default: documented model")
-    p.add_argument("--minimize", choices=("time", "energy"), default="time",
-                   help="what multilevel plans minimise (default: time)")
+    add_checkpoint_options(p, "plan", "--schedule", "--costs", "--minimize")
     add_model_arguments(p, default=None, steps=False)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--actions", action="store_true", help="stream the action list first, one per line")
@@ -135,8 +118,9 @@ def capacities_from(args) -> tuple[list[str], list[int]]:
     """Level names and slots from --ram/--disk/--pfs (levels up to the slowest one given), the RAM
     level's slots from --memory when it is given."""
     from ..checkpoint.budget import parse_budget
+    from ..checkpoint.schedules.costs import LEVEL_NAMES
 
-    given = [(name, getattr(args, name)) for name, _ in LEVEL_OPTIONS]
+    given = [(name, getattr(args, name)) for name in LEVEL_NAMES]
     args.slot_bytes = compressed_slot(args)
     slot = args.snapshot_bytes if args.slot_bytes is None else args.slot_bytes
     if args.memory is not None:
@@ -237,9 +221,10 @@ def main(args) -> int:
     profile = load_costs(args, len(names))
     costs = profile.vector(args.minimize).for_levels(len(names))
     time_costs = profile.vector("time").for_levels(len(names))
+    schedule_name = args.schedule or "auto"  # the library's default once a budget is given
     start = time.perf_counter()
     try:
-        schedule = make_schedule(args.schedule, args.steps, slots, costs=costs)
+        schedule = make_schedule(schedule_name, args.steps, slots, costs=costs)
         sim = Simulator(args.steps, slots)
         out = sys.stdout
         for action in schedule.actions():
@@ -250,7 +235,7 @@ def main(args) -> int:
     except (ScheduleError, ValueError) as exc:
         raise CliError(str(exc)) from None
     except PlanError as exc:  # a wrong plan is a bug, not bad input: let it show
-        raise RuntimeError(f"plan {args.schedule} failed its simulation: {exc}") from exc
+        raise RuntimeError(f"plan {schedule_name} failed its simulation: {exc}") from exc
     planning_s = time.perf_counter() - start
     info = {
         "schedule": schedule.name, "steps": args.steps, "forward_steps": summary.forward_steps,

@@ -9,20 +9,19 @@ import sys
 
 from . import CliError
 from .common import add_model_arguments, build_model, world
+from .options import add_checkpoint_arguments, checkpointing
 
 EXIT_FAILED = 1
 EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped on request, state durable, resume with --resume
 
 
 def add_parser(subparsers) -> None:
-    from ..checkpoint.schedules import SCHEDULES
-
     p = subparsers.add_parser("run", help="compute J and its gradient",
                               description="Compute the objective J and dJ/d(controls) with an exact "
                                           "discrete adjoint, checkpointing within the given budgets. "
                                           "Unknown single-dash options go to PETSc.")
     add_model_arguments(p)
-    add_checkpoint_arguments(p, SCHEDULES)
+    add_checkpoint_arguments(p)
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.add_argument("--gradient-out", metavar="FILE.h5", default=None,
                    help="write the gradients as global datasets grad_<control> (parallel HDF5)")
@@ -49,59 +48,6 @@ def add_parser(subparsers) -> None:
                    help="mean time between failures that --durable-interval auto assumes "
                         "(default 14400: 4 hours)")
     p.set_defaults(func=main)
-
-
-def add_checkpoint_arguments(p, schedules) -> None:
-    """Budgets, levels and the plan: shared by run and calibrate."""
-    g = p.add_argument_group("checkpointing")
-    g.add_argument("--schedule", default=None, choices=schedules,
-                   help="checkpoint plan (default: store-all without budgets, else auto)")
-    g.add_argument("--ram", default=None, metavar="B",
-                   help="RAM budget per rank: slots (8) or bytes (2GiB)")
-    g.add_argument("--disk", default=None, metavar="B",
-                   help="node-local disk budget per rank: slots or bytes")
-    g.add_argument("--pfs", default=None, metavar="B",
-                   help="parallel HDF5 file budget (whole file): slots or bytes")
-    g.add_argument("--memory", default=None, metavar="BYTES",
-                   help="whole-process memory budget per rank (3GiB): the model's working set, the "
-                        "driver's states and I/O staging are predicted and the rest goes to RAM slots, "
-                        "--ram staying a cap (default: $HPCADJ_MEMORY, else SLURM's memory per task)")
-    g.add_argument("--local-dir", default=None, metavar="DIR",
-                   help="node-local directory (default: $HPCADJ_LOCAL_DIR, $SLURM_TMPDIR, $TMPDIR, /tmp)")
-    g.add_argument("--pfs-file", default=None, metavar="PATH.h5", help="the parallel HDF5 checkpoint file")
-    io = g.add_mutually_exclusive_group()  # default None, so that giving both is seen and refused
-    io.add_argument("--async", dest="async_io", action="store_const", const=True, default=None,
-                    help="asynchronous writes and read-ahead on file levels (default)")
-    io.add_argument("--no-async", dest="async_io", action="store_const", const=False,
-                    help="synchronous file I/O")
-    g.add_argument("--keep-checkpoints", action="store_true", help="keep checkpoint files after the run")
-    g.add_argument("--costs", default=None, metavar="PROFILE.json",
-                   help="cost profile from 'hpcadj calibrate' (else a brief calibration when needed)")
-    g.add_argument("--minimize", default="time", choices=("time", "energy"),
-                   help="what the planner minimises (default: time)")
-    c = p.add_argument_group("compression")
-    c.add_argument("--compress", default=None, metavar="SPEC",
-                   help="compress snapshots on every level: none, lossless[:zstd|lz4|lz4hc|zlib|blosclz|zfp] "
-                        "(bitwise) or lossy:TOL (zfp, absolute pointwise bound TOL)")
-    for name in ("ram", "disk", "pfs"):
-        c.add_argument(f"--compress-{name}", default=None, metavar="SPEC",
-                       help=f"compression of the {name} level only (overrides --compress)")
-    c.add_argument("--compress-probe", type=int, default=None, metavar="K",
-                   help="size compressed slots from u_0, u_4 and u_K (default K=4; states that gain "
-                        "detail over time, like wave's, need a K further into the run)")
-
-
-def checkpointing(args):
-    """The checkpoint options of the command line as the library's :class:`Checkpointing`."""
-    from ..adjoint.session import Checkpointing
-
-    return Checkpointing(ram=args.ram, disk=args.disk, pfs=args.pfs, local_dir=args.local_dir,
-                         pfs_file=args.pfs_file, async_io=args.async_io is not False,
-                         keep=args.keep_checkpoints, schedule=args.schedule, minimize=args.minimize,
-                         costs=args.costs, memory=args.memory, memory_baseline=args.memory_baseline,
-                         compress=args.compress, compress_ram=args.compress_ram,
-                         compress_disk=args.compress_disk, compress_pfs=args.compress_pfs,
-                         compress_probe_steps=args.compress_probe)
 
 
 def restart(args):

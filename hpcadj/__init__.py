@@ -15,11 +15,11 @@ __version__ = "0.1.0"
 _EXPORTS = {
     # a checkpointed gradient as a library call
     "GradientSession": "hpcadj.adjoint.session",
-    "Checkpointing": "hpcadj.adjoint.session",
+    "Checkpointing": "hpcadj.checkpoint.options",
     "Restart": "hpcadj.adjoint.session",
     "Outcome": "hpcadj.adjoint.session",
-    "PlannedRun": "hpcadj.adjoint.session",
-    "ConfigError": "hpcadj.adjoint.session",
+    "PlannedRun": "hpcadj.checkpoint.provision",
+    "ConfigError": "hpcadj.checkpoint.options",
     "measure_costs": "hpcadj.adjoint.session",
     # the model seam
     "Stepper": "hpcadj.models.base",

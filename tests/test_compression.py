@@ -209,12 +209,12 @@ def test_pooled_capacity_plans_more_slots_than_the_worst_size_and_its_plan_fits(
     def planner(candidate):
         return make_schedule("revolve", n, [p.slots for p in candidate])
 
-    slots = pooled_capacity(plans, 0, pool, info, planner, "auto", n)
+    slots = pooled_capacity(plans, 0, pool, info["sizes"], info["margin"], planner, "auto", n)
     at = size_curve(info["sizes"])
     assert slots > worst
     assert peak_bytes(planner([LevelPlan("ram", "ram", slots)]).actions(), 0, lambda s: at(s) * 1.2) <= pool
     assert peak_bytes(planner([LevelPlan("ram", "ram", slots + 1)]).actions(), 0, lambda s: at(s) * 1.2) > pool
-    assert pooled_capacity(plans, 0, pool, info, planner, "store-all", n) == worst  # searched plans only
+    assert pooled_capacity(plans, 0, pool, info["sizes"], info["margin"], planner, "store-all", n) == worst  # searched plans only
 
 
 def pool_run(ranks, codec, tmp_path, extra=(), env=None):

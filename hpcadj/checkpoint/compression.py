@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
+from .levels import LEVEL_NAMES
 from .storage.codec import Codec, parse_codec
 from .storage.compressed import CompressedLevel, PooledLevel, framed_nbytes
 
@@ -37,10 +39,31 @@ PROBE_POINTS = 8
 FRAME_SLACK = 4096
 
 
+@dataclass(frozen=True)
+class Probe:
+    """What the probe measured of one level's codec (every field the same on every rank).
+
+    ``sizes`` are ``(step, bytes)`` of the largest rank's framed encoding at each probed step;
+    ``slot_bytes`` a fixed slot: u_n's size on their curve (:func:`size_curve`) times ``margin``,
+    never more than ``cap_bytes`` (the raw frame); ``encode_s``/``decode_s`` a snapshot's codec
+    seconds on the slowest rank.
+    """
+
+    codec: Codec
+    slot_bytes: int
+    probed_bytes: int
+    raw_bytes: int
+    sizes: tuple
+    margin: float
+    cap_bytes: int
+    encode_s: float
+    decode_s: float
+
+
 def level_codecs(spec: str | None, per_level: dict) -> dict:
     """Level name -> Codec (levels with ``none`` left out); ValueError with one line on a bad spec."""
     out = {}
-    for name in ("ram", "disk", "pfs"):
+    for name in LEVEL_NAMES:
         text = per_level.get(name) or spec
         if text is None:
             continue
@@ -77,7 +100,7 @@ def codec_footprint(codecs: dict, layout) -> int:
     """Resident bytes the codecs keep after first use: :data:`CODEC_LIBRARY_BYTES` plus the growth
     of this process's resident set over two encode/decode rounds of a synthetic snapshot of
     ``layout``'s local blocks (the allocator pools and buffers a run's codec keeps). Its transient
-    buffers during a write or read are counted apart (the session's CODEC_STATES)."""
+    buffers during a write or read are counted apart (:data:`~hpcadj.checkpoint.provision.CODEC_STATES`)."""
     from .memory import process_rss_bytes
 
     if not codecs:
@@ -120,13 +143,8 @@ def probe_points(n_steps: int, probe_steps: int | None) -> list[int]:
     return sorted(points)
 
 
-def probe(model, controls, codecs: dict, comm, probe_steps: int | None = None) -> dict:
-    """Per compressed level: slot bytes (same on every rank), the size curve, encode/decode seconds.
-
-    ``sizes`` are ``(step, bytes)`` of the largest rank's framed encoding at each probed step; the
-    fixed slot is u_n's size on their curve (:func:`size_curve`) times the margin, never more than the
-    raw frame.
-    """
+def probe(model, controls, codecs: dict, comm, probe_steps: int | None = None) -> dict[str, Probe]:
+    """Level name -> :class:`Probe` of its codec on the model's first states (collective)."""
     from ..imports import mpi, petsc
 
     MPI = mpi()
@@ -165,11 +183,11 @@ def probe(model, controls, codecs: dict, comm, probe_steps: int | None = None) -
         curve = [max(column) for column in zip(*comm.allgather(sizes[name]))]
         probed = max(curve)
         final = size_curve(list(zip(points, curve)), cap)(model.n_steps)
-        out[name] = {"codec": codec, "slot_bytes": min(int(final * margin(codec)) + 64, cap),
-                     "probed_bytes": probed, "raw_bytes": comm.allreduce(raw, op=MPI.MAX),
-                     "sizes": list(zip(points, curve)), "margin": margin(codec), "cap_bytes": cap,
-                     "encode_s": comm.allreduce(times[name][0] / len(points), op=MPI.MAX),
-                     "decode_s": comm.allreduce(times[name][1] / len(points), op=MPI.MAX)}
+        out[name] = Probe(codec=codec, slot_bytes=min(int(final * margin(codec)) + 64, cap), probed_bytes=probed,
+                          raw_bytes=comm.allreduce(raw, op=MPI.MAX), sizes=tuple(zip(points, curve)),
+                          margin=margin(codec), cap_bytes=cap,
+                          encode_s=comm.allreduce(times[name][0] / len(points), op=MPI.MAX),
+                          decode_s=comm.allreduce(times[name][1] / len(points), op=MPI.MAX))
     del v
     petsc().garbage_cleanup(comm)
     return out
@@ -211,30 +229,30 @@ def peak_bytes(actions, level: int, nbytes) -> float:
 SEARCHED = ("auto", "revolve", "multilevel", "periodic")
 
 
-def pooled_capacity(plans, index: int, pool_bytes: int, info: dict, planner, name: str, n_steps: int):
+def pooled_capacity(plans, index: int, pool_bytes: int, sizes, margin: float, planner, name: str,
+                    n_steps: int, cap_bytes: float = float("inf")) -> int:
     """The most slots level ``index`` (a byte pool) can plan with: the largest count whose plan's
-    peak held bytes, each snapshot at its probed size (:func:`size_curve`) times the margin, fit
-    ``pool_bytes``. Starts from the count the worst probed size gives (always safe) and searches
-    up by bisection, each candidate planned by ``planner(plans)`` and simulated byte by byte."""
+    peak held bytes, each snapshot at its probed size (:func:`size_curve` of ``sizes``) times
+    ``margin``, fit ``pool_bytes``. Starts from the level's count (the worst size's, always safe)
+    and searches up by bisection, each candidate planned by ``planner(plans)`` and simulated byte
+    by byte."""
+    from dataclasses import replace
+
     from .schedules.storeall import store_all_slots
-    from .manager import LevelPlan
 
     low = plans[index].slots
-    if name not in SEARCHED or not info.get("sizes"):
+    if name not in SEARCHED or not sizes:
         return low
-    at = size_curve(info["sizes"], info.get("cap_bytes", float("inf")))
-    smallest = max(1.0, min(b for _, b in info["sizes"]) * info["margin"])
+    at = size_curve(sizes, cap_bytes)
+    smallest = max(1.0, min(b for _, b in sizes) * margin)
     high = max(low, min(store_all_slots(n_steps), int(pool_bytes // smallest)))
-
-    def with_slots(c):
-        return [LevelPlan(p.name, p.kind, c) if i == index else p for i, p in enumerate(plans)]
 
     def fits(c):
         try:
-            actions = planner(with_slots(c)).actions()
+            actions = planner([replace(p, slots=c) if i == index else p for i, p in enumerate(plans)]).actions()
         except ValueError:
             return False
-        return peak_bytes(actions, index, lambda step: at(step) * info["margin"]) <= pool_bytes
+        return peak_bytes(actions, index, lambda step: at(step) * margin) <= pool_bytes
 
     while low < high:
         mid = (low + high + 1) // 2
@@ -245,36 +263,20 @@ def pooled_capacity(plans, index: int, pool_bytes: int, info: dict, planner, nam
     return low
 
 
-def resized_plans(plans, budgets: dict, probed: dict, comm, ram_fixed: bool):
-    """The plans with each compressed level's byte budget divided by its slot bytes (a budget in
-    slots stays slots; ``ram_fixed``: the memory budget sized RAM, kept)."""
-    from .budget import parse_budget
-    from .manager import LevelPlan
+def adjusted_profile(profile, plans, probes: dict):
+    """The profile with each compressed level's write/read scaled by its stored fraction and its
+    codec seconds added (a new profile; ``plans`` and ``profile.levels`` in the same order)."""
+    from dataclasses import replace
 
-    out = []
-    for p in plans:
-        info = probed.get(p.name)
-        text = budgets.get(p.name)
-        if info is None or text is None or (p.kind == "ram" and ram_fixed):
-            out.append(p)
-            continue
-        per = info["slot_bytes"] * (comm.size if p.kind == "pfs" else 1)
-        out.append(LevelPlan(p.name, p.kind, max(p.slots, parse_budget(text).to_slots(per))))
-    return out
-
-
-def adjust_profile(profile, plans, probed: dict):
-    """Codec seconds added to each compressed level's write/read, its transfer scaled by the stored
-    fraction (in place; returns the profile)."""
+    levels = []
     for plan, lv in zip(plans, profile.levels):
-        info = probed.get(plan.name)
-        if info is None:
-            continue
-        frac = min(1.0, info["slot_bytes"] / max(1, info["raw_bytes"]))
-        lv.write_s = lv.write_s * frac + info["encode_s"]
-        lv.read_s = lv.read_s * frac + info["decode_s"]
-        lv.fill_s *= frac
-    return profile
+        found = probes.get(plan.name)
+        if found is not None:
+            frac = min(1.0, found.slot_bytes / max(1, found.raw_bytes))
+            lv = replace(lv, write_s=lv.write_s * frac + found.encode_s, read_s=lv.read_s * frac + found.decode_s,
+                         fill_s=lv.fill_s * frac)
+        levels.append(lv)
+    return replace(profile, levels=levels)
 
 
 def summary(comm, levels) -> dict:

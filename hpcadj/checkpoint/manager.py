@@ -1,10 +1,9 @@
-"""The multi-level checkpoint manager's set-up: budgets -> slots -> levels, and the plan to run on them.
+"""The multi-level checkpoint manager's parts: budgets -> slots, levels from their plans, the plan.
 
-Levels are named after their command-line budgets and always ordered fastest first:
-``ram`` (process memory), ``disk`` (node-local files) and ``pfs`` (one parallel HDF5 file). Budgets
-are per rank for ``ram`` and ``disk`` and for the whole file for ``pfs``; a budget in bytes becomes
-slots through the largest rank's snapshot block (or the global snapshot for ``pfs``), so every rank
-derives the same slot counts and hence the same plan.
+Levels (:mod:`hpcadj.checkpoint.levels`) are always ordered fastest first. A budget in bytes
+becomes slots through the largest rank's snapshot block (or the global snapshot for a whole-file
+budget), so every rank derives the same slot counts and hence the same plan. The order in which a
+run uses these parts is :func:`hpcadj.checkpoint.provision.provision`.
 """
 
 from __future__ import annotations
@@ -12,11 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .budget import parse_budget
+from .levels import LEVEL_KINDS
 from .schedules import CostProfile, ScheduleError, make_schedule, store_all_slots
 from .storage.factory import make_level
 
-#: (budget / level name, storage kind), fastest first
-LEVELS = (("ram", "ram"), ("disk", "local"), ("pfs", "pfs"))
 
 @dataclass
 class CheckpointConfig:
@@ -32,11 +30,16 @@ class CheckpointConfig:
 
 @dataclass(frozen=True)
 class LevelPlan:
-    """One level in use: its name, storage kind and slot count."""
+    """One level in use: its name, storage kind and slot count; for a compressed level its codec
+    and the bytes of one encoded slot, and for a compressed RAM level the bytes of its pool."""
 
     name: str
     kind: str
     slots: int
+    codec: object = None
+    slot_bytes: int | None = None
+    pool_bytes: int | None = None
+    margin: float = 1.0
 
 
 def snapshot_slot_bytes(layout, comm) -> dict[str, int]:
@@ -50,7 +53,7 @@ def level_slots(config: CheckpointConfig, layout, comm, n_steps: int) -> list[Le
     """The levels with a positive budget, fastest first; RAM for store-all when no budget is given."""
     sizes = snapshot_slot_bytes(layout, comm)
     plans = []
-    for name, kind in LEVELS:
+    for name, kind in ((k.name, k.kind) for k in LEVEL_KINDS):
         text = config.budgets.get(name)
         if text is None:
             continue
@@ -60,7 +63,7 @@ def level_slots(config: CheckpointConfig, layout, comm, n_steps: int) -> list[Le
             raise ValueError(f"--{name}: {exc}") from None
         if slots > 0:
             plans.append(LevelPlan(name, kind, slots))
-    if not any(config.budgets.get(name) is not None for name, _ in LEVELS):
+    if not any(config.budgets.get(k.name) is not None for k in LEVEL_KINDS):
         plans.append(LevelPlan("ram", "ram", store_all_slots(n_steps)))
     if not plans:
         raise ValueError("no level has room for one snapshot: raise --ram, --disk or --pfs "
@@ -71,12 +74,12 @@ def level_slots(config: CheckpointConfig, layout, comm, n_steps: int) -> list[Le
 
 
 def build_levels(plans: list[LevelPlan], layout, comm, config: CheckpointConfig,
-                 attach: frozenset = frozenset(), compressed: dict | None = None):
-    """Create the storage levels (collective: every rank, same order).
+                 attach: frozenset = frozenset()):
+    """Create the storage levels (collective: every rank, same order), each of the class its plan
+    names (a compressed plan's codec gives an encoded or pooled level, see ``make_level``).
 
     Levels whose kind is in ``attach`` reopen the snapshots an earlier run with the same run id
-    left; other file levels of a resumed run start empty under a fresh run id. ``compressed`` maps
-    a level name to ``(codec, slot_bytes)``: that level stores encoded snapshots (``make_level``).
+    left; other file levels of a resumed run start empty under a fresh run id.
     """
     levels = []
     try:
@@ -86,8 +89,9 @@ def build_levels(plans: list[LevelPlan], layout, comm, config: CheckpointConfig,
             extra = {"attach": True} if reopen else {}
             if attach and not reopen and plan.kind == "local":
                 extra = {"purge_run_id": config.run_id}
-            if compressed and plan.name in compressed:
-                extra["codec"], extra["slot_bytes"] = compressed[plan.name]
+            if plan.codec is not None:
+                extra.update(codec=plan.codec, slot_bytes=plan.slot_bytes, pool_bytes=plan.pool_bytes,
+                             margin=plan.margin)
             levels.append(make_level(plan.kind, plan.slots, layout, comm, name=plan.name,
                                      path=config.pfs_file, local_dir=config.local_dir,
                                      async_io=config.async_io,

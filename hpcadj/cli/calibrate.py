@@ -81,9 +81,9 @@ def codec_costs(model, codecs: dict, comm) -> dict:
     if not codecs:
         return {}
     info = probe(model, model.default_controls(), {"ram": codecs["ram"]}, comm)["ram"]
-    return {"codec": info["codec"].spec, "encode_s": info["encode_s"], "decode_s": info["decode_s"],
-            "slot_bytes": info["slot_bytes"], "probed_bytes": info["probed_bytes"], "raw_bytes": info["raw_bytes"],
-            "sizes": info["sizes"]}
+    return {"codec": info.codec.spec, "encode_s": info.encode_s, "decode_s": info.decode_s,
+            "slot_bytes": info.slot_bytes, "probed_bytes": info.probed_bytes, "raw_bytes": info.raw_bytes,
+            "sizes": [list(point) for point in info.sizes]}
 
 
 def save_profile(profile, path: str) -> None:

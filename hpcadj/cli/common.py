@@ -185,22 +185,22 @@ def solver_failure(exc: SolverError, hint: str = "") -> CliError:
 
 
 def check_can_create(path: str, flag: str | None = None) -> None:
-    """CliError unless a file can be created beside ``path`` (see the session's check)."""
-    from ..adjoint import session
+    """CliError unless a file can be created beside ``path`` (see checkpoint.options)."""
+    from ..checkpoint import options
 
     try:
-        session.check_can_create(path, flag)
-    except session.ConfigError as exc:
+        options.check_can_create(path, flag)
+    except options.ConfigError as exc:
         raise CliError(str(exc)) from None
 
 
 def check_usable_directory(path: str, flag: str) -> None:
     """CliError unless ``path`` is a directory files can be created in, or can be made into one."""
-    from ..adjoint import session
+    from ..checkpoint import options
 
     try:
-        session.check_usable_directory(path, flag)
-    except session.ConfigError as exc:
+        options.check_usable_directory(path, flag)
+    except options.ConfigError as exc:
         raise CliError(str(exc)) from None
 
 

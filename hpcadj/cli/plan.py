@@ -85,7 +85,8 @@ def compressed_slot(args) -> int | None:
 def memory_plan(args, given):
     """The --memory breakdown and the RAM slots it leaves (``given``: the --ram/--disk/--pfs slots)."""
     from ..checkpoint.memory import DEFAULT_MODEL_STATES, LevelSpec, least_budget, plan_memory
-    from ..adjoint.session import CODEC_STATES, ConfigError, memory_bytes
+    from ..checkpoint.options import ConfigError, memory_bytes
+    from ..checkpoint.provision import CODEC_STATES
 
     if args.snapshot_bytes is None:
         raise CliError("--memory needs --snapshot-bytes (one snapshot's bytes on one rank)")

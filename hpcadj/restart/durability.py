@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 from ..adjoint.driver import RunObserver
-from .rundir import DURABLE_KINDS, RunDirectory
+from ..checkpoint.levels import DURABLE_KINDS
+from .rundir import RunDirectory
 
 #: the mean time between failures ``--durable-interval auto`` assumes for a job (seconds)
 DEFAULT_MTBF_S = 4 * 3600.0

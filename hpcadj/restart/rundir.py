@@ -22,8 +22,6 @@ from .identity import identity_mismatch, trajectory_mismatch
 MANIFEST = "manifest.json"
 PREVIOUS = "manifest.prev.json"
 LOCK = "lock.json"
-#: the level kinds whose snapshots outlive the process
-DURABLE_KINDS = ("local", "pfs")
 FORMAT = 3
 
 

@@ -49,7 +49,7 @@ def test_fill_probe_holds_its_slots_and_prices_the_rest_at_its_tail(comm, monkey
     the probe cost the mean of its last quarter (a VM's cold pages come last)."""
     import types
 
-    from hpcadj.adjoint import calibrate as cal
+    from hpcadj.checkpoint import calibrate as cal
 
     live, peak, clock = [0], [0], [0.0]
     costs = [1.0] * 6 + [5.0] * 2  # the probe's 8 blocks: the last quarter comes cold

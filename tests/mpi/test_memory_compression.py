@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from hpcadj.adjoint import compute_gradient
-from hpcadj.adjoint.session import SLOW_RECOMPUTE_FACTOR, Checkpointing, GradientSession
+from hpcadj.adjoint.session import Checkpointing, GradientSession
+from hpcadj.checkpoint.provision import SLOW_RECOMPUTE_FACTOR
 from hpcadj.cli import Parser
 from hpcadj.cli.common import add_model_arguments, build_model
 
@@ -88,7 +89,7 @@ def test_a_replan_that_must_recompute_a_lot_warns(comm, case):
     # a store-all plan over a pool with room for one raw snapshot (about one late compressed one):
     # no re-plan can avoid heavy recomputation, and the session's rule says so
     from hpcadj.adjoint import Driver
-    from hpcadj.adjoint.session import recompute_warning
+    from hpcadj.checkpoint.provision import recompute_warning
     from hpcadj.checkpoint.schedules import make_schedule
     from hpcadj.checkpoint.storage.codec import parse_codec
     from hpcadj.checkpoint.storage.compressed import PooledLevel

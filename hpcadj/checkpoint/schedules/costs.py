@@ -33,9 +33,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..levels import LEVEL_NAMES
 from .actions import Advance, Move, Restore, Store
-
-LEVEL_NAMES = ("ram", "disk", "pfs")
 
 #: default seconds per snapshot (write, read) for the standard levels, fastest first
 DEFAULT_LEVEL_SECONDS = {"ram": (0.01, 0.01), "disk": (0.2, 0.2), "pfs": (1.0, 1.0)}

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from ...snapshot import SnapshotLayout
+from ..levels import STORAGE_KINDS as KINDS
 from .base import Level
 from .local import LocalLevel
 from .pfs import PfsLevel
 from .pfs_async import AsyncPfsLevel
 from .ram import RamLevel
-
-KINDS = ("ram", "local", "pfs")
 
 
 def make_level(kind: str, capacity: int, layout: SnapshotLayout, comm=None, *,
@@ -17,7 +16,8 @@ def make_level(kind: str, capacity: int, layout: SnapshotLayout, comm=None, *,
                keep: bool = False, run_id: str | None = None, fsync: bool = False,
                name: str | None = None, queue_depth: int = 2, prefetch_depth: int = 1,
                verify: bool = False, collective: str = "auto", attach: bool = False,
-               purge_run_id: str | None = None, codec=None, slot_bytes: int | None = None) -> Level:
+               purge_run_id: str | None = None, codec=None, slot_bytes: int | None = None,
+               pool_bytes: int | None = None, margin: float = 1.15) -> Level:
     """A ``ram``, ``local`` (node-local files) or ``pfs`` (parallel HDF5 at ``path``) level.
 
     Collective: every rank of ``comm`` must call it (file levels agree on a run id and check their
@@ -34,10 +34,16 @@ def make_level(kind: str, capacity: int, layout: SnapshotLayout, comm=None, *,
 
     ``codec`` (a :class:`~.codec.Codec` other than ``none``) with ``slot_bytes`` gives a
     :class:`~.compressed.CompressedLevel`: the level of ``kind`` holds one ``slot_bytes`` uint8 block
-    per rank, the encoded snapshot.
+    per rank, the encoded snapshot. A ``ram`` level with a codec and ``pool_bytes`` is instead a
+    byte pool (:class:`~.compressed.PooledLevel`): each snapshot takes its own encoded size, and
+    ``margin`` is the headroom its sizes were planned with.
     """
     if comm is not None and hasattr(comm, "tompi4py"):
         comm = comm.tompi4py()
+    if codec is not None and codec.spec != "none" and kind == "ram" and pool_bytes is not None:
+        from .compressed import PooledLevel
+
+        return PooledLevel(codec, layout, capacity, pool_bytes, comm, name=name or kind, margin=margin)
     if codec is not None and codec.spec != "none":
         from .compressed import CompressedLevel, slot_layout
 

@@ -1,0 +1,424 @@
+"""Provisioning: from a model's layout, the budgets, the node and the costs to the levels and the plan.
+
+:func:`provision` decides everything a run's storage needs, in one pass read top to bottom:
+
+1. budgets -> slots: each level with a budget, its slots at the raw snapshot size;
+2. the compression probe: each compressed level's slot bytes, size curve and codec seconds
+   (a resumed run keeps the slot bytes it recorded);
+3. the whole-process memory budget (``--memory``, ``$HPCADJ_MEMORY``, SLURM's): what the model, the
+   driver's states, staging and codecs need, the RAM slots the rest leaves, and the node's memory;
+4. compressed levels: byte budgets -> slots of the encoded size; a compressed RAM level a byte pool;
+5. the cost profile: given, or measured briefly when the plan needs one; codec seconds added;
+6. the pool's slots searched up at the probed sizes (:func:`~.compression.pooled_capacity`);
+7. the plan, simulated and checked (levels it never uses, extreme recomputation), and its predicted
+   makespan with the durable points of a restartable run.
+
+The result, :class:`PlannedRun`, is immutable: each level's class, slots, codec and bytes, the memory
+plan, the profile and the plan. The session opens the levels it names and runs its plan. Collective.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+
+from .budget import parse_budget
+from .manager import LevelPlan, level_slots, make_plan, profile_for
+from .memory import MemoryPlan, budget_from_environment, least_budget, node_memory_bytes, plan_memory
+from .options import Checkpointing, ConfigError, fmt_bytes, load_costs, memory_bytes
+from .schedules import CostProfile, simulate
+from .schedules.storeall import store_all_slots
+from .storage.base import LevelError
+from ..collective import agree_or_raise
+
+#: schedules that keep every snapshot on one level: a second budget given with them is never used
+ONE_LEVEL_SCHEDULES = ("store-all", "revolve", "online")
+#: forward evaluations per step above which a plan is warned about (store-all makes 1, revolve with
+#: 2 slots on 100 steps 8.5, one slot on 100 steps 49.5)
+SLOW_RECOMPUTE_FACTOR = 10.0
+#: resident memory beyond what the working-set counts predict (allocator rounding, page tables,
+#: MPI buffers): wave 64^3, 2 ranks, 38 RAM slots measured 3 MiB above its prediction
+ALLOCATOR_SLACK_BYTES = 16 * 2 ** 20
+#: a compressed level's transient buffers in states, for callers that know only a snapshot's bytes
+#: (``hpcadj plan``): at least :func:`~hpcadj.checkpoint.compression.codec_memory_bytes` of a
+#: snapshot of two fields or more, or of one field on the RAM pool
+CODEC_STATES = 2
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """What provisioning decided: the levels (fastest first), the plan and its predicted cost.
+
+    ``plans`` name each level's kind, slots and, when compressed, its codec and slot or pool bytes;
+    ``probes`` what the compression probe measured per compressed level; ``memory`` the
+    :class:`~hpcadj.checkpoint.memory.MemoryPlan` the RAM slots were sized with (None without a
+    memory budget); ``summary`` the simulated plan (None for an online plan, whose n is unknown).
+    """
+
+    plans: tuple
+    schedule: object
+    profile: CostProfile
+    summary: object                 # the plan's simulated summary (forward steps, writes per level)
+    predicted_s: float              # predicted makespan, durable points included
+    predicted_durable_s: float = 0.0
+    memory: MemoryPlan | None = None
+    probes: dict = field(default_factory=dict)
+    notes: tuple = ()
+    warnings: tuple = ()
+
+    @property
+    def lossy(self) -> bool:
+        return any(p.codec.lossy for p in self.probes.values())
+
+
+@dataclass(frozen=True)
+class Resuming:
+    """What a resumed run's directory fixes for provisioning: its compressed levels' codecs and slot
+    bytes as recorded (None: nothing recorded, the run starts afresh) and the rank count that wrote
+    them."""
+
+    compression: dict | None
+    ranks: int
+
+
+def recompute_warning(forward_steps: int, n_steps: int, what: str) -> str | None:
+    """The warning for ``what`` evaluating ``forward_steps`` forward steps for ``n_steps``, when
+    that exceeds :data:`SLOW_RECOMPUTE_FACTOR` per step (None otherwise)."""
+    factor = forward_steps / max(n_steps or 0, 1)
+    if factor <= SLOW_RECOMPUTE_FACTOR:
+        return None
+    return (f"{what} evaluates {forward_steps} forward steps for {n_steps} (recompute factor {factor:.1f}): "
+            f"the run will take about {factor:.0f} times as long as one with room for every state; raise "
+            f"--ram/--disk/--pfs")
+
+
+def provision(model, controls, checkpointing: Checkpointing, *, config=None, baseline_bytes: int = 0,
+              resuming: Resuming | None = None, durability=None) -> PlannedRun:
+    """The levels and the plan for a gradient of ``model`` under ``checkpointing`` (collective).
+
+    Parameters
+    ----------
+    model : Stepper
+        Its layouts size the levels; the compression probe and a calibration take a few steps.
+    controls : dict
+        name -> PETSc Vec, for the probe's and calibration's steps.
+    checkpointing : Checkpointing
+        Budgets, memory, compression, schedule and costs.
+    config : CheckpointConfig, optional
+        Where the file levels live (default ``checkpointing.config()``; a resumed run's says so).
+    baseline_bytes : int
+        The process's resident set before the model was built (the memory budget's starting point).
+    resuming : Resuming, optional
+        A resumed run's recorded compression (its slot bytes are kept).
+    durability : callable, optional
+        ``durability(schedule, plans, profile, makespan_s) -> seconds`` the run's durable points add.
+
+    Raises :class:`ConfigError` (the same on every rank) when no run can use the configuration.
+    """
+    config = config or checkpointing.config()
+    if model.n_steps is None:
+        return _online(model, checkpointing, config)
+    comm, ck, n = model.comm, checkpointing, model.n_steps
+    notes, warnings = [], []
+    layout = model.snapshot_layout()
+
+    # 1. budgets -> slots, at the raw snapshot size
+    try:
+        plans = level_slots(config, layout, comm, n)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+    # 2. the compression probe (RAM's too: a memory budget may add a RAM level)
+    names = {p.name for p in plans} | {"ram"}
+    codecs = {k: v for k, v in ck.codecs().items() if k in names}
+    probes, codec_rss = _probe(model, controls, codecs, ck.compress_probe_steps)
+
+    # 3. the whole-process memory budget: RAM slots from what the rest leaves
+    memory, plans, reshaped = _fit_memory(model, plans, ck, probes, baseline_bytes + codec_rss, notes)
+
+    # 4. compressed levels: slots of the encoded size; a compressed RAM level a byte pool
+    probes = {k: v for k, v in probes.items() if any(p.name == k for p in plans)}
+    if resuming is not None and resuming.compression is not None:
+        probes = _recorded(probes, resuming, comm)
+    for name, found in probes.items():
+        if found.codec.lossy:
+            notes.append(f"LOSSY checkpoints on level {name} ({found.codec.spec}, absolute pointwise bound): "
+                         f"the gradient is approximate")
+    plans, search = _compressed(plans, ck, probes, memory, comm)
+
+    # 5. the cost profile
+    store_all = all(b is None for b in ck.budgets.values()) and not reshaped
+    name = ck.schedule or ("store-all" if store_all else "auto")
+    profile = load_costs(ck.costs)
+    if profile is None and name in ("auto", "multilevel") and len(plans) > 1:
+        profile = _calibrated(model, controls, plans, config)
+        notes.append("no --costs profile given: calibrated step and level costs briefly")
+    profile = profile_for(plans, profile)
+    if probes:
+        from .compression import adjusted_profile
+
+        profile = adjusted_profile(profile, plans, probes)
+
+    # 6. the pool's slots at the probed sizes
+    if search:
+        plans, memory = _grown_pool(model, plans, probes, profile, name, ck.minimize, memory, notes)
+
+    # 7. the plan, checked, and its predicted cost
+    try:
+        schedule = make_plan(name, n, plans, profile, ck.minimize)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    summary = _checked(name, schedule, plans, profile, ck, notes, warnings, resuming is not None)
+    predicted = profile.predicted_seconds(summary)
+    durable_s = durability(schedule, plans, profile, predicted) if durability is not None else 0.0
+    return PlannedRun(tuple(plans), schedule, profile, summary, predicted + durable_s, durable_s, memory, probes,
+                      tuple(notes), tuple(warnings))
+
+
+def _online(model, ck: Checkpointing, config) -> PlannedRun:
+    """The plan of a run whose n is unknown until it ends (adaptive steps): an online plan.
+
+    Store-all (no budget) keeps up to the model's step bound in RAM; costs come from --costs or
+    the defaults (a calibration would take steps of the model, deciding its sequence early).
+    """
+    from .schedules.online_plans import make_online_plan
+
+    name = ck.schedule or "online"
+    if name != "online":
+        raise ConfigError(f"--schedule {name} needs the number of steps, which adaptive steps decide as the "
+                          f"run goes: use --schedule online")
+    if ck.memory is not None or ck.codecs():
+        raise ConfigError("adaptive steps (unknown n) do not combine with --memory or --compress yet")
+    try:
+        plans = level_slots(config, model.snapshot_layout(), model.comm, model.steps.max_steps)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    profile = profile_for(plans, load_costs(ck.costs))
+    store_all = all(b is None for b in ck.budgets.values())
+    schedule = make_online_plan([p.slots for p in plans], profile.vector(ck.minimize), done=model.done,
+                                store_all=store_all)
+    return PlannedRun(tuple(plans), schedule, profile, None, float("nan"))
+
+
+def _probe(model, controls, codecs: dict, probe_steps) -> tuple[dict, int]:
+    """The compression probe of ``codecs`` and the resident bytes the codecs keep once used."""
+    from .compression import codec_footprint, probe
+
+    if not codecs:
+        return {}, 0
+    rss = codec_footprint(codecs, model.snapshot_layout())
+    try:
+        return probe(model, controls, codecs, model.comm, probe_steps), rss
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _recorded(probes: dict, resuming: Resuming, comm) -> dict:
+    """A resumed run's compressed levels keep the codec and slot bytes its manifest recorded."""
+    recorded = resuming.compression
+    now = {k: v.codec.spec for k, v in probes.items()}
+    then = {k: v["codec"] for k, v in recorded.items()}
+    if then != now:
+        raise ConfigError(f"--resume with other compression than the run recorded ({then or 'none'}, now "
+                          f"{now or 'none'}): resume with the run's --compress options")
+    if resuming.ranks == comm.size:  # the attached levels' slots as written
+        return {k: replace(v, slot_bytes=int(recorded[k]["slot_bytes"])) if k in recorded else v
+                for k, v in probes.items()}
+    if "pfs" in recorded:
+        raise ConfigError(f"the compressed HDF5 level holds one encoded block per rank of the {resuming.ranks} "
+                          f"rank(s) that wrote it: resume on {resuming.ranks} rank(s) (another rank count "
+                          f"needs an uncompressed --pfs level)")
+    return probes
+
+
+def _fit_memory(model, plans, ck: Checkpointing, probes: dict, baseline: int, notes: list):
+    """Size the RAM level from the whole-process budget and refuse what this node cannot hold.
+
+    Returns ``(memory, plans, reshaped)``: the :class:`MemoryPlan` (None without a budget), and
+    ``reshaped`` True when the budget replaced store-all's RAM level by a smaller one.
+    """
+    from ..imports import mpi
+
+    MPI = mpi()
+    comm, n = model.comm, model.n_steps
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        budget, source = _memory_budget(ck, node.size)
+        snapshot = comm.allreduce(sum(f.local_nbytes for f in model.snapshot_layout().values()), op=MPI.MAX)
+        controls = comm.allreduce(sum(f.local_nbytes for f in model.control_layout().values()), op=MPI.MAX)
+        baseline = comm.allreduce(int(baseline), op=MPI.MAX) + ALLOCATOR_SLACK_BYTES
+        codec = _codec_memory(model, probes, snapshot)
+        usable = store_all_slots(n)  # no plan stores more on one level
+        capped = [replace(p, slots=min(p.slots, usable)) if p.kind == "ram" else p for p in plans]
+        predicted = plan_memory(model, capped, budget_bytes=budget, baseline_bytes=baseline,
+                                snapshot_bytes=snapshot, control_bytes=controls, **codec)
+        reshaped = False
+        if budget is not None:
+            plans, reshaped = _ram_within(predicted, plans, ck, budget, source, n, notes)
+            predicted = plan_memory(model, plans, budget_bytes=budget, baseline_bytes=baseline,
+                                    snapshot_bytes=snapshot, control_bytes=controls, **codec)
+        _check_node(comm, node, budget if budget is not None else predicted.peak_bytes, source)
+    finally:
+        node.Free()
+    if budget is None:
+        return None, plans, reshaped
+    predicted.detail["source"] = source
+    return predicted, plans, reshaped
+
+
+def _memory_budget(ck: Checkpointing, node_ranks: int) -> tuple[int | None, str]:
+    """The whole-process budget per rank in bytes and where it came from (None: no budget)."""
+    if ck.memory is not None:
+        return memory_bytes(ck.memory, "--memory"), "--memory"
+    found = budget_from_environment(os.environ)
+    if found is None:
+        return None, ""
+    text, source, per_node = found
+    nbytes = memory_bytes(text, source)
+    return (nbytes // max(1, node_ranks) if per_node else nbytes), source
+
+
+def _codec_memory(model, probes: dict, snapshot: int) -> dict:
+    """plan_memory's compression terms: a compressed RAM slot's bytes (its worst probed size; the
+    pool may then plan more) and the codecs' transient buffers
+    (:func:`~hpcadj.checkpoint.compression.codec_memory_bytes`, collective)."""
+    from ..imports import mpi
+    from .compression import codec_memory_bytes
+
+    if not probes:
+        return {}
+    layout = model.snapshot_layout()
+    largest = model.comm.allreduce(max((f.local_nbytes for f in layout.values()), default=0), op=mpi().MAX)
+    ram = probes.get("ram")
+    files = any(name != "ram" for name in probes)
+    return {"ram_slot_bytes": ram.slot_bytes if ram else None,
+            "codec_bytes": codec_memory_bytes(snapshot, largest, files)}
+
+
+def _ram_within(predicted: MemoryPlan, plans, ck: Checkpointing, budget: int, source: str, n: int, notes: list):
+    """RAM slots from what the budget leaves; ConfigError naming the least budget if nothing fits."""
+    fit = predicted.ram_slots_fit
+    ram = [p for p in plans if p.kind == "ram"]
+    others = [p for p in plans if p.kind != "ram"]
+    explicit = ck.ram is not None
+    wanted = ram[0].slots if ram and (explicit or not others) else None
+    slots = min(fit if wanted is None else min(fit, wanted), store_all_slots(n))
+    needed = 0 if others else 1  # u_0 needs a slot somewhere
+    if predicted.fixed_bytes > budget or slots < needed:
+        least = least_budget(predicted, needed)
+        parts = ", ".join(f"{k} {fmt_bytes(v)}" for k, v in predicted.breakdown().items() if k != "ram slots")
+        raise ConfigError(f"{source} {fmt_bytes(budget)} per rank cannot hold this gradient: the process "
+                          f"needs {fmt_bytes(predicted.fixed_bytes)} before any RAM slot (baseline "
+                          f"{fmt_bytes(predicted.baseline_bytes)}, {parts}); the least budget that would "
+                          f"do is {fmt_bytes(least)}"
+                          + ("" if others else " (with one RAM slot; or add --disk/--pfs)"))
+    reshaped = not explicit and not others and slots < (ram[0].slots if ram else 0)
+    if ram and wanted is not None and slots < wanted and explicit:
+        notes.append(f"--ram {ck.ram} capped to {slots} slots by {source} {fmt_bytes(budget)}")
+    return ([LevelPlan("ram", "ram", slots)] if slots > 0 else []) + others, reshaped
+
+
+def _check_node(comm, node, claim: int, source: str) -> None:
+    """ConfigError when the ranks sharing this node claim more memory than the node holds."""
+    from ..imports import mpi
+
+    total = node.allreduce(int(claim))
+    capacity, what = node_memory_bytes()
+    capacity = node.allreduce(capacity if capacity is not None else -1, op=mpi().MIN)
+    problem = None
+    if capacity > 0 and total > capacity:
+        basis = f"{source} per rank" if source else "the predicted peak (model, working states, RAM slots)"
+        problem = (f"the {node.size} rank(s) on {os.uname().nodename} would need {fmt_bytes(total)} "
+                   f"({basis}), more than {what} holds ({fmt_bytes(capacity)}): lower --ram/--memory, "
+                   f"or spread the ranks over more nodes")
+    agree_or_raise(comm, problem, ConfigError, first=True)
+
+
+def _compressed(plans, ck: Checkpointing, probes: dict, memory: MemoryPlan | None, comm):
+    """Each compressed level's plan with its codec and slots of the encoded size; the RAM level a
+    byte pool. Returns ``(plans, search)``, ``search`` True when the pool's slots may grow past the
+    worst probed size's (a byte budget, or one the memory budget set)."""
+    out, search = [], False
+    for p in plans:
+        found = probes.get(p.name)
+        if found is None:
+            out.append(p)
+            continue
+        p = replace(p, codec=found.codec, slot_bytes=found.slot_bytes, margin=found.margin)
+        text = ck.budgets.get(p.name)
+        if p.kind != "ram":
+            if text is not None:  # a byte budget buys slots of the encoded size; slots stay slots
+                per = found.slot_bytes * (comm.size if p.kind == "pfs" else 1)
+                p = replace(p, slots=max(p.slots, parse_budget(text).to_slots(per)))
+            out.append(p)
+            continue
+        budget = parse_budget(text) if text is not None else None
+        if memory is not None:  # what the memory budget leaves for RAM slots
+            pool = memory.budget_bytes - memory.fixed_bytes
+            if budget is not None and budget.nbytes is not None:
+                pool = min(pool, budget.nbytes)
+            search = budget is None or budget.nbytes is not None
+        elif budget is not None and budget.nbytes is not None:
+            pool, search = budget.nbytes, True
+        else:
+            pool, search = p.slots * found.slot_bytes, False
+        if search:  # worst-case slots within the pool (a raw slot count may exceed them)
+            slots = (max(1, min(p.slots, int(pool) // found.slot_bytes)) if memory is not None
+                     else int(pool) // found.slot_bytes)
+            p = replace(p, slots=slots)
+        out.append(replace(p, pool_bytes=int(pool)))
+    return out, search
+
+
+def _calibrated(model, controls, plans, config) -> CostProfile:
+    """Step and level costs measured briefly on these levels (ConfigError if a level is unusable)."""
+    from .calibrate import calibrate
+
+    try:
+        profile = calibrate(model, controls, model.comm, plans, config, repeats=2)
+    except (OSError, LevelError) as exc:  # an unusable local directory or HDF5 file
+        raise ConfigError(f"cannot measure the levels' costs (give --costs PROFILE.json to skip it): "
+                          f"{exc}") from None
+    profile.source = "calibrated"
+    return profile
+
+
+def _grown_pool(model, plans, probes: dict, profile, name: str, minimize: str, memory, notes: list):
+    """The RAM pool's slots raised to what its bytes hold at the probed sizes (see
+    :func:`~hpcadj.checkpoint.compression.pooled_capacity`); the memory plan says so."""
+    from .compression import pooled_capacity
+
+    index = next(i for i, p in enumerate(plans) if p.pool_bytes is not None)
+    pool, found = plans[index], probes[plans[index].name]
+
+    def planner(candidate):
+        return make_plan(name, model.n_steps, candidate, profile, minimize)
+
+    slots = pooled_capacity(plans, index, pool.pool_bytes, found.sizes, found.margin, planner, name,
+                            model.n_steps, found.cap_bytes)
+    if slots > pool.slots:
+        notes.append(f"compressed RAM pool {fmt_bytes(pool.pool_bytes)}: {slots} slots at the probed sizes "
+                     f"(worst-case slots: {pool.slots})")
+    if memory is not None:
+        memory = replace(memory, ram_slot_bytes=pool.pool_bytes, detail={**memory.detail, "ram_slots": slots})
+    return [replace(p, slots=slots) if i == index else p for i, p in enumerate(plans)], memory
+
+
+def _checked(name, schedule, plans, profile, ck: Checkpointing, notes: list, warnings: list, resuming: bool):
+    """Simulate the plan; refuse or note levels it never writes, warn about extreme recomputation."""
+    summary = simulate(schedule.actions(), schedule.n_steps, [p.slots for p in plans], profile.vector("time"))
+    unused = [p for p, writes in zip(plans, summary.writes) if writes == 0]
+    budgets = {level: (text if text is not None else f"{p.slots} (slots the memory budget leaves)")
+               for level, text in ck.budgets.items() for p in plans if p.name == level}
+    if unused and name in ONE_LEVEL_SCHEDULES:
+        used = [p.name for p, writes in zip(plans, summary.writes) if writes] or [plans[0].name]
+        flags = ", ".join(f"--{p.name} {budgets[p.name]}" for p in unused)
+        raise ConfigError(f"--schedule {name} keeps its snapshots on one level ({used[0]}), so {flags} "
+                          f"would never be used: drop it, or use --schedule auto or multilevel")
+    for p in unused if not resuming else ():  # a resume re-plans: this plan is not the one run
+        notes.append(f"level {p.name} (--{p.name} {budgets[p.name]}) holds no snapshot in this plan: "
+                     f"the planner found it not worth its cost")
+    text = recompute_warning(summary.forward_steps, schedule.n_steps, "this plan")
+    if text:
+        warnings.append(text)
+    return summary

@@ -91,6 +91,16 @@ def copy_snapshot(snapshot: Snapshot, spare: Snapshot | None = None) -> Snapshot
     return spare
 
 
+def layout_bytes(layout: SnapshotLayout) -> int:
+    """Bytes of one snapshot (or set of fields) of ``layout`` on this rank: its blocks."""
+    return int(sum(f.local_nbytes for f in layout.values()))
+
+
+def layout_global_bytes(layout: SnapshotLayout) -> int:
+    """Bytes of one snapshot (or set of fields) of ``layout`` over all ranks: the global arrays."""
+    return int(sum(f.global_nbytes for f in layout.values()))
+
+
 def snapshot_nbytes(snapshot: Snapshot) -> int:
     """Bytes of this rank's blocks."""
     return sum(a.nbytes for a in snapshot.values())

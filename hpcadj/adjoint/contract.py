@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..collective import allgather, problems
+from ..snapshot import layout_bytes
 from .guards import checksum, finite
 
 PROPERTIES = ("step_pure", "inputs_untouched", "snapshot_round_trip", "adjoint_transpose", "describe",
@@ -352,17 +353,13 @@ def _release_memory(comm) -> None:
         pass
 
 
-def _layout_bytes(layout) -> int:
-    return int(sum(f.local_nbytes for f in layout.values()))
-
-
 def _working_set(model, controls, factory, steps, tolerance) -> PropertyResult:
     """Peak RSS growth of ``steps`` steps and adjoint steps, less what the checker holds, per state."""
     from ..checkpoint.memory import model_states
 
     comm = model.comm
     declared = model_states(model)
-    state = _layout_bytes(model.snapshot_layout())
+    state = layout_bytes(model.snapshot_layout())
     unusable = _agree(comm, None if os.access("/proc/self/clear_refs", os.W_OK) else
                       "this system offers no peak-RSS reset (/proc/self/clear_refs)")
     if unusable:
@@ -393,7 +390,7 @@ def _working_set(model, controls, factory, steps, tolerance) -> PropertyResult:
         lam = m.adjoint_step(i, states[i], states[i + 1] if reads_next else None, lam, grad)
         states.pop()
     peak = _status_kib("VmHWM") * 1024
-    held = (steps + 1 + 2) * state + control_sets * _layout_bytes(m.control_layout())
+    held = (steps + 1 + 2) * state + control_sets * layout_bytes(m.control_layout())
     measured = (peak - baseline - held) / state if state else 0.0
     del m, c, u, states, lam, grad
     _release_memory(comm)

@@ -24,7 +24,7 @@ import statistics
 import time
 
 from .schedules import CostProfile, LevelCost
-from ..snapshot import mapped_empty
+from ..snapshot import layout_bytes, mapped_empty
 from .storage.factory import make_level
 from .storage.base import agree_run_id
 from .storage.local import SCRATCH_PREFIX
@@ -127,7 +127,7 @@ def calibrate(model, controls, comm, plans: list[LevelPlan], config: CheckpointC
     snapshot = model.snapshot(u_next)
     # bytes one snapshot moves on all ranks together: a write or read costs every rank's block, as
     # the run logs count it (the compute part is already scaled by ``cores``)
-    nbytes = comm.allreduce(sum(f.local_nbytes for f in layout.values()))
+    nbytes = comm.allreduce(layout_bytes(layout))
     levels = []
     for plan in plans:
         levels.append(_level_cost(plan, layout, comm, config, snapshot, repeats, forward_s,
@@ -187,7 +187,7 @@ def _level_cost(plan, layout, comm, config, snapshot, repeats, forward_s, energy
         hidden = max(0.0, 1.0 - visible / sync_write) if sync_write > 0 else 0.0
         overlap = min(hidden, forward_s / sync_write if sync_write > 0 else 1.0, 1.0)
     kind = plan.kind
-    local = sum(f.local_nbytes for f in layout.values())
+    local = layout_bytes(layout)
     fill_s = _fill_seconds(comm, local, plan.slots, repeats) if kind == "ram" else 0.0
     return LevelCost(plan.name, write_s=sync_write, read_s=read_s,
                      write_j=energy.write_joules(kind, nbytes, sync_write, cores),

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..snapshot import layout_bytes
 from .levels import LEVEL_NAMES
 from .storage.codec import Codec, parse_codec
 from .storage.compressed import CompressedLevel, PooledLevel, framed_nbytes
@@ -293,8 +294,7 @@ def summary(comm, levels) -> dict:
         raw, stored = comm.allreduce(s["raw_bytes"]), comm.allreduce(s["stored_bytes"])
         out[level.name] = {"codec": s["codec"], "lossy": s["lossy"], "tolerance": s["tolerance"],
                            "ratio": raw / stored if stored else None, "slot_bytes": s["slot_bytes"],
-                           "slot_ratio": comm.allreduce(sum(f.local_nbytes for f in level.layout.values()),
-                                                        op=MPI.MAX) / s["slot_bytes"],
+                           "slot_ratio": comm.allreduce(layout_bytes(level.layout), op=MPI.MAX) / s["slot_bytes"],
                            "max_error": comm.allreduce(s["max_error"], op=MPI.MAX),
                            "overflows": s["overflows"],
                            "largest_bytes": comm.allreduce(s["largest_bytes"], op=MPI.MAX),

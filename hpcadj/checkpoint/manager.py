@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..snapshot import layout_bytes, layout_global_bytes
 from .budget import parse_budget
 from .levels import LEVEL_KINDS
 from .schedules import CostProfile, ScheduleError, make_schedule, store_all_slots
@@ -44,9 +45,8 @@ class LevelPlan:
 
 def snapshot_slot_bytes(layout, comm) -> dict[str, int]:
     """Bytes one snapshot costs each level kind's budget (identical on every rank)."""
-    local = sum(f.local_nbytes for f in layout.values())
-    return {"ram": comm.allreduce(local, op=_mpi_max()), "local": comm.allreduce(local, op=_mpi_max()),
-            "pfs": sum(f.global_nbytes for f in layout.values())}
+    local = comm.allreduce(layout_bytes(layout), op=_mpi_max())
+    return {"ram": local, "local": local, "pfs": layout_global_bytes(layout)}
 
 
 def level_slots(config: CheckpointConfig, layout, comm, n_steps: int) -> list[LevelPlan]:

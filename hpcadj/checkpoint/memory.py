@@ -32,6 +32,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..snapshot import layout_bytes
+
 #: states the driver holds at its peak (reverse-sweep recomputation: 3 states + lambda)
 DRIVER_STATES = 4
 #: state-equivalents assumed for a model that declares no working set (see Stepper.working_set_states)
@@ -121,10 +123,6 @@ class MemoryPlan:
         return out
 
 
-def _layout_bytes(layout) -> int:
-    return int(sum(f.local_nbytes for f in layout.values()))
-
-
 def model_states(stepper) -> float:
     """The stepper's declared working set in state-equivalents (the default where it has none)."""
     declare = getattr(stepper, "working_set_states", None)
@@ -166,10 +164,10 @@ def plan_memory(stepper, levels=(), *, budget_bytes: int | None = None, baseline
     Returns a :class:`MemoryPlan`. Raises ValueError for negative inputs.
     """
     if snapshot_bytes is None:
-        snapshot_bytes = _layout_bytes(stepper.snapshot_layout())
+        snapshot_bytes = layout_bytes(stepper.snapshot_layout())
     if control_bytes is None:
         layout = getattr(stepper, "control_layout", None)
-        control_bytes = _layout_bytes(layout()) if callable(layout) else snapshot_bytes
+        control_bytes = layout_bytes(layout()) if callable(layout) else snapshot_bytes
     if snapshot_bytes < 0 or control_bytes < 0 or baseline_bytes < 0:
         raise ValueError("snapshot, control and baseline bytes must be >= 0")
     if budget_bytes is not None and budget_bytes < 0:

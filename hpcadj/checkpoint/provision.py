@@ -30,6 +30,7 @@ from .schedules import CostProfile, simulate
 from .schedules.storeall import store_all_slots
 from .storage.base import LevelError
 from ..collective import agree_or_raise
+from ..snapshot import layout_bytes
 
 #: schedules that keep every snapshot on one level: a second budget given with them is never used
 ONE_LEVEL_SCHEDULES = ("store-all", "revolve", "online")
@@ -244,8 +245,8 @@ def _fit_memory(model, plans, ck: Checkpointing, probes: dict, baseline: int, no
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
         budget, source = _memory_budget(ck, node.size)
-        snapshot = comm.allreduce(sum(f.local_nbytes for f in model.snapshot_layout().values()), op=MPI.MAX)
-        controls = comm.allreduce(sum(f.local_nbytes for f in model.control_layout().values()), op=MPI.MAX)
+        snapshot = comm.allreduce(layout_bytes(model.snapshot_layout()), op=MPI.MAX)
+        controls = comm.allreduce(layout_bytes(model.control_layout()), op=MPI.MAX)
         baseline = comm.allreduce(int(baseline), op=MPI.MAX) + ALLOCATOR_SLACK_BYTES
         codec = _codec_memory(model, probes, snapshot)
         usable = store_all_slots(n)  # no plan stores more on one level

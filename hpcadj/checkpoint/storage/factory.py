@@ -67,9 +67,3 @@ def make_level(kind: str, capacity: int, layout: SnapshotLayout, comm=None, *,
         return cls(capacity, layout, comm, path, collective=collective, attach=attach, **opts)
     raise ValueError(f"unknown level kind {kind!r}; expected one of {', '.join(KINDS)}")
 
-
-def slot_nbytes(kind: str, layout: SnapshotLayout) -> int:
-    """Bytes one slot costs this rank's budget: its blocks (ram, local) or the global arrays (pfs)."""
-    if kind == "pfs":
-        return sum(lay.global_nbytes for lay in layout.values())
-    return sum(lay.local_nbytes for lay in layout.values())

@@ -1,13 +1,8 @@
-"""The stepper seam: the public API a PETSc time stepper implements to get checkpointed gradients.
+"""The stepper seam: the abstract class a PETSc time stepper implements to get checkpointed gradients.
 
-A model owns its PETSc DMDA and its controls (initial-condition and parameter fields, as PETSc Vecs
-in a dict keyed by name). With the controls fixed, :meth:`Stepper.step` must be a pure function of
-``(i, u)``: no Krylov initial guess or cache carried from one call to the next, so that a recomputed
-state is bitwise equal to the first one. The driver supplies both ends of a step to
-:meth:`Stepper.adjoint_step`; a scheme that needs stage values recomputes them there.
-
-Objective: J = sum over i = 0..n of :meth:`Stepper.objective` (i, u_i); the final-time term is the
-i = n contribution. The gradient is dJ/d(control) for every control.
+The contract (what each method must do and when the driver calls it; pure steps, states never
+changed in place, every call collective) is written once, in docs/api.md, "The Stepper contract";
+docs/architecture.md (Seam 1) gives its reasons. The docstrings below say what each method returns.
 """
 
 from __future__ import annotations
@@ -26,7 +21,7 @@ class SolverError(RuntimeError):
 
 
 class Stepper(abc.ABC):
-    """A distributed time stepper with its exact discrete adjoint (Seam 1 of docs/architecture.md).
+    """A distributed time stepper with its exact discrete adjoint (contract: docs/api.md).
 
     Attributes
     ----------

@@ -51,7 +51,9 @@ class PlannedRun:
     """What provisioning decided: the levels (fastest first), the plan and its predicted cost.
 
     ``plans`` name each level's kind, slots and, when compressed, its codec and slot or pool bytes;
-    ``probes`` what the compression probe measured per compressed level; ``memory`` the
+    ``probes`` what the compression probe measured per compressed level; ``profile`` the costs the
+    plan was made with (codec seconds included), ``costs`` the ones given or measured, to pass as
+    ``Checkpointing(costs=...)`` to later runs of the same set-up; ``memory`` the
     :class:`~hpcadj.checkpoint.memory.MemoryPlan` the RAM slots were sized with (None without a
     memory budget); ``summary`` the simulated plan (None for an online plan, whose n is unknown).
     """
@@ -66,6 +68,8 @@ class PlannedRun:
     probes: dict = field(default_factory=dict)
     notes: tuple = ()
     warnings: tuple = ()
+    costs: CostProfile | None = None  # the profile given or measured, before codec seconds: reusable
+
 
     @property
     def lossy(self) -> bool:
@@ -154,11 +158,11 @@ def provision(model, controls, checkpointing: Checkpointing, *, config=None, bas
     if profile is None and name in ("auto", "multilevel") and len(plans) > 1:
         profile = _calibrated(model, controls, plans, config)
         notes.append("no --costs profile given: calibrated step and level costs briefly")
-    profile = profile_for(plans, profile)
+    profile = costs = profile_for(plans, profile)
     if probes:
         from .compression import adjusted_profile
 
-        profile = adjusted_profile(profile, plans, probes)
+        profile = adjusted_profile(costs, plans, probes)
 
     # 6. the pool's slots at the probed sizes
     if search:
@@ -173,7 +177,7 @@ def provision(model, controls, checkpointing: Checkpointing, *, config=None, bas
     predicted = profile.predicted_seconds(summary)
     durable_s = durability(schedule, plans, profile, predicted) if durability is not None else 0.0
     return PlannedRun(tuple(plans), schedule, profile, summary, predicted + durable_s, durable_s, memory, probes,
-                      tuple(notes), tuple(warnings))
+                      tuple(notes), tuple(warnings), costs)
 
 
 def _online(model, ck: Checkpointing, config) -> PlannedRun:
@@ -198,7 +202,7 @@ def _online(model, ck: Checkpointing, config) -> PlannedRun:
     store_all = all(b is None for b in ck.budgets.values())
     schedule = make_online_plan([p.slots for p in plans], profile.vector(ck.minimize), done=model.done,
                                 store_all=store_all)
-    return PlannedRun(tuple(plans), schedule, profile, None, float("nan"))
+    return PlannedRun(tuple(plans), schedule, profile, None, float("nan"), costs=profile)
 
 
 def _probe(model, controls, codecs: dict, probe_steps) -> tuple[dict, int]:

@@ -53,18 +53,6 @@ def laplacian(grid, padded: np.ndarray, spacing) -> np.ndarray:
     return out
 
 
-def central_difference(grid, padded: np.ndarray, axis: int, h: float) -> np.ndarray:
-    """(a_{j+1} - a_{j-1}) / 2h along natural ``axis`` on the owned points."""
-    plus = minus = None
-    for ax, direction, nb, _inside in grid.neighbours():
-        if ax == axis:
-            if direction > 0:
-                plus = padded[nb]
-            else:
-                minus = padded[nb]
-    return (plus - minus) / (2.0 * h)
-
-
 class ComponentSnapshots:
     """Snapshots of a dof-k state (``self.grid``): one natural-order field per component.
 

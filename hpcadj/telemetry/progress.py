@@ -161,7 +161,7 @@ class SweepProgress:
         Where to write (default stderr).
     levels : sequence, optional
         The storage levels (objects with ``name`` and ``stats.bytes_written``/``bytes_read``/
-        ``writes``/``reads``); read, never called, for the bytes per level. See :meth:`set_levels`.
+        ``writes``/``reads``); read, never called, for the bytes per level.
     plan : schedule, optional
         The plan being executed (an object with ``actions()``); with ``costs`` it gives the
         predicted remaining time.
@@ -211,10 +211,6 @@ class SweepProgress:
                 except Exception:  # no prediction rather than a failed run
                     self._total = None
         self._last = self._t0
-
-    def set_levels(self, levels) -> None:
-        """The storage levels whose bytes the lines report (if not given at construction)."""
-        self.levels = list(levels)
 
     # -- what the driver calls ------------------------------------------------------------------
     def __call__(self, event: dict) -> None:

@@ -108,8 +108,3 @@ class OnlineBinomial(OneLevelOnline):
         actions.append(Advance(i, i + 1))
         self.position = i + 1
         return actions
-
-    def predicted_forward_steps(self) -> int:
-        """F of the current set if the sweep ended now (n = steps taken so far, >= 1)."""
-        n = self.position
-        return n if n <= 1 else reverse_cost(self.stored, n, self.slots)

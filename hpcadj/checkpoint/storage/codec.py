@@ -86,10 +86,6 @@ class EncodedBlock:
         """Stored payload bytes."""
         return sum(len(c) for c in self.chunks)
 
-    @property
-    def raw_nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
-
     def header(self) -> dict:
         return {"method": self.method, "shape": list(self.shape), "dtype": self.dtype,
                 "chunks": [len(c) for c in self.chunks], "stored_crc": self.stored_crc,

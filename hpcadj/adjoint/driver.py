@@ -157,15 +157,19 @@ class Driver:
         self._step_delay = float(os.environ.get(INJECT_DELAY, 0.0))
         self._input_checks_left = 0
 
-    def run(self, schedule, controls, resume: ResumePoint | None = None) -> GradientResult:
+    def run(self, schedule, controls, resume: ResumePoint | None = None, *,
+            pause_before_reverse: bool = False) -> GradientResult:
         """Execute every action of ``schedule`` with ``controls``; return J and the gradient.
 
         With ``resume`` the driver starts from that point (``schedule`` is then the residual plan).
         A snapshot found corrupt or missing, or a level that fails to write, makes the driver
         re-plan the rest from what is still valid; the gradient stays bitwise the same.
+        With ``pause_before_reverse`` it stops before ``EndForward`` (``paused`` True, J complete,
+        the snapshots and the states the plan holds kept): :meth:`proceed` runs the rest.
         """
         stepper = self.stepper
         stepper.set_controls(controls)
+        self._controls, self._pause, self.paused = controls, pause_before_reverse, False
         self._check_steps(schedule)
         self.snapshot_bytes = sum(f.local_nbytes for f in stepper.snapshot_layout().values())
         u0 = stepper.initial_state()
@@ -195,10 +199,23 @@ class Driver:
         self.faults = []
         self.capacities = [level.capacity for level in self.levels]
         self.actions_done = 0
+        return self._execute_stream(schedule.actions())
+
+    def proceed(self) -> GradientResult:
+        """Finish a run paused before its reverse sweep: the controls are set again (the model may
+        have served another run meanwhile), then the actions left, EndForward first; no forward
+        step of the first sweep is repeated."""
+        if not self.paused:
+            raise PlanError("proceed() needs a run paused before its reverse sweep")
+        self.stepper.set_controls(self._controls)
+        self._pause = self.paused = False
+        return self._execute_stream(None)
+
+    def _execute_stream(self, actions) -> GradientResult:
         automatic_gc = gc.isenabled()
         gc.disable()  # cycles are collected in plan order on this thread (see _collect_garbage)
         try:
-            self._execute_all(schedule.actions())
+            self._execute_all(actions)
         finally:
             if automatic_gc:
                 gc.enable()
@@ -219,10 +236,20 @@ class Driver:
             raise PlanError(f"plan is for {schedule.n_steps} steps, the model runs {self.n}")
 
     def _execute_all(self, actions) -> None:
+        """Execute ``actions`` (None: the stream a pause left) until EndReverse, or up to EndForward
+        when a pause was asked for (the stream then keeps it as its next action)."""
         execute = self.execute
+        if actions is not None:
+            self._stream = self._with_prefetch(actions)
         while not self.finished:
             try:
-                for action in self._with_prefetch(actions):
+                for action in self._stream:
+                    if self._pause and isinstance(action, EndForward):
+                        self._stream = itertools.chain([action], self._stream)
+                        self.paused = True
+                        gc.collect()
+                        self._collect_garbage()
+                        return
                     execute(action)
                     self.actions_done += 1
                     if self._step_delay:
@@ -240,7 +267,7 @@ class Driver:
                 if not self.finished:
                     raise PlanError("the plan ended without EndReverse")
             except LevelError as fault:
-                actions = self._replan(fault)
+                self._stream = self._with_prefetch(self._replan(fault))
         gc.collect()
         self._collect_garbage()
 

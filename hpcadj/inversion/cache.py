@@ -10,10 +10,17 @@ another control is ever reused.
 Policies for an objective-only request at a new control (TAO's Armijo line search asks f at trial
 points and g at the accepted one; More–Thuente asks f and g together):
 
-- ``"gradient"`` (default): run the checkpointed gradient session (J and g together) and keep g for
-  the gradient request that usually follows at the same point;
+- ``"keep"`` (default): the session's first sweep with the plan's stores (n steps), its levels and
+  the states the plan holds kept; a gradient at the same key runs only the reverse sweep from them
+  (:meth:`~hpcadj.adjoint.session.GradientSession.forward`, then ``solve()``). Before the reverse
+  sweep starts, the kept session's controls are hashed again and must give the key;
+- ``"gradient"``: run the checkpointed gradient session (J and g together) and keep g for the
+  gradient request that usually follows at the same point;
 - ``"forward"``: one forward sweep, no snapshot (n steps); a gradient at that point then runs the
   whole session.
+
+Every evaluation at another key discards the entry first: its gradient, and the kept session's
+levels (RAM slots, node-local files, HDF5 file) and states.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import json
 import time
 from dataclasses import dataclass, replace
 
-POLICIES = ("gradient", "forward")
+POLICIES = ("keep", "gradient", "forward")
 
 
 def control_hash(comm, controls: dict, configuration: dict | None = None) -> str:
@@ -47,10 +54,11 @@ class Evaluation:
 
     key: str
     J: float
-    gradient: object = None          # packed PETSc Vec, or None (objective-only, "forward" policy)
+    gradient: object = None          # packed PETSc Vec, or None (objective-only)
     forward_steps: int = 0
     adjoint_steps: int = 0
     seconds: float = 0.0
+    session: object = None           # the paused GradientSession whose levels are kept ("keep" policy)
 
 
 class EvaluationCache:
@@ -60,7 +68,7 @@ class EvaluationCache:
     uses; a cost profile calibrated by the first session is reused by the later ones. Collective.
     """
 
-    def __init__(self, model, space, checkpointing=None, *, policy: str = "gradient", log_dir=None):
+    def __init__(self, model, space, checkpointing=None, *, policy: str = "keep", log_dir=None):
         from ..adjoint.session import Checkpointing
 
         if policy not in POLICIES:
@@ -75,6 +83,8 @@ class EvaluationCache:
         self.adjoint_steps = 0
         self.sessions = 0           # checkpointed gradient sessions run
         self.forward_sweeps = 0     # objective-only forward sweeps run ("forward" policy)
+        self.kept_sweeps = 0        # objective-only first sweeps whose levels were kept ("keep" policy)
+        self.reverse_from_kept = 0  # gradients whose reverse sweep started from kept levels
         self.hits = 0               # requests answered without computing
         self.requests = {"objective": 0, "gradient": 0}
         #: what a loop without cache pays: n steps per objective-only request, one gradient session's
@@ -109,39 +119,120 @@ class EvaluationCache:
         if entry is not None and entry.key == key and (entry.gradient is not None or not needed):
             self.hits += 1
             return entry
+        if entry is not None and entry.key == key and entry.session is not None:
+            return self._reverse(x, entry)
         self.drop()
-        self.entry = self._gradient(x, key) if gradient else self._forward(x, key)
+        if gradient:
+            self.entry = self._gradient(x, key)
+        else:
+            self.entry = self._kept_forward(x, key) if self.policy == "keep" else self._forward(x, key)
         return self.entry
 
     def drop(self) -> None:
-        """Forget the entry (its gradient Vec destroyed)."""
-        if self.entry is not None and self.entry.gradient is not None:
-            self.entry.gradient.destroy()
-        self.entry = None
+        """Forget the entry: its gradient Vec destroyed, a kept session's levels and states discarded."""
+        entry, self.entry = self.entry, None
+        if entry is None:
+            return
+        if entry.gradient is not None:
+            entry.gradient.destroy()
+        if entry.session is not None:
+            self._discard(entry)
 
-    def _gradient(self, x, key: str) -> Evaluation:
+    def _discard(self, entry: Evaluation) -> None:
+        session, entry.session = entry.session, None
+        session.close()
+        for vec in session.controls.values():
+            vec.destroy()
+
+    def _session(self, x):
         from ..adjoint.session import GradientSession
+
+        return GradientSession(self.model, self.checkpointing, controls=self.space.unpack(x))
+
+    def _complete(self, session, outcome, key: str, t0: float, counted: int = 0) -> Evaluation:
+        """The entry of a finished session; ``counted`` forward steps were counted at its first sweep."""
         from ..models.base import SolverError
 
-        controls = self.space.unpack(x)
-        t0 = time.perf_counter()
-        session = GradientSession(self.model, self.checkpointing, controls=controls)
-        outcome = session.solve()
-        if outcome.status != "complete":
-            raise SolverError(f"gradient session {outcome.status}: {outcome.message}")
-        if self.checkpointing.costs is None:  # calibrated once, reused by every later session
-            self.checkpointing = replace(self.checkpointing, costs=session.planned.profile)
-        self.notes.extend(n for n in session.notes if n not in self.notes)
-        result = outcome.result
-        g = self.space.pack(result.gradient)
-        for vec in list(result.gradient.values()) + list(controls.values()):
-            vec.destroy()
+        try:
+            if outcome.status != "complete":
+                raise SolverError(f"gradient session {outcome.status}: {outcome.message}")
+            self._calibrated(session)
+            result = outcome.result
+            g = self.space.pack(result.gradient)
+            for vec in result.gradient.values():
+                vec.destroy()
+        finally:
+            for vec in session.controls.values():
+                vec.destroy()
         self.sessions += 1
         self._session_steps = result.forward_steps
-        self.forward_steps += result.forward_steps
+        self.forward_steps += result.forward_steps - counted
         self.adjoint_steps += result.adjoint_steps
         return Evaluation(key, result.J, g, result.forward_steps, result.adjoint_steps,
                           time.perf_counter() - t0)
+
+    def _calibrated(self, session) -> None:
+        if self.checkpointing.costs is None:  # calibrated once, reused by every later session
+            self.checkpointing = replace(self.checkpointing, costs=session.planned.profile)
+        self.notes.extend(n for n in session.notes if n not in self.notes)
+
+    def _gradient(self, x, key: str) -> Evaluation:
+        t0 = time.perf_counter()
+        session = self._session(x)
+        try:
+            outcome = session.solve()
+        except BaseException:
+            for vec in session.controls.values():
+                vec.destroy()
+            raise
+        return self._complete(session, outcome, key, t0)
+
+    def _kept_forward(self, x, key: str) -> Evaluation:
+        """J from the session's first sweep; its levels and held states kept for a gradient at ``key``."""
+        from ..models.base import SolverError
+
+        t0 = time.perf_counter()
+        session = self._session(x)
+        try:
+            outcome = session.forward()
+        except BaseException:
+            session.close()
+            for vec in session.controls.values():
+                vec.destroy()
+            raise
+        if outcome.status != "paused":
+            for vec in session.controls.values():
+                vec.destroy()
+            raise SolverError(f"gradient session {outcome.status}: {outcome.message}")
+        self._calibrated(session)
+        steps = outcome.result.forward_steps
+        self.kept_sweeps += 1
+        self.forward_steps += steps
+        return Evaluation(key, outcome.result.J, None, forward_steps=steps, seconds=time.perf_counter() - t0,
+                          session=session)
+
+    def _reverse(self, x, entry: Evaluation) -> Evaluation:
+        """The gradient at the kept entry's key: its session's reverse sweep from the kept levels.
+
+        The kept session's controls are hashed again first: Vecs changed in place since its first
+        sweep make its levels another control's, so they are discarded and a whole session runs."""
+        session = entry.session
+        if control_hash(self.comm, session.controls, self.configuration) != entry.key:
+            self.drop()
+            self.notes.append("a kept first sweep's controls changed in place: its levels were discarded")
+            self.entry = self._gradient(x, entry.key)
+            return self.entry
+        entry.session, self.entry = None, None
+        t0 = time.perf_counter() - entry.seconds
+        try:
+            outcome = session.solve()
+        except BaseException:
+            for vec in session.controls.values():
+                vec.destroy()
+            raise
+        self.entry = self._complete(session, outcome, entry.key, t0, counted=entry.forward_steps)
+        self.reverse_from_kept += 1
+        return self.entry
 
     def _forward(self, x, key: str) -> Evaluation:
         """J from one forward sweep, accumulated in the driver's order (so bitwise the session's J)."""
@@ -171,5 +262,6 @@ class EvaluationCache:
     def counts(self) -> dict:
         return {"forward_steps": self.forward_steps, "adjoint_steps": self.adjoint_steps,
                 "sessions": self.sessions, "forward_sweeps": self.forward_sweeps, "hits": self.hits,
+                "kept_sweeps": self.kept_sweeps, "reverse_from_kept": self.reverse_from_kept,
                 "objective_requests": self.requests["objective"], "gradient_requests": self.requests["gradient"],
                 "naive_forward_steps": self.naive_forward_steps}

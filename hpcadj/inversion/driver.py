@@ -89,7 +89,7 @@ class Inversion:
     def __init__(self, model, invert, checkpointing=None, *, controls=None, bounds=None,
                  regularization: float = 0.0, reference=None, tao_type: str = "lmvm", max_it: int = 50,
                  gatol=None, grtol=None, gttol=None, run_dir=None, resume: bool = False,
-                 should_stop=None, time_limit=None, log=None, policy: str = "gradient", on_iteration=None,
+                 should_stop=None, time_limit=None, log=None, policy: str = "keep", on_iteration=None,
                  tao_options=None):
         self.model, self.comm = model, model.comm
         self.invert = [invert] if isinstance(invert, str) else list(invert)
@@ -167,7 +167,7 @@ class Inversion:
         cache = EvaluationCache(self.model, space, self.checkpointing, policy=self.policy)
         self._cache, self._space, self._energy = cache, space, None
         t_start = time.perf_counter()
-        self._mark = {"t": t_start, "forward": 0, "adjoint": 0, "meter": self._meter()}
+        self._mark = {"t": t_start, "forward": 0, "adjoint": 0, "naive": 0, "meter": self._meter()}
         stop = self._stop_check(t_start)
 
         def objective(tao, xv):
@@ -240,6 +240,8 @@ class Inversion:
             reason = int(tao.getConvergedReason())
         except StopInversion:
             status, reason = "stopped", 0
+        finally:
+            cache.drop()  # a kept first sweep's levels (files included) go with the solve
         if status is None:
             status = ("converged" if reason > 0 else "max_it" if reason == -2 or self.max_it - done <= 0
                       else "diverged")
@@ -289,10 +291,11 @@ class Inversion:
                   "regularization": reg.value(x), "grad_norm": gnorm, "step": step,
                   "forward_steps": cache.forward_steps - mark["forward"],
                   "adjoint_steps": cache.adjoint_steps - mark["adjoint"],
+                  "naive_forward_steps": cache.naive_forward_steps - mark["naive"],
                   "seconds": now - mark["t"], "joules": energy.get("joules"),
                   "energy_source": energy.get("source", "unavailable"), "controls_hash": key}
         self._mark = {"t": now, "forward": cache.forward_steps, "adjoint": cache.adjoint_steps,
-                      "meter": self._meter()}
+                      "naive": cache.naive_forward_steps, "meter": self._meter()}
         return record
 
     def _write_log(self, record: dict) -> None:

@@ -1,6 +1,6 @@
 """Checkpoint plans: pure action streams for the driver (no MPI, no I/O, no numpy).
 
-Use :func:`make_schedule` (what the driver and ``hpcadj run --schedule NAME`` call)::
+Use :func:`make_schedule` (what ``hpcadj run --schedule NAME`` and ``hpcadj plan`` call)::
 
     plan = make_schedule("multilevel", n_steps, capacities=[8, 64, 1024], costs=profile.vector("time"))
     for action in plan.actions(): ...
@@ -19,6 +19,7 @@ from .base import Schedule, ScheduleError
 from .costs import CostProfile, LevelCost, OpCosts, default_costs
 from .multilevel import Multilevel
 from .online import OnlineFixed, OnlineSchedule, online_bound
+from .online_plans import online_factory
 from .periodic import Periodic
 from .revolve import Revolve, min_forward_steps
 from .simulate import PlanSummary, Simulator, simulate, simulate_online
@@ -28,17 +29,21 @@ SCHEDULES = ("auto", "store-all", "periodic", "revolve", "multilevel", "online")
 
 
 def make_schedule(name: str, n_steps: int | None, capacities: Sequence[int], costs: OpCosts | None = None,
-                  **options) -> Schedule | OnlineSchedule:
+                  **options):
     """The schedule ``name`` for ``n_steps`` over levels with ``capacities`` slots.
 
     ``costs`` (default: :func:`default_costs`) matter to ``multilevel`` (and ``auto`` on several
-    levels). ``online`` with ``n_steps=None`` returns an :class:`OnlineSchedule` (step/finish
-    protocol); with a number it is an ordinary plan. ``options`` go to the schedule's constructor
-    (``level=``, ``period=``, ``exact=``). Raises ScheduleError for impossible inputs.
+    levels) and to ``online`` on several levels. ``online`` with ``n_steps=None`` returns the
+    step()/finish() planner an ``--adaptive`` run uses (:func:`~.online_plans.online_factory`: binomial
+    on one level, the priced greedy on several); with a number it is an ordinary plan. ``options``
+    go to the schedule's constructor (``level=``, ``period=``, ``exact=``). Raises ScheduleError for
+    impossible inputs.
     """
     capacities = [int(c) for c in capacities]
     if name == "online" and n_steps is None:
-        return OnlineSchedule(capacities, **options)
+        if costs is None:
+            costs = default_costs(len(capacities))
+        return online_factory(capacities, costs, **options)(capacities)
     if n_steps is None:
         raise ScheduleError(f"schedule {name!r} needs the number of steps")
     if name == "auto":

@@ -1,8 +1,12 @@
 """Online checkpointing: the number of steps is unknown while the forward sweep runs.
 
+Runs use the greedy planners (``make_schedule("online", None, capacities)``: online_binomial.py on
+one level, online_greedy.py on several); the thinning :class:`OnlineSchedule` here stays for its
+provable bound (below) and as their baseline in experiments/online.
+
 Protocol (the driver's side)::
 
-    plan = OnlineSchedule(capacities)          # or make_schedule("online", None, capacities)
+    plan = OnlineSchedule(capacities)
     while not done:                            # adaptive time stepping decides `done`
         for action in plan.step():             # Store/Free of earlier states, then Advance(i, i+1)
             execute(action)

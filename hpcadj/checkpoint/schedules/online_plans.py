@@ -156,26 +156,30 @@ class OnlineStoreAll:
         yield EndReverse()
 
 
-def make_online_plan(capacities: Sequence[int], costs=None, done: Callable[[int], bool] | None = None,
-                     n_steps: int | None = None, store_all: bool = False) -> OnlinePlan:
-    """The online plan over ``capacities``: binomial on one level; over several, the priced greedy
+def online_factory(capacities: Sequence[int], costs=None, store_all: bool = False, **options):
+    """``caps -> planner``: the step()/finish() planner of a run over ``capacities`` whose n is unknown,
+    chosen once (a resumed plan keeps its kind): binomial on one level
+    (:class:`~.online_binomial.OnlineBinomial`); over several, the priced greedy
     (:class:`~.online_greedy.OnlineGreedyMultilevel`) with ``costs``, else the cascade
     (:class:`~.online_multilevel.OnlineMultilevel`); ``store_all``: every state on the first level
-    (:class:`OnlineStoreAll`)."""
+    (:class:`OnlineStoreAll`). ``options`` go to the planner's constructor (``level=``: binomial
+    on that level)."""
     from .online_binomial import OnlineBinomial
     from .online_greedy import OnlineGreedyMultilevel
     from .online_multilevel import OnlineMultilevel
 
     if store_all:
-        def factory(caps):
-            return OnlineStoreAll(caps)
-    elif sum(1 for c in capacities if c > 0) <= 1:
-        def factory(caps):
-            return OnlineBinomial(caps)
-    elif costs is not None:
-        def factory(caps):
-            return OnlineGreedyMultilevel(caps, costs)
-    else:
-        def factory(caps):
-            return OnlineMultilevel(caps)
+        return lambda caps: OnlineStoreAll(caps, **options)
+    if sum(1 for c in capacities if c > 0) <= 1 or "level" in options:
+        return lambda caps: OnlineBinomial(caps, **options)
+    if costs is not None:
+        return lambda caps: OnlineGreedyMultilevel(caps, costs, **options)
+    return lambda caps: OnlineMultilevel(caps, **options)
+
+
+def make_online_plan(capacities: Sequence[int], costs=None, done: Callable[[int], bool] | None = None,
+                     n_steps: int | None = None, store_all: bool = False) -> OnlinePlan:
+    """The online plan over ``capacities`` (:func:`online_factory`'s planner) as the action stream the
+    driver executes."""
+    factory = online_factory(capacities, costs, store_all)
     return OnlinePlan(factory(list(capacities)), n_steps, done=done, factory=factory)

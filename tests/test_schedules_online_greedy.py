@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from hpcadj.checkpoint.schedules import Move, Multilevel, ScheduleError, default_costs, simulate, simulate_online
+from hpcadj.checkpoint.schedules import (Move, Multilevel, ScheduleError, default_costs, make_schedule, simulate,
+                                         simulate_online)
 from hpcadj.checkpoint.schedules.online_greedy import OnlineGreedyMultilevel
 from hpcadj.checkpoint.schedules.online_multilevel import online_multilevel_bound
 from hpcadj.checkpoint.schedules.online_plans import make_online_plan
@@ -64,6 +65,15 @@ def test_planning_is_pure_and_the_driver_path_uses_it():
     assert a == b
     assert isinstance(make_online_plan([2, 6, 12], costs, n_steps=5).planner, OnlineGreedyMultilevel)
     assert simulate(a, 257, [2, 6, 12], costs).adjoint_steps == 257
+
+
+@pytest.mark.parametrize("caps, kind", [([5], "OnlineBinomial"), ([0, 5], "OnlineBinomial"),
+                                        ([2, 6, 12], "OnlineGreedyMultilevel")])
+def test_make_schedule_online_without_n_is_the_planner_runs_use(caps, kind):
+    planner = make_schedule("online", None, caps)
+    assert type(planner).__name__ == kind
+    mine = [a for _ in range(40) for a in planner.step()] + list(planner.finish())
+    assert mine == list(make_online_plan(caps, default_costs(len(caps)), n_steps=40).actions())
 
 
 def test_protocol_errors():

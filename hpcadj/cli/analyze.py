@@ -18,7 +18,10 @@ def add_parser(subparsers) -> None:
                     "resumed-fragment, missing-rank-logs, failed, stopped, unfinished, incomplete); "
                     "only complete runs are ranked, the others are shown with their partial numbers. "
                     "Problems in a log (truncated line, missing rank) are reported on stderr and in "
-                    "the output.")
+                    "the output. A directory written by 'hpcadj invert --log-dir' (inversion.jsonl) "
+                    "gets the inversion's convergence table instead (per accepted iterate J, misfit, "
+                    "regularisation, |g|, step, forward and adjoint steps, seconds, joules); its --plot "
+                    "draws misfit against iterate, time and energy.")
     p.add_argument("log_dirs", nargs="+", metavar="LOG_DIR")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--markdown", action="store_true", help="markdown tables (the default)")
@@ -48,6 +51,8 @@ def main(args) -> int:
     if args.by_phase and not args.csv:
         raise CliError("--by-phase goes with --csv")
     try:
+        if an.find_inversion_dirs(args.log_dirs):
+            return inversion_main(args, an)
         if args.plot:
             an.check_output_path(args.plot)
         model = load_model(args.energy_model)
@@ -73,4 +78,29 @@ def main(args) -> int:
         print(json.dumps({"runs": results, "comparison": an.compare(results, args.memory)}, default=str))
     else:
         sys.stdout.write(an.markdown_report(results, args.memory))
+    return 0
+
+
+def inversion_main(args, an) -> int:
+    """``hpcadj analyze`` on ``hpcadj invert --log-dir`` directories: the convergence table per
+    inversion and, with --plot, misfit against iterate, wall time and energy."""
+    from ..telemetry.energy_model import load_model
+
+    if args.by_phase or args.sacct:
+        raise CliError(f"{'--by-phase' if args.by_phase else '--sacct'}: not for an inversion's log "
+                       "(its joules per iterate are RAPL's or the model's)")
+    if args.plot:
+        an.check_output_path(args.plot)
+    results = an.analyze_inversions(args.log_dirs, model=load_model(args.energy_model))
+    if args.plot:
+        an.inversion_plot(results, args.plot)
+    for r in results:
+        for problem in r["problems"]:
+            print(f"hpcadj analyze: warning: {r['path']}: {problem}", file=sys.stderr)
+    if args.csv:
+        sys.stdout.write(an.inversion_csv(results))
+    elif args.json:
+        print(json.dumps({"inversions": results}, default=str))
+    else:
+        sys.stdout.write(an.inversion_markdown(results))
     return 0

@@ -293,7 +293,9 @@ class Inversion:
                   "adjoint_steps": cache.adjoint_steps - mark["adjoint"],
                   "naive_forward_steps": cache.naive_forward_steps - mark["naive"],
                   "seconds": now - mark["t"], "joules": energy.get("joules"),
-                  "energy_source": energy.get("source", "unavailable"), "controls_hash": key}
+                  "energy_source": energy.get("source", "unavailable"), "controls_hash": key,
+                  "ranks": self.comm.size * int(cache.counts().get("shot_groups", 1)),
+                  "max_rss_bytes": self.comm.allreduce(_peak_rss_bytes(), op=_max_op())}
         self._mark = {"t": now, "forward": cache.forward_steps, "adjoint": cache.adjoint_steps,
                       "naive": cache.naive_forward_steps, "meter": self._meter()}
         return record
@@ -307,3 +309,16 @@ class Inversion:
         os.makedirs(parent, exist_ok=True)
         with open(self.log, "a") as fh:
             fh.write(dumps({"time": iso_time(time.time()), **record}) + "\n")
+
+
+def _peak_rss_bytes() -> int:
+    """This process's peak resident set size so far (Linux's ``ru_maxrss`` is in KiB)."""
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _max_op():
+    from ..imports import mpi
+
+    return mpi().MAX

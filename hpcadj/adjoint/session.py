@@ -118,12 +118,15 @@ class GradientSession:
     resume_hint : str, optional
         How a stopped run's message tells the caller to continue (default: the
         ``Restart(..., resume=True)`` call; the command line says ``--resume``).
+    checked : bool
+        True when :func:`check_configuration` already accepted these options (the command line
+        checks them before it builds the model; an inversion once for all its sessions).
     """
 
     def __init__(self, model, checkpointing: Checkpointing | None = None, *, controls=None,
                  restart: Restart | None = None, log_dir: str | None = None, energy_model=None,
                  gradient_out: str | None = None, record: dict | None = None, progress: bool = False,
-                 should_stop=None, on_message=None, resume_hint: str | None = None):
+                 should_stop=None, on_message=None, resume_hint: str | None = None, checked: bool = False):
         self.model = model
         self.comm = model.comm
         self.checkpointing = checkpointing or Checkpointing()
@@ -136,6 +139,7 @@ class GradientSession:
         self.progress = progress
         self.should_stop = should_stop
         self.resume_hint = resume_hint
+        self._checked = checked
         self._lock = None    # the run directory's RunLock while this session holds it
         self._fresh = False  # resuming a run that had nothing durable: it starts afresh
         self.notes: list[str] = []
@@ -153,8 +157,10 @@ class GradientSession:
 
     # -- set-up -------------------------------------------------------------------------------
     def check(self) -> None:
-        """Refuse a configuration no run can use, before any work (collective)."""
-        check_configuration(self.comm, self.checkpointing, self.restart, self.gradient_out)
+        """Refuse a configuration no run can use, before any work (collective); once per session."""
+        if not self._checked:
+            check_configuration(self.comm, self.checkpointing, self.restart, self.gradient_out)
+            self._checked = True
 
     @property
     def resuming(self) -> bool:

@@ -138,7 +138,7 @@ def solve(args, comm, model, options, resumable, energy_model, stop) -> int:
     session = GradientSession(model, options, restart=resumable, log_dir=args.log_dir,
                               energy_model=energy_model, gradient_out=args.gradient_out,
                               record={"argv": sys.argv}, progress=not (args.quiet or args.json),
-                              should_stop=stop, on_message=message, resume_hint="--resume")
+                              should_stop=stop, on_message=message, resume_hint="--resume", checked=True)
     try:
         outcome = session.solve()
     except SolverError as exc:  # e.g. Newton diverging for an enormous time step

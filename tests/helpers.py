@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 HPCADJ = str(Path(PYTHON).with_name("hpcadj"))
@@ -107,9 +109,88 @@ RESTART_PROFILE = {"forward_s": 1.0, "adjoint_s": 2.0, "source": "test",
                               {"name": "pfs", "write_s": 0.1, "read_s": 0.1}]}
 
 
+def restart_args(base: list[str], tmp: Path, levels=RESTART_LEVELS, extra=(), tag: str = "") -> list[str]:
+    """``base`` (RESTART_BASE and a cost profile, say) with ``levels`` and ``extra``, its files under
+    ``tmp``: the HDF5 level's ``ck{tag}.h5``, the node-local ``local{tag}/`` (made here), ``run{tag}/``."""
+    (tmp / f"local{tag}").mkdir(exist_ok=True)
+    return [*base, *levels, *extra, "--pfs-file", str(tmp / f"ck{tag}.h5"), "--local-dir", str(tmp / f"local{tag}"),
+            "--run-dir", str(tmp / f"run{tag}")]
+
+
+def killed_run(args: list[str], nranks: int, at: str, *, timeout: float = 240,
+               env: dict | None = None) -> subprocess.CompletedProcess:
+    """``hpcadj args`` on ``nranks`` ranks with ``HPCADJ_INJECT_KILL=at`` (``RANK:ACTION`` or
+    ``RANK:frontier=STEP``): that rank SIGKILLs itself there, and mpirun takes the job down, as on a
+    node failure. Fails the test unless the run died (not by its timeout) without printing a result."""
+    proc = hpcadj(args, nranks, timeout=timeout, env={**(env or {}), "HPCADJ_INJECT_KILL": at})
+    assert proc.returncode not in (0, 124), f"no injected kill at {at}: rc={proc.returncode}\n{proc.stderr[-3000:]}"
+    assert proc.stdout.strip() == "", f"a killed run must not print a result:\n{proc.stdout}"
+    return proc
+
+
+def assert_bitwise(got: dict, want: dict, label=None) -> None:
+    """Every field of ``want`` (name -> array) is in ``got`` with the same bits."""
+    for name, field in want.items():
+        assert np.array_equal(got[name], field), (label, name)
+
+
 def read_gradients(path) -> dict:
     """Every dataset of a ``--gradient-out`` file, by name."""
     from hpcadj.imports import h5py
 
     with h5py().File(path, "r") as f:
         return {name: f[name][...] for name in f}
+
+
+# -- jobs/*.sbatch on a private SLURM (tests/test_slurm_jobs.py, tests/test_slurm_multinode.py) --------
+def slurm_cluster(**options):
+    """A started :class:`tests.slurm_cluster.SlurmCluster` (``options`` as it takes them), yielded
+    for a module-scoped fixture and stopped after it, even on failure. The test is skipped where
+    SLURM cannot be installed, and where a multi-node cluster's per-node namespaces are not
+    permitted; a cluster that is installed but does not start otherwise is a failure."""
+    import pytest
+
+    from .slurm_cluster import SlurmCluster, SlurmUnavailable, ensure_installed
+
+    try:
+        ensure_installed()
+    except SlurmUnavailable as exc:
+        pytest.skip(f"SLURM cannot be installed here: {exc}")
+    cluster = SlurmCluster(**options)
+    try:
+        try:
+            cluster.start()
+        except RuntimeError as exc:
+            if options.get("nodes", 1) > 1 and ("unshare" in str(exc) or "Operation not permitted" in str(exc)):
+                pytest.skip(f"per-node namespaces not permitted here: {exc}")
+            raise
+        yield cluster
+    finally:
+        cluster.stop()  # cancels this cluster's jobs, then stops its daemons by pid
+
+
+def slurm_job_env(submit_dir: Path, base: dict | None = None, keep: tuple = (), **extra) -> dict:
+    """What a job script sees: this checkout's hpcadj, OpenMPI allowed as root, job folders under
+    ``submit_dir``, ``base`` and ``extra`` (the per-test sizes); none of pytest's MPI-worker flag, and
+    no SLURM_* variable of the calling shell but those in ``keep`` and ``extra``."""
+    env = mpi_env({"HPCADJ": HPCADJ, "HPCADJ_OUTPUT": str(submit_dir / "hpcadj-jobs"),
+                   "TMPDIR": str(submit_dir / "tmp"), **(base or {})})  # TMPDIR: the node-local fallback
+    env.pop("HPCADJ_MPI_WORKER", None)
+    env.update({k: str(v) for k, v in extra.items()})
+    return {k: v for k, v in env.items() if not k.startswith("SLURM_") or k in extra or k in keep}
+
+
+def batch_output(submit_dir: Path) -> str:
+    """Every batch output file (``*.out``) in ``submit_dir``, each under its name."""
+    return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')}" for p in sorted(submit_dir.glob("*.out")))
+
+
+def assert_jobs_completed(cluster, job: str, submit_dir: Path, timeout: float, log_lines: int = 40) -> list[dict]:
+    """Wait for ``job`` (every task of an array); each must be COMPLETED, or the test fails with the
+    batch output and the daemons' log tails. Returns the job's records."""
+    records = cluster.wait(job, timeout)
+    bad = [r for r in records if r.get("JobState") != "COMPLETED"]
+    assert not bad, (f"job {job}: " + ", ".join(f"{r['JobId']} {r.get('JobState')} exit {r.get('ExitCode')}"
+                                                 for r in bad) + "\n" + batch_output(submit_dir)
+                     + "\n" + cluster.log_tails(log_lines))
+    return records

@@ -8,9 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from .helpers import RESTART_BASE as BASE
-from .helpers import RESTART_LEVELS as LEVELS
-from .helpers import hpcadj, hpcadj_json
+from .helpers import RESTART_BASE, RESTART_LEVELS, assert_bitwise, hpcadj, hpcadj_json, killed_run, restart_args
 from .helpers import read_gradients as gradients
 
 
@@ -19,10 +17,8 @@ def costs(restart_costs):
     return restart_costs
 
 
-def args_for(tmp, costs, compress, levels=LEVELS):
-    (tmp / "local").mkdir(exist_ok=True)
-    return [*BASE, *costs, *levels, *compress, "--pfs-file", str(tmp / "ck.h5"), "--local-dir", str(tmp / "local"),
-            "--run-dir", str(tmp / "run")]
+def args_for(tmp, costs, compress, levels=RESTART_LEVELS):
+    return restart_args([*RESTART_BASE, *costs], tmp, levels, extra=compress)
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +33,7 @@ def test_killed_compressed_run_resumes_from_its_compressed_blocks_bitwise(refere
     ref_info, ref = reference
     args = args_for(tmp_path, costs, ["--compress", "lossless", "--compress-disk", "lossless:zstd"])
     k = int(ref_info["actions"] * fraction)
-    crashed = hpcadj([*args, "--json"], 2, timeout=240, env={"HPCADJ_INJECT_KILL": f"{rank}:{k}"})
-    assert crashed.returncode != 0 and crashed.stdout.strip() == "", f"action {k}: no kill"
+    killed_run([*args, "--json"], 2, f"{rank}:{k}")
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     recorded = manifest["setup"]["compression"]
     assert recorded["disk"]["codec"] == "lossless:zstd" and recorded["pfs"]["codec"] == "lossless"
@@ -49,18 +44,14 @@ def test_killed_compressed_run_resumes_from_its_compressed_blocks_bitwise(refere
     assert not info["lossy"] and info["compression"]["pfs"]["codec"] == "lossless"
     if durable:  # the resume started from the compressed blocks, not from scratch
         assert info["forward_steps"] < ref_info["forward_steps"], (k, info["forward_steps"])
-    grads = gradients(tmp_path / "g.h5")
-    for name, field in ref.items():
-        assert np.array_equal(grads[name], field), (k, name)
+    assert_bitwise(gradients(tmp_path / "g.h5"), ref, k)
 
 
 def test_resume_with_other_compression_or_a_compressed_hdf5_level_on_other_ranks_is_refused(
         reference, costs, tmp_path):
     ref_info, _ = reference
     args = args_for(tmp_path, costs, ["--compress", "lossless"])
-    crashed = hpcadj([*args, "--json"], 2, timeout=240,
-                     env={"HPCADJ_INJECT_KILL": f"1:{int(ref_info['actions'] * 0.6)}"})
-    assert crashed.returncode != 0
+    killed_run([*args, "--json"], 2, f"1:{int(ref_info['actions'] * 0.6)}")
     for extra, ranks, message in ((["--compress", "lossy:1e-6"], 2, "other compression than the run recorded"),
                                   ([], 3, "resume on 2 rank(s)")):
         argv = [a for a in args if a not in ("--compress", "lossless")] + (extra or ["--compress", "lossless"])
@@ -74,9 +65,7 @@ def test_compressed_ram_with_uncompressed_hdf5_resumes_on_another_rank_count(ref
     ref_info, ref = reference
     levels = ["--ram", "2", "--pfs", "6"]
     args = args_for(tmp_path, costs, ["--compress-ram", "lossy:1e-9"], levels=levels)
-    crashed = hpcadj([*args, "--json"], 2, timeout=240,
-                     env={"HPCADJ_INJECT_KILL": f"0:{int(ref_info['actions'] * 0.7)}"})
-    assert crashed.returncode != 0
+    killed_run([*args, "--json"], 2, f"0:{int(ref_info['actions'] * 0.7)}")
     info = hpcadj_json([*args, "--resume", "--gradient-out", str(tmp_path / "g.h5")], 3, timeout=240)
     assert info["ranks"] == 3 and info["lossy"] and info["compression"]["ram"]["max_error"] <= 1e-9
     grads = gradients(tmp_path / "g.h5")

@@ -1,10 +1,13 @@
-"""`hpcadj run --model burgers|wave|grayscott` under mpirun -n 1, 2, 3: the JSON keys, the snapshot size,
-and J and every gradient field (written with --gradient-out) invariant across rank counts."""
+"""`hpcadj run --model burgers|wave|grayscott` on 1, 2 and 3 ranks: the JSON keys, the snapshot size,
+and J and every gradient field (written with --gradient-out) invariant across rank counts.
+
+Runs on one rank call ``hpcadj.cli.main`` in this process where no PETSc option is given (PETSc
+takes its options once per process), and the real command runs for each behaviour's exit status."""
 
 import numpy as np
 import pytest
 
-from .helpers import hpcadj, hpcadj_json
+from .helpers import hpcadj, hpcadj_in_process, hpcadj_json
 
 CASES = {
     # model: (grid, steps, controls, relative tolerance across rank counts)
@@ -31,7 +34,7 @@ def test_run_json_and_rank_invariance(model, tmp_path):
     for nranks in (1, 2, 3):
         out = tmp_path / f"grad{nranks}.h5"
         runs[nranks] = hpcadj_json(["run", "--model", model, "--grid", grid, "--steps", str(steps),
-                                    "--gradient-out", str(out)], nranks)
+                                    "--gradient-out", str(out)], nranks, in_process=nranks == 1)
         fields[nranks] = _read(out)
     info = runs[1]
     assert KEYS | {f"grad_{c}_norm" for c in controls if c != "u0"} <= set(info)
@@ -54,14 +57,16 @@ def test_wave_3d_and_observed_options(tmp_path):
     info = hpcadj_json(["run", "--model", "wave", "--grid", "8x7x9", "--steps", "10"], 2)
     assert info["grid"] == "8x7x9" and info["snapshot_bytes"] == 2 * 8 * 7 * 9 * 8 and info["J"] > 0
     explicit = hpcadj_json(["run", "--model", "wave", "--grid", "14x12", "--steps", "10",
-                            "--observed-from-model"])
-    default = hpcadj_json(["run", "--model", "wave", "--grid", "14x12", "--steps", "10"])
+                            "--observed-from-model"], in_process=True)
+    default = hpcadj_json(["run", "--model", "wave", "--grid", "14x12", "--steps", "10"], in_process=True)
     assert explicit["J"] == default["J"]
-    stronger = hpcadj_json(["run", "--model", "wave", "--grid", "14x12", "--steps", "10", "--anomaly", "0.2"])
+    stronger = hpcadj_json(["run", "--model", "wave", "--grid", "14x12", "--steps", "10", "--anomaly", "0.2"],
+                           in_process=True)
     assert stronger["J"] > default["J"]
     both = hpcadj(["run", "--model", "wave", "--observed", str(tmp_path / "x.h5"), "--observed-from-model"])
     assert both.returncode != 0 and "not both" in both.stderr
-    missing = hpcadj(["run", "--model", "wave", "--grid", "14x12", "--observed", str(tmp_path / "none.h5")])
+    missing = hpcadj_in_process(["run", "--model", "wave", "--grid", "14x12", "--observed",
+                                 str(tmp_path / "none.h5")])
     assert missing.returncode != 0 and "not found" in missing.stderr
 
 
@@ -84,7 +89,8 @@ def test_help_lists_every_model():
                                            ("wave", ["--feed", "0.04"]), ("grayscott", ["--anomaly", "0.2"])])
 def test_another_models_option_is_refused(model, foreign):
     """An option of another model was silently ignored; now one error line naming it, exit 2."""
-    proc = hpcadj(["run", "--model", model, "--grid", "8x8", "--steps", "2", *foreign])
+    argv = ["run", "--model", model, "--grid", "8x8", "--steps", "2", *foreign]
+    proc = hpcadj(argv) if model == "heat" else hpcadj_in_process(argv)  # one real command
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert lines[0].startswith(f"hpcadj: error: model {model} does not use {foreign[0]}"), lines

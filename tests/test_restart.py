@@ -6,13 +6,15 @@ itself after action K; mpirun then takes the whole job down, as on a real node f
 
 import json
 import random
+import shutil
 
 import numpy as np
 import pytest
 
 from hpcadj.imports import h5py
 
-from .helpers import RESTART_BASE, RESTART_LEVELS, hpcadj, hpcadj_json
+from .helpers import (RESTART_BASE, RESTART_LEVELS, assert_bitwise, hpcadj, hpcadj_in_process, hpcadj_json, killed_run,
+                      restart_args)
 from .helpers import read_gradients as gradients
 
 BASE = list(RESTART_BASE)
@@ -32,12 +34,8 @@ def reference(restart_reference):
 
 
 def crash_then_resume(tmp, k, rank, ref_info, resume_ranks=2, levels=LEVELS):
-    rundir, ck, local = tmp / f"run{k}", tmp / f"ck{k}.h5", tmp / f"local{k}"
-    local.mkdir()
-    args = [*BASE, *levels, "--pfs-file", str(ck), "--local-dir", str(local), "--run-dir", str(rundir)]
-    crashed = hpcadj([*args, "--json"], 2, timeout=240, env={"HPCADJ_INJECT_KILL": f"{rank}:{k}"})
-    assert crashed.returncode != 0, f"action {k}: the injected kill did not happen"
-    assert crashed.stdout.strip() == "", "a killed run must not print a result"
+    args = restart_args(BASE, tmp, levels, tag=str(k))
+    killed_run([*args, "--json"], 2, f"{rank}:{k}")
     out = tmp / f"g{k}.h5"
     info = hpcadj_json([*args, "--resume", "--gradient-out", str(out)], resume_ranks, timeout=240)
     assert info["ranks"] == resume_ranks
@@ -56,8 +54,7 @@ def test_kill_anywhere_then_resume_is_bitwise_identical(reference, tmp_path):
     for i, k in enumerate(points):
         info, grads = crash_then_resume(tmp_path, k, i % 2, ref_info)
         assert info["J"] == ref_info["J"], k
-        for name, field in ref.items():
-            assert np.array_equal(grads[name], field), (k, name)
+        assert_bitwise(grads, ref, k)
 
 
 def test_resume_on_another_rank_count_from_the_hdf5_level(reference, tmp_path):
@@ -71,20 +68,21 @@ def test_resume_on_another_rank_count_from_the_hdf5_level(reference, tmp_path):
 
 
 def test_run_directory_of_another_configuration_is_refused(tmp_path):
+    """In this process (each a second of start-up saved); the real command's exit 2 is checked below."""
     rundir = tmp_path / "rd"
-    hpcadj_json([*BASE, "--ram", "3", "--run-dir", str(rundir)], 1)
-    proc = hpcadj([*BASE[:4], "24x16", *BASE[5:], "--ram", "3", "--run-dir", str(rundir), "--resume"])
+    hpcadj_json([*BASE, "--ram", "3", "--run-dir", str(rundir)], in_process=True)
+    proc = hpcadj_in_process([*BASE[:4], "24x16", *BASE[5:], "--ram", "3", "--run-dir", str(rundir), "--resume"])
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "another configuration" in lines[0] and "grid" in lines[0], proc.stderr
-    again = hpcadj([*BASE, "--ram", "3", "--run-dir", str(rundir)])
+    again = hpcadj_in_process([*BASE, "--ram", "3", "--run-dir", str(rundir)])
     assert again.returncode == 2 and "already holds a run" in again.stderr
 
 
 def test_resume_without_a_run_is_refused(tmp_path):
     proc = hpcadj([*BASE, "--ram", "3", "--run-dir", str(tmp_path / "none"), "--resume"])
     assert proc.returncode == 2 and "nothing to resume" in proc.stderr
-    proc = hpcadj([*BASE, "--ram", "3", "--resume"])
+    proc = hpcadj_in_process([*BASE, "--ram", "3", "--resume"])
     assert proc.returncode == 2 and "--run-dir" in proc.stderr
 
 
@@ -108,10 +106,7 @@ def test_sigusr1_stops_cleanly_with_status_75_then_resumes(reference, tmp_path):
     from .helpers import HPCADJ, ROOT, mpi_env
 
     ref_info, ref = reference
-    rundir, local = tmp_path / "run", tmp_path / "local"
-    local.mkdir()
-    args = [*BASE, *LEVELS, "--pfs-file", str(tmp_path / "ck.h5"), "--local-dir", str(local),
-            "--run-dir", str(rundir)]
+    args, rundir = restart_args(BASE, tmp_path), tmp_path / "run"
     slow = {"HPCADJ_TEST_STEP_DELAY": "0.05"}  # make each step slow enough to be caught mid-run
     proc = subprocess.Popen(["mpirun", "--oversubscribe", "-n", "2", HPCADJ, *args], cwd=ROOT,
                             env=mpi_env(slow), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -129,8 +124,7 @@ def test_sigusr1_stops_cleanly_with_status_75_then_resumes(reference, tmp_path):
     assert manifest["status"] == "stopped"
     info = hpcadj_json([*args, "--resume", "--gradient-out", str(tmp_path / "g.h5")], 2, timeout=240)
     assert info["J"] == ref_info["J"]
-    for name, field in ref.items():
-        assert np.array_equal(gradients(tmp_path / "g.h5")[name], field), name
+    assert_bitwise(gradients(tmp_path / "g.h5"), ref)
 
 
 def _flip(path, offset: int, mask: int = 0x40) -> None:
@@ -148,27 +142,41 @@ def _newest_adjoint(rundir):
 
 
 def _crash_in_reverse(tmp, ref_info, levels=LEVELS, share=0.8):
-    k = int(ref_info["actions"] * share)
-    rundir, ck, local = tmp / "run", tmp / "ck.h5", tmp / "local"
-    local.mkdir()
-    args = [*BASE, *levels, "--pfs-file", str(ck), "--local-dir", str(local), "--run-dir", str(rundir)]
-    crashed = hpcadj([*args, "--json"], 2, timeout=240, env={"HPCADJ_INJECT_KILL": f"1:{k}"})
-    assert crashed.returncode != 0
-    return args, rundir
+    args = restart_args(BASE, tmp, levels)
+    killed_run([*args, "--json"], 2, f"1:{int(ref_info['actions'] * share)}")
+    return args, tmp / "run"
+
+
+@pytest.fixture(scope="module")
+def crashed_in_reverse(reference, tmp_path_factory):
+    """A fresh copy, at the same paths each time, of one run killed at 80 % of its actions (in its
+    reverse sweep): each test that damages what the run left gets it as the kill left it, for the
+    cost of one killed run."""
+    ref_info, _ = reference
+    tmp = tmp_path_factory.mktemp("reverse")
+    args, rundir = _crash_in_reverse(tmp, ref_info)
+    pristine = tmp_path_factory.mktemp("pristine") / "copy"
+    shutil.copytree(tmp, pristine, symlinks=True)
+
+    def fresh():
+        shutil.rmtree(tmp)
+        shutil.copytree(pristine, tmp, symlinks=True)
+        return args, rundir
+
+    return fresh
 
 
 def _resume_bitwise(tmp, args, ref_info, ref, ranks=2):
     info = hpcadj_json([*args, "--resume", "--gradient-out", str(tmp / "g.h5")], ranks, timeout=240)
     assert info["J"] == ref_info["J"]
-    for name, field in ref.items():
-        assert np.array_equal(gradients(tmp / "g.h5")[name], field), name
+    assert_bitwise(gradients(tmp / "g.h5"), ref)
     return info
 
 
-def test_corrupt_adjoint_state_is_detected_and_an_older_point_used(reference, tmp_path):
+def test_corrupt_adjoint_state_is_detected_and_an_older_point_used(reference, crashed_in_reverse, tmp_path):
     """An exponent byte of lambda flipped in the newest adjoint file gave a gradient off by 6e9."""
     ref_info, ref = reference
-    args, rundir = _crash_in_reverse(tmp_path, ref_info)
+    args, rundir = crashed_in_reverse()
     newest = _newest_adjoint(rundir)
     with h5py().File(newest, "r") as f:
         offset = f["lambda/u"].id.get_offset()
@@ -178,9 +186,9 @@ def test_corrupt_adjoint_state_is_detected_and_an_older_point_used(reference, tm
     assert any("unusable" in f and "checksum" in f for f in info["faults"]), info["faults"]
 
 
-def test_every_adjoint_generation_corrupt_still_gives_the_bitwise_gradient(reference, tmp_path):
+def test_every_adjoint_generation_corrupt_still_gives_the_bitwise_gradient(reference, crashed_in_reverse, tmp_path):
     ref_info, ref = reference
-    args, rundir = _crash_in_reverse(tmp_path, ref_info)
+    args, rundir = crashed_in_reverse()
     files = sorted(rundir.glob("adjoint-*.h5"))
     for path in files:
         with h5py().File(path, "r") as f:
@@ -190,10 +198,10 @@ def test_every_adjoint_generation_corrupt_still_gives_the_bitwise_gradient(refer
     assert sum("unusable" in f for f in info["faults"]) == len(files), info["faults"]
 
 
-def test_corrupt_manifest_falls_back_to_the_previous_generation(reference, tmp_path):
+def test_corrupt_manifest_falls_back_to_the_previous_generation(reference, crashed_in_reverse, tmp_path):
     """A digit of J changed in manifest.json was taken silently: now its checksum refuses it."""
     ref_info, ref = reference
-    args, rundir = _crash_in_reverse(tmp_path, ref_info)
+    args, rundir = crashed_in_reverse()
     manifest = rundir / "manifest.json"
     text = manifest.read_text()
     J = json.loads(text)["durable"]["J"]
@@ -205,9 +213,9 @@ def test_corrupt_manifest_falls_back_to_the_previous_generation(reference, tmp_p
     assert any("manifest.json fails its checksum" in f for f in info["faults"]), info["faults"]
 
 
-def test_both_manifests_corrupt_is_a_clear_error(reference, tmp_path):
+def test_both_manifests_corrupt_is_a_clear_error(reference, crashed_in_reverse, tmp_path):
     ref_info, _ = reference
-    args, rundir = _crash_in_reverse(tmp_path, ref_info)
+    args, rundir = crashed_in_reverse()
     for name in ("manifest.json", "manifest.prev.json"):
         path = rundir / name
         path.write_text(path.read_text().replace('"ranks": 2', '"ranks": 3'))
@@ -257,8 +265,7 @@ def test_forward_progress_is_durable_at_the_interval(reference, tmp_path):
     slow = {"HPCADJ_TEST_STEP_DELAY": "0.03"}
     first = next(i for i, a in enumerate(BASE) if a == "--steps")
     n = int(BASE[first + 1])
-    crashed = hpcadj([*args, "--json"], 2, timeout=240, env={**slow, "HPCADJ_INJECT_KILL": f"0:frontier={n - 3}"})
-    assert crashed.returncode != 0
+    killed_run([*args, "--json"], 2, f"0:frontier={n - 3}", env=slow)
     manifest = json.loads((rundir / "manifest.json").read_text())
     assert manifest["durable"]["phase"] == "forward" and "forward" in manifest["durable"], manifest["durable"]
     frontier = manifest["durable"]["frontier"]

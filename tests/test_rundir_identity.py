@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from .helpers import HPCADJ, ROOT, hpcadj, hpcadj_json, mpi_env, read_gradients
+from .helpers import HPCADJ, ROOT, hpcadj, hpcadj_json, killed_run, mpi_env, read_gradients
 
 MODEL = ["run", "--model", f"{ROOT}/tests/mpi/rundir_model.py:DriftCLI", "--quiet"]
 
@@ -29,14 +29,12 @@ def test_a_killed_user_run_refuses_another_velocity_and_resumes_on_another_rank_
     args = [*MODEL, "--steps", "16", "--disk", "16", "--local-dir", str(tmp_path), "--durable-every", "2"]
     ref = hpcadj_json([*args, "--velocity", "1,0.5", "--gradient-out", str(tmp_path / "ref.h5")], 2)
     run = [*args, "--run-dir", str(tmp_path / "run")]
-    crashed = hpcadj([*run, "--velocity", "1,0.5"], 2, env={"HPCADJ_INJECT_KILL": "1:24"})
-    assert crashed.returncode != 0 and crashed.stdout.strip() == ""
+    killed_run([*run, "--velocity", "1,0.5"], 2, "1:24", timeout=300)
     lock = json.loads((tmp_path / "run" / "lock.json").read_text())  # left by the killed run
     other = one_line(hpcadj([*run, "--velocity=-0.7,1.0", "--resume"], 2))
     assert "another configuration" in other and "first step" in other, other
     assert not (tmp_path / "run" / "lock.json").exists(), "a refused resume must give the directory up"
-    again = hpcadj([*run, "--velocity", "1,0.5", "--resume"], 2, env={"HPCADJ_INJECT_KILL": "0:6"})
-    assert again.returncode != 0 and again.stdout.strip() == ""
+    killed_run([*run, "--velocity", "1,0.5", "--resume"], 2, "0:6", timeout=300)
     lock = json.loads((tmp_path / "run" / "lock.json").read_text())  # left by the killed resume
     proc = hpcadj([*run, "--velocity", "1,0.5", "--resume", "--json", "--gradient-out", str(tmp_path / "g.h5")], 3)
     assert proc.returncode == 0, proc.stderr
@@ -80,6 +78,6 @@ def test_a_second_run_on_a_directory_in_use_is_refused_in_one_line(tmp_path):
 
 def test_a_heat_run_directory_resumed_as_burgers_names_the_model(tmp_path):
     common = ["--grid", "8x8", "--steps", "3", "--quiet", "--run-dir", str(tmp_path / "run")]
-    hpcadj_json(["run", "--model", "heat", *common])
+    hpcadj_json(["run", "--model", "heat", *common], in_process=True)
     line = one_line(hpcadj(["run", "--model", "burgers", *common, "--resume"]))
     assert "model was 'heat', now 'burgers'" in line, line

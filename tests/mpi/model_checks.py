@@ -1,4 +1,5 @@
-"""Checks every model must pass on any rank count (used by test_burgers, test_wave, test_grayscott).
+"""Checks every model must pass on any rank count (used by test_burgers, test_wave, test_grayscott),
+and the small models and store-all references the checkpointing modules compare their plans against.
 
 The rank-count reference is the same model built on COMM_SELF on rank 0 (a serial run), broadcast to
 all ranks; distributed blocks are gathered into global arrays by their FieldLayouts and compared.
@@ -11,6 +12,32 @@ import numpy as np
 from hpcadj.adjoint.verify import compute_gradient, dot_product_test, taylor_test
 
 MIN_RATE = 1.95
+#: each model's grid in the checkpointing modules (test_checkpointing, test_online_driver, test_faults)
+SMALL_GRIDS = {"heat": "10x9", "burgers": "12x12", "wave": "14x12", "grayscott": "12x12"}
+
+
+def small_model(name: str, comm, steps: int, grid: str | None = None):
+    """Model ``name`` built from the command line's own options, at its small grid (or ``grid``)."""
+    from hpcadj.cli import Parser
+    from hpcadj.cli.common import add_model_arguments, build_model
+
+    parser = Parser()
+    add_model_arguments(parser)
+    args = parser.parse_args(["--model", name, "--grid", grid or SMALL_GRIDS[name], "--steps", str(steps)])
+    return build_model(args, comm)
+
+
+def owned(result) -> dict:
+    """This rank's block of every gradient field of ``result``, copied out of its Vecs."""
+    return {name: vec.getArray().copy() for name, vec in result.gradient.items()}
+
+
+def store_all_reference(model, controls=None) -> tuple:
+    """(model, controls, J, owned gradient) of a store-all run: what every checkpointed plan must give
+    bitwise. ``controls`` defaults to the model's defaults."""
+    controls = model.default_controls() if controls is None else controls
+    result = compute_gradient(model, controls)
+    return model, controls, result.J, owned(result)
 
 
 def gather(comm, layouts, arrays) -> dict:

@@ -3,15 +3,13 @@
 import numpy as np
 import pytest
 
-from hpcadj.adjoint import Driver, compute_gradient
+from model_checks import owned, small_model, store_all_reference
+
+from hpcadj.adjoint import Driver
 from hpcadj.checkpoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
-from hpcadj.cli import Parser
-from hpcadj.cli.common import add_model_arguments, build_model
 from hpcadj.models import MODELS
 
 N_STEPS = 9
-SMALL = {"heat": ["--grid", "10x9"], "burgers": ["--grid", "12x12"], "wave": ["--grid", "14x12"],
-         "grayscott": ["--grid", "12x12"]}
 
 #: (schedule, budgets per level), budgets in slots
 PLANS = [
@@ -28,23 +26,9 @@ PLANS = [
 ]
 
 
-def small_model(name, comm):
-    parser = Parser()
-    add_model_arguments(parser)
-    args = parser.parse_args(["--model", name, *SMALL.get(name, []), "--steps", str(N_STEPS)])
-    return build_model(args, comm)
-
-
-def owned(result):
-    return {name: vec.getArray().copy() for name, vec in result.gradient.items()}
-
-
 @pytest.fixture(scope="module", params=sorted(MODELS))
 def reference(request, comm):
-    model = small_model(request.param, comm)
-    controls = model.default_controls()
-    result = compute_gradient(model, controls)
-    return model, controls, result.J, owned(result)
+    return store_all_reference(small_model(request.param, comm, N_STEPS))
 
 
 @pytest.mark.parametrize("async_io", [True, False], ids=["async", "sync"])
@@ -90,7 +74,7 @@ def test_a_model_whose_adjoint_reads_no_next_state_gets_none_and_the_same_gradie
         levels = [make_level("ram", 3, model.snapshot_layout(), comm)]
         result = Driver(model, levels).run(make_schedule("revolve", 9, [3]), model.default_controls())
         assert result.recomputed_steps > 0
-        grads.append({k: v.getArray().copy() for k, v in result.gradient.items()})
+        grads.append(owned(result))
     assert Lean.seen and all(u_next is None for u_next in Lean.seen)
     for name in grads[0]:
         assert np.array_equal(grads[0][name], grads[1][name]), name

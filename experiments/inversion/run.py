@@ -1,0 +1,389 @@
+"""Inversions on three real problems, analysed with ``hpcadj analyze``: heat (kappa from observed
+intermediate states), Gray-Scott (the initial state from a final-time observation), FWI (a layered
+velocity model with an anomaly from the traces of several shots, started from a smoothed model).
+
+    .venv/bin/python experiments/inversion/run.py heat|grayscott|fwi|all [--quick]
+
+Each problem writes into experiments/inversion/<problem>/: ``log/inversion.jsonl`` (hpcadj invert's
+or the library's log), ``convergence.png`` (``hpcadj analyze --plot``), ``fields.png`` (true,
+initial, recovered) and ``results.json`` (the figures in README.md). Scratch (checkpoint files,
+observations, controls) goes to a temporary directory removed at the end. The solves run under
+mpirun on 2 ranks: heat through ``hpcadj invert``, Gray-Scott and FWI through
+:class:`hpcadj.inversion.Inversion` in this script's ``_solve`` mode (they need a start or a
+misfit the command line does not offer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+import _harness as H  # noqa: E402
+
+RANKS = 2
+
+
+# -- shared ---------------------------------------------------------------------------------
+def analyze(out: Path) -> dict:
+    """``hpcadj analyze`` on the problem's log: its JSON figures, and the convergence plot."""
+    import subprocess
+
+    cmd = [str(H.HPCADJ), "analyze", str(out / "log"), "--json", "--plot", str(out / "convergence.png")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=H.mpi_env(), cwd=H.ROOT, timeout=300)
+    if proc.returncode:
+        raise RuntimeError(proc.stderr)
+    (inv,) = json.loads(proc.stdout)["inversions"]
+    return inv
+
+
+def field_plot(path: Path, fields: list[tuple[str, object]], cmap: str, extent=None, vrange=None) -> None:
+    plt = H.pyplot()
+    fig, axes = plt.subplots(1, len(fields), figsize=(3.3 * len(fields), 3.0))
+    lo, hi = vrange or (min(float(f.min()) for _, f in fields), max(float(f.max()) for _, f in fields))
+    for ax, (title, f) in zip(axes, fields):
+        im = ax.imshow(f, origin="upper" if extent == "depth" else "lower", cmap=cmap, vmin=lo, vmax=hi)
+        ax.set_title(title, fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.colorbar(im, ax=list(axes), shrink=0.8)
+    fig.savefig(path, dpi=70)
+    plt.close(fig)
+
+
+def rel_error(field, truth) -> float:
+    import numpy as np
+
+    return float(np.linalg.norm(field - truth) / np.linalg.norm(truth))
+
+
+def summarise(name: str, out: Path, inv: dict, errors: dict, extra: dict) -> dict:
+    res = {"problem": name, "machine": H.machine(), **extra,
+           "iterations": inv["last_iteration"], "misfit_first": inv["misfit_first"],
+           "misfit_last": inv["misfit_last"], "misfit_reduction": inv["misfit_reduction"],
+           "misfit_monotone": inv["misfit_monotone"], "forward_steps": inv["forward_steps"],
+           "forward_steps_per_iteration": inv["forward_steps_per_iteration"],
+           "naive_forward_steps": inv["naive_forward_steps"],
+           "naive_forward_steps_per_iteration": inv["naive_forward_steps_per_iteration"],
+           "wall_seconds": inv["wall_seconds"], "seconds_per_iteration": inv["seconds_per_iteration"],
+           "joules_model": inv["joules"], "peak_rss_MiB": inv["max_rss_MiB"], **errors}
+    res["error_reduction"] = errors["error_initial"] / errors["error_recovered"]
+    (out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
+    H.log(json.dumps(res))
+    return res
+
+
+def fresh(out: Path) -> None:
+    if (out / "log").exists():
+        shutil.rmtree(out / "log")
+    out.mkdir(parents=True, exist_ok=True)
+
+
+# -- heat: kappa from intermediate states ----------------------------------------------------
+HEAT = {"grid": (256, 256), "steps": 40, "dt": 2e-3, "every": 5, "max_it": 30, "memory": "700MiB"}
+HEAT_QUICK = {"grid": (48, 48), "steps": 20, "dt": 2e-3, "every": 5, "max_it": 8, "memory": "700MiB"}
+
+
+def kappa_true(y, x):
+    import numpy as np
+
+    return (1.0 + 0.8 * np.exp(-((x - 0.35) ** 2 + (y - 0.6) ** 2) / (2 * 0.1 ** 2))
+            - 0.35 * np.exp(-((x - 0.7) ** 2 + (y - 0.3) ** 2) / (2 * 0.08 ** 2)))
+
+
+def heat_observe(cfg: dict, path: str) -> None:
+    """(serial, under mpirun -n 1) the heat states at every ``every``-th step with kappa_true."""
+    import numpy as np
+
+    from hpcadj.imports import h5py, mpi
+    from hpcadj.models.heat import HeatModel
+
+    model = HeatModel(mpi().COMM_WORLD, grid=tuple(cfg["grid"]), n_steps=cfg["steps"], dt=cfg["dt"])
+    c = model.default_controls()
+    y, x = model.grid.node_coordinates()
+    model.grid.owned(c["kappa"])[...] = kappa_true(y, x)
+    model.set_controls(c)
+    steps = list(range(cfg["every"], cfg["steps"] + 1, cfg["every"]))
+    u, states = model.initial_state(), []
+    for i in range(cfg["steps"]):
+        u = model.step(i, u)
+        if i + 1 in steps:
+            states.append(model.grid.owned_view(u).copy())
+    with h5py().File(path, "w") as f:
+        f["steps"] = np.array(steps)
+        f["u"] = np.array(states)
+
+
+def heat(quick: bool, scratch: Path) -> dict:
+    import numpy as np
+
+    from hpcadj.imports import h5py
+
+    cfg = HEAT_QUICK if quick else HEAT
+    out = HERE / "heat"
+    fresh(out)
+    obs, controls = scratch / "obs.h5", scratch / "kappa.h5"
+    H.mpirun(1, [H.PY, __file__, "_observe", json.dumps(cfg), obs], timeout=900)
+    grid = "x".join(map(str, cfg["grid"]))
+    t0 = time.perf_counter()
+    text = H.hpcadj_cmd(RANKS, "invert", [
+        "--grid", grid, "--steps", cfg["steps"], "--dt", cfg["dt"], "--observations", obs,
+        "--invert", "kappa", "--bounds", "kappa:0.3:3", "--max-it", cfg["max_it"], "--memory", cfg["memory"],
+        "--local-dir", scratch, "--controls-out", controls, "--log-dir", out / "log", "--json"], timeout=3000)
+    wall = time.perf_counter() - t0
+    summary = json.loads([line for line in text.splitlines() if line.startswith("{")][-1])
+    ny, nx = cfg["grid"]
+    y = ((np.arange(ny) + 1) / (ny + 1))[:, None]
+    x = ((np.arange(nx) + 1) / (nx + 1))[None, :]
+    truth = kappa_true(y, x)
+    with h5py().File(controls, "r") as f:
+        recovered = np.array(f["kappa"][...])
+    start = np.ones_like(truth)
+    field_plot(out / "fields.png", [("true κ", truth), ("initial κ = 1", start),
+                                    (f"recovered κ ({summary['iterations']} it.)", recovered)], "viridis")
+    errors = {"error_initial": rel_error(start, truth), "error_recovered": rel_error(recovered, truth)}
+    return summarise("heat", out, analyze(out), errors,
+                     {"config": cfg, "ranks": RANKS, "status": summary.get("status"), "command_wall_s": wall,
+                      "snapshot_MiB_per_rank": ny * nx * 8 / RANKS / 2**20})
+
+
+# -- Gray-Scott: the initial state from the final one -----------------------------------------
+GS = {"grid": (128, 128), "steps": 50, "dt": 1.0, "max_it": 20, "memory": "700MiB"}
+GS_QUICK = {"grid": (32, 32), "steps": 10, "dt": 1.0, "max_it": 5, "memory": "700MiB"}
+
+
+def gs_initial(model, spots):
+    """u = 1 - g/2, v = g/4 with g a sum of Gaussian spots (centre, width) on the periodic square."""
+    import numpy as np
+
+    side = model.length
+    y, x = (side * c for c in model.grid.node_coordinates())
+    g = sum(np.exp(-((x - cx * side) ** 2 + (y - cy * side) ** 2) / (2 * (w * side) ** 2)) for cx, cy, w in spots)
+    vec = model.grid.create_vec()
+    w = model.grid.owned(vec)
+    w[..., 0] = 1.0 - 0.5 * g
+    w[..., 1] = 0.25 * g
+    return vec
+
+
+GS_TRUE = [(0.35, 0.55, 0.07), (0.65, 0.4, 0.09), (0.5, 0.75, 0.05)]
+GS_START = [(0.5, 0.5, 0.15)]
+
+
+def gs_solve(cfg: dict, work: str) -> None:
+    """(under mpirun) the Gray-Scott inversion: u0 from the final state of the true u0's run."""
+    import numpy as np
+
+    from hpcadj import Checkpointing
+    from hpcadj.fieldio import write_fields
+    from hpcadj.imports import mpi
+    from hpcadj.inversion import Inversion
+    from hpcadj.models.grayscott import GrayScottModel
+
+    comm = mpi().COMM_WORLD
+
+    class Observed(GrayScottModel):
+        """Gray-Scott with J = 1/2 |w_n - d|^2 (both species, cell-weighted), d the observed final state."""
+
+        target = None
+
+        def objective(self, i, u):
+            if i != self.n_steps:
+                return 0.0
+            d = self.grid.owned(u) - self.target
+            return self.comm.allreduce(0.5 * self.cell_volume * float(np.sum(d * d)))
+
+        def objective_gradient(self, i, u):
+            if i != self.n_steps:
+                return None
+            g = self.grid.create_vec()
+            self.grid.owned(g)[...] = self.cell_volume * (self.grid.owned(u) - self.target)
+            return g
+
+    model = Observed(comm, grid=tuple(cfg["grid"]), n_steps=cfg["steps"], dt=cfg["dt"])
+    truth = model.default_controls()
+    truth["u0"] = gs_initial(model, GS_TRUE)
+    model.set_controls(truth)
+    u = model.initial_state()
+    for i in range(cfg["steps"]):
+        u = model.step(i, u)
+    model.target = model.grid.owned(u).copy()
+    start = model.default_controls()
+    start["u0"] = gs_initial(model, GS_START)
+    inv = Inversion(model, ["u0"], Checkpointing(memory=cfg["memory"], local_dir=work), controls=start,
+                    tao_type="lmvm", max_it=cfg["max_it"], log=os.path.join(cfg["out"], "log", "inversion.jsonl"))
+    result = inv.solve()
+    layout = model.control_layout()["u0"]
+    write_fields(os.path.join(work, "u0.h5"), comm, {k: layout for k in ("true", "start", "recovered")},
+                 {"true": model.control_arrays(truth)["u0"], "start": model.control_arrays(start)["u0"],
+                  "recovered": model.control_arrays(result.controls)["u0"]}, attrs={"status": result.status})
+
+
+def grayscott(quick: bool, scratch: Path) -> dict:
+    import numpy as np
+
+    from hpcadj.imports import h5py
+
+    cfg = dict(GS_QUICK if quick else GS)
+    out = HERE / "grayscott"
+    fresh(out)
+    cfg["out"] = str(out)
+    H.mpirun(RANKS, [H.PY, __file__, "_solve", "grayscott", json.dumps(cfg), scratch], timeout=3000)
+    with h5py().File(scratch / "u0.h5", "r") as f:
+        truth, start, recovered = (np.array(f[k][...]) for k in ("true", "start", "recovered"))
+    field_plot(out / "fields.png", [("true v₀", truth[..., 1]), ("initial v₀", start[..., 1]),
+                                    ("recovered v₀", recovered[..., 1])], "magma")
+    errors = {"error_initial": rel_error(start, truth), "error_recovered": rel_error(recovered, truth)}
+    ny, nx = cfg["grid"]
+    return summarise("grayscott", out, analyze(out), errors,
+                     {"config": {k: v for k, v in cfg.items() if k != "out"}, "ranks": RANKS,
+                      "snapshot_MiB_per_rank": ny * nx * 2 * 8 / RANKS / 2**20})
+
+
+# -- FWI: a layered model with an anomaly, several shots -------------------------------------
+FWI = {"grid": (128, 128), "shots": 8, "max_it": 25, "c_bounds": (0.9, 2.4), "smooth": 0.06, "memory": "700MiB",
+       "t_final": 1.0}
+FWI_QUICK = {"grid": (40, 40), "shots": 2, "max_it": 4, "c_bounds": (0.9, 2.4), "smooth": 0.06, "memory": "700MiB",
+             "t_final": 0.6}
+
+
+def marmousi_like(n0: int, n1: int):
+    """(depth, x) velocity: dipping and folded layers 1.0 -> 2.2 with a fault, plus a slow lens."""
+    import numpy as np
+
+    z = ((np.arange(n0) + 1) / (n0 + 1))[:, None]
+    x = ((np.arange(n1) + 1) / (n1 + 1))[None, :]
+    c = np.full((n0, n1), 1.0)
+    tops = [0.28, 0.38, 0.5, 0.62, 0.75, 0.86]
+    speeds = [1.25, 1.45, 1.35, 1.7, 1.95, 2.2]
+    for k, (top, speed) in enumerate(zip(tops, speeds)):
+        fold = 0.04 * np.sin(2 * np.pi * (x + 0.15 * k)) + 0.08 * (x - 0.5)
+        fault = np.where(x > 0.62, 0.05, 0.0) if k >= 2 else 0.0
+        c = np.where(z >= top + fold + fault, speed, c)
+    lens = np.exp(-((x - 0.4) ** 2 / (2 * 0.06 ** 2) + (z - 0.56) ** 2 / (2 * 0.035 ** 2)))
+    return c * (1.0 - 0.18 * lens)
+
+
+def smoothed(c, sigma_frac: float):
+    from scipy.ndimage import gaussian_filter
+
+    return gaussian_filter(c, sigma=sigma_frac * c.shape[0], mode="nearest")
+
+
+def fwi_solve(cfg: dict, work: str) -> None:
+    """(under mpirun) FWI: observed traces of every shot from the layered model, c from a smoothed start."""
+    from hpcadj import Checkpointing
+    from hpcadj.fieldio import write_fields
+    from hpcadj.imports import mpi
+    from hpcadj.models.wave import WaveModel
+
+    comm = mpi().COMM_WORLD
+    n0, n1 = cfg["grid"]
+    truth_g = marmousi_like(n0, n1)
+    start_g = smoothed(truth_g, cfg["smooth"])
+    h = 1.0 / (max(n0, n1) + 1)
+    dt = 0.5 * h / (cfg["c_bounds"][1] * math.sqrt(2.0))
+    steps = int(math.ceil(cfg["t_final"] / dt))
+    freq = 1.0 / (12.0 * h)
+
+    def block(model, g):
+        sl = tuple(slice(s, s + m) for s, m in zip(model.field.start, model.field.shape))
+        return model.field.vec_from(g[sl])
+
+    def observed_model(shot_comm, source_x):
+        model = WaveModel(shot_comm, grid=(n0, n1), n_steps=steps, dt=dt, frequency=freq, source_x=source_x)
+        truth = model.default_controls()
+        truth["c"].destroy()
+        truth["c"] = block(model, truth_g)
+        model.observed = model.traces(truth)  # the layered model's traces, not the built-in anomaly's
+        return model
+
+    options = Checkpointing(memory=cfg["memory"], local_dir=work)
+    log = os.path.join(cfg["out"], "log", "inversion.jsonl")
+    settings = dict(tao_type="blmvm", bounds={"c": tuple(cfg["c_bounds"])}, max_it=cfg["max_it"], log=log)
+    try:
+        from hpcadj.inversion.shots import ShotInversion, ShotLayout, ShotProblem, shot_positions
+    except ImportError:
+        ShotInversion = None
+    if ShotInversion is not None and cfg["shots"] > 1:
+        positions = shot_positions(cfg["shots"])
+        inv = ShotInversion(comm, lambda c, k: observed_model(c, positions[k]), cfg["shots"], ["c"], options,
+                            ranks_per_shot=1, **settings)
+        inv.layout = ShotLayout(comm, cfg["shots"], 1)
+        inv.problem = ShotProblem(inv.layout, inv.factory)
+        model = inv.problem
+        start = model.default_controls()
+        start["c"] = block(model, start_g)
+        inv.options["controls"] = start
+        result = inv.solve()
+        writer, shots = inv.layout.group == 0, cfg["shots"]
+    else:
+        from hpcadj.inversion import Inversion
+
+        model = observed_model(comm, 0.5)
+        start = model.default_controls()
+        start["c"] = block(model, start_g)
+        result = Inversion(model, ["c"], options, controls=start, **settings).solve()
+        writer, shots = True, 1
+    if writer:
+        write_fields(os.path.join(work, "c.h5"), model.comm, {"recovered": model.control_layout()["c"]},
+                     {"recovered": model.control_arrays(result.controls)["c"]},
+                     attrs={"status": result.status, "steps": steps, "dt": dt, "shots": shots})
+
+
+def fwi(quick: bool, scratch: Path) -> dict:
+    import numpy as np
+
+    from hpcadj.imports import h5py
+
+    cfg = dict(FWI_QUICK if quick else FWI)
+    out = HERE / "fwi"
+    fresh(out)
+    cfg["out"] = str(out)
+    H.mpirun(RANKS, [H.PY, __file__, "_solve", "fwi", json.dumps(cfg), scratch], timeout=3000)
+    with h5py().File(scratch / "c.h5", "r") as f:
+        recovered = np.array(f["recovered"][...])
+        steps, dt, shots = int(f.attrs["steps"]), float(f.attrs["dt"]), int(f.attrs["shots"])
+    truth = marmousi_like(*cfg["grid"])
+    start = smoothed(truth, cfg["smooth"])
+    field_plot(out / "fields.png", [("true c", truth), ("initial c (smoothed)", start), ("recovered c", recovered)],
+               "jet", extent="depth", vrange=(0.9, 2.3))
+    errors = {"error_initial": rel_error(start, truth), "error_recovered": rel_error(recovered, truth)}
+    n0, n1 = cfg["grid"]
+    return summarise("fwi", out, analyze(out), errors,
+                     {"config": {k: v for k, v in cfg.items() if k != "out"}, "ranks": RANKS, "steps": steps, "shots_run": shots,
+                      "dt": dt, "snapshot_MiB_per_rank": n0 * n1 * 2 * 8 / RANKS / 2**20})
+
+
+PROBLEMS = {"heat": heat, "grayscott": grayscott, "fwi": fwi}
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "_observe":
+        heat_observe(json.loads(sys.argv[2]), sys.argv[3])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "_solve":
+        {"grayscott": gs_solve, "fwi": fwi_solve}[sys.argv[2]](json.loads(sys.argv[3]), sys.argv[4])
+        return
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("problem", choices=[*PROBLEMS, "all"])
+    p.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test of the script)")
+    args = p.parse_args()
+    for name in PROBLEMS if args.problem == "all" else [args.problem]:
+        scratch = Path(tempfile.mkdtemp(prefix=f"hpcadj-inversion-{name}-"))
+        try:
+            PROBLEMS[name](args.quick, scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

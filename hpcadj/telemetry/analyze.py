@@ -953,6 +953,7 @@ def inversion_plot(results: list[dict], out_path: str) -> None:
         ax.set_xlabel(xlabel)
         ax.set_ylabel("misfit")
         ax.grid(True, which="both", alpha=0.3)
+    axes[0].xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     axes[0].legend(fontsize=8)
     fig.suptitle("hpcadj inversions: misfit against iterate, time and energy", fontsize=11)
     fig.tight_layout()

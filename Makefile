@@ -36,9 +36,10 @@ test-fast: setup
 lint: setup
 	@$(VENV)/bin/ruff check .
 
-# jobs/*.sbatch on a private 3-node SLURM on this machine (tests/test_slurm_multinode.py, a few minutes).
+# jobs/*.sbatch on a private 3-node SLURM on this machine (tests/test_slurm_multinode.py and
+# tests/cluster/, a few minutes).
 test-cluster: setup
-	@HPCADJ_TEST_CLUSTER=1 $(PY) -m pytest -ra -q tests/test_slurm_multinode.py
+	@HPCADJ_TEST_CLUSTER=1 $(PY) -m pytest -ra -q tests/test_slurm_multinode.py tests/cluster
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

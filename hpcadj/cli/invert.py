@@ -8,7 +8,7 @@ import math
 import sys
 
 from . import CliError
-from .common import add_model_arguments, build_model, positive_float, world
+from .common import add_model_arguments, build_model, positive_float, step_count, world
 from .options import add_checkpoint_arguments, checkpointing
 from .run import EXIT_FAILED, EXIT_STOPPED, StopFlag
 
@@ -56,6 +56,9 @@ def add_parser(subparsers) -> None:
                         "the gradient request that follows: default) or one forward sweep")
     o.add_argument("--controls-out", metavar="FILE.h5", default=None,
                    help="write the final controls as global datasets (parallel HDF5)")
+    o.add_argument("--gradient-out", metavar="FILE.h5", default=None,
+                   help="with --shots: write the summed gradient of J at the final controls as global "
+                        "datasets grad_<control> (parallel HDF5)")
     o.add_argument("--log-dir", metavar="DIR", default=None,
                    help="append one JSON line per accepted iterate to DIR/inversion.jsonl")
     o.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
@@ -66,7 +69,68 @@ def add_parser(subparsers) -> None:
                    help="continue the inversion in --run-dir (same options) from its last accepted iterate")
     r.add_argument("--time-limit", type=positive_float, default=None, metavar="SECONDS",
                    help="stop (exit 75) at the end of the first evaluation after SECONDS")
+    s = p.add_argument_group("shots (wave)")
+    s.add_argument("--shots", type=step_count, default=None, metavar="K",
+                   help="J summed over K shots, sources spread along the receivers' line, run in parallel")
+    s.add_argument("--ranks-per-shot", type=step_count, default=None, metavar="R",
+                   help="ranks of one shot (default 1); must divide the job's ranks")
     p.set_defaults(func=main)
+
+
+def check_shot_options(args) -> None:
+    """CliError for shot options no run can use, before MPI work (the rank count is checked later)."""
+    if args.shots is None:
+        if args.ranks_per_shot is not None:
+            raise CliError("--ranks-per-shot needs --shots K")
+        return
+    if args.shots < 1:
+        raise CliError(f"--shots must be >= 1, got {args.shots}")
+    if args.ranks_per_shot is not None and args.ranks_per_shot < 1:
+        raise CliError(f"--ranks-per-shot must be >= 1, got {args.ranks_per_shot}")
+    if args.model != "wave":
+        raise CliError(f"--shots: model {args.model} has no shots (sources); --model wave has")
+    if args.source_x is not None:
+        raise CliError("--shots places the sources along the receivers' line itself: drop --source-x")
+    if args.observed:
+        raise CliError("--observed holds one shot's traces: with --shots the observations come from the "
+                       "true model (--observed-from-model)")
+
+
+def shot_inversion(args, comm, invert, options, settings):
+    """The shot-parallel inversion of the command line: shot k's model is --model wave with its source
+    at shot_positions(K)[k]."""
+    import argparse
+
+    from ..inversion.shots import ShotInversion, shot_positions
+
+    positions = shot_positions(args.shots)
+
+    def factory(shot_comm, shot):
+        shot_args = argparse.Namespace(**vars(args))
+        shot_args.source_x = positions[shot]
+        try:
+            return build_model(shot_args, shot_comm)
+        except CliError as exc:
+            raise ValueError(str(exc)) from None
+
+    return ShotInversion(comm, factory, args.shots, invert, options, ranks_per_shot=args.ranks_per_shot or 1,
+                         **settings)
+
+
+def write_gradient(path: str, inversion, result, invert, writes: bool) -> None:
+    """The shots' summed gradient at the final controls as datasets grad_<control> (group 0 writes)."""
+    from ..fieldio import write_fields
+
+    problem = inversion.problem
+    packed = inversion.gradient(result.controls)
+    fields = inversion.evaluations.space.unpack(packed)
+    arrays = problem.control_arrays(fields)
+    layouts = problem.control_layout()
+    if writes:
+        write_fields(path, problem.comm, {f"grad_{n}": layouts[n] for n in invert},
+                     {f"grad_{n}": arrays[n] for n in invert}, attrs={"J": result.misfit})
+    for vec in list(fields.values()) + [packed]:
+        vec.destroy()
 
 
 def main(args) -> int:
@@ -85,25 +149,37 @@ def main(args) -> int:
         raise CliError(str(exc)) from None
     if args.resume and not args.run_dir:
         raise CliError("--resume needs --run-dir DIR (the inversion to continue)")
+    check_shot_options(args)
+    if args.gradient_out and args.shots is None:
+        raise CliError("--gradient-out needs --shots K (hpcadj run writes a single run's gradient)")
     comm = world(args)
     args.memory_baseline = None
     try:
         options = checkpointing(args)
         check_configuration(comm, options, None, args.controls_out)
-        model = build_model(args, comm)
-        inversion = Inversion(model, [n for n in args.invert.split(",") if n], options, bounds=bounds,
-                              regularization=args.regularization,
-                              tao_type=args.tao or ("blmvm" if bounds else "lmvm"), max_it=args.max_it,
-                              gatol=args.gatol, grtol=args.grtol, gttol=args.gttol, run_dir=args.run_dir,
-                              resume=args.resume, should_stop=stop, time_limit=args.time_limit,
-                              log=os.path.join(args.log_dir, "inversion.jsonl") if args.log_dir else None,
-                              policy=args.policy, tao_options=args.petsc_options)
+        settings = dict(bounds=bounds, regularization=args.regularization,
+                        tao_type=args.tao or ("blmvm" if bounds else "lmvm"), max_it=args.max_it,
+                        gatol=args.gatol, grtol=args.grtol, gttol=args.gttol, run_dir=args.run_dir,
+                        resume=args.resume, should_stop=stop, time_limit=args.time_limit,
+                        log=os.path.join(args.log_dir, "inversion.jsonl") if args.log_dir else None,
+                        policy=args.policy, tao_options=args.petsc_options)
+        invert = [n for n in args.invert.split(",") if n]
+        writes = True
+        if args.shots is None:
+            model = build_model(args, comm)
+            inversion = Inversion(model, invert, options, **settings)
+        else:
+            inversion = shot_inversion(args, comm, invert, options, settings)
         result = inversion.solve()
-        if args.controls_out and result.status != "stopped":
-            from ..fieldio import write_fields
+        if args.shots is not None:
+            model, writes = inversion.problem, inversion.layout.group == 0
+        from ..fieldio import write_fields
 
-            write_fields(args.controls_out, comm, model.control_layout(), model.control_arrays(result.controls),
-                         attrs={"J": result.J, "iterations": result.iterations})
+        if args.controls_out and result.status != "stopped" and writes:
+            write_fields(args.controls_out, model.comm, model.control_layout(),
+                         model.control_arrays(result.controls), attrs={"J": result.J, "iterations": result.iterations})
+        if args.gradient_out and result.status != "stopped":
+            write_gradient(args.gradient_out, inversion, result, invert, writes)
     except (ConfigError, InversionError, WriteError) as exc:
         raise CliError(str(exc)) from None
     except SolverError as exc:
@@ -137,3 +213,6 @@ def print_human(info: dict) -> None:
     print(f"  forward steps {info['forward_steps']}, adjoint steps {info['adjoint_steps']}, gradient sessions "
           f"{info['sessions']}, forward-only sweeps {info['forward_sweeps']}, cache hits {info['hits']}, "
           f"{info['seconds']:.3f} s")
+    if info.get("shots"):
+        print(f"  {info['shots']} shots, {info['ranks_per_shot']} rank(s) each, {info['shot_groups']} at a time "
+              f"on {info['nodes']} node(s)")

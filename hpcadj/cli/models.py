@@ -185,7 +185,7 @@ class BurgersCLI:
 
 
 class WaveCLI:
-    """``--model wave``: --observed, --observed-from-model, --anomaly, --frequency."""
+    """``--model wave``: --observed, --observed-from-model, --anomaly, --frequency, --source-x."""
 
     def add_arguments(self, parser):
         from ..models.wave import WaveModel as cls
@@ -201,6 +201,9 @@ class WaveCLI:
                                 f"(default {cls.default_anomaly})")
         group.add_argument("--frequency", type=float, default=None,
                            help="wave: Ricker peak frequency f0 (default 1/(12 h))")
+        group.add_argument("--source-x", type=float, default=None, metavar="X",
+                           help="wave: the source's position along the receivers' line, a fraction of the "
+                                "width in (0, 1) (default 0.5); hpcadj invert --shots places its shots itself")
 
     def build(self, comm, args):
         from ..models.wave import WaveModel as cls
@@ -211,7 +214,7 @@ class WaveCLI:
         return cls(comm, parse_grid(args.grid or "64x64"), n_steps=args.steps, dt=args.dt,
                    frequency=args.frequency,
                    anomaly=cls.default_anomaly if anomaly is None else anomaly, observed=args.observed,
-                   adaptive=args.adaptive, t_final=_t_final(args))
+                   adaptive=args.adaptive, t_final=_t_final(args), source_x=args.source_x)
 
 
 class GrayScottCLI:

@@ -83,6 +83,8 @@ class Inversion:
     is a JSON-lines file of one record per accepted iterate; ``policy`` the cache's objective-only
     policy; ``tao_options`` (``["-tao_ls_type", "armijo"]``) are put in PETSc's options database for
     this solve only (a process whose PETSc was initialised earlier never saw its command line's).
+    ``evaluations`` replaces :class:`~.cache.EvaluationCache` (:mod:`.shots` sums shots), and
+    ``primary`` False leaves the run directory's writes to another group of ranks (a shot group).
     Collective over the model's communicator.
     """
 
@@ -90,7 +92,7 @@ class Inversion:
                  regularization: float = 0.0, reference=None, tao_type: str = "lmvm", max_it: int = 50,
                  gatol=None, grtol=None, gttol=None, run_dir=None, resume: bool = False,
                  should_stop=None, time_limit=None, log=None, policy: str = "keep", on_iteration=None,
-                 tao_options=None):
+                 tao_options=None, evaluations=None, primary: bool = True):
         self.model, self.comm = model, model.comm
         self.invert = [invert] if isinstance(invert, str) else list(invert)
         self.checkpointing = checkpointing
@@ -104,6 +106,8 @@ class Inversion:
         self.should_stop, self.time_limit = should_stop, time_limit
         self.log, self.policy, self.on_iteration = log, policy, on_iteration
         self.tao_options = option_pairs(tao_options or [])
+        self.evaluations = evaluations or EvaluationCache  # (model, space, checkpointing, policy=): shots.py's
+        self.primary = primary  # False: a shot group mirroring group 0, which alone writes run_dir
 
     def identity(self) -> dict:
         """What makes two inversions the same one (a resume must match it)."""
@@ -157,14 +161,14 @@ class Inversion:
                 state, start = store.load(self.controls)
                 history, done = list(state["history"]), int(state["iteration"])
                 resumed_from = done
-            elif store is not None:  # a resume of a run stopped before its first iterate starts afresh
+            elif store is not None and self.primary:  # a resume stopped before its first iterate starts afresh
                 store.create(resuming=self.resume)
         except IterateError as exc:
             raise InversionError(str(exc)) from None
         x = space.pack(start)
         reference = space.pack(self.reference) if self.reference is not None else space.pack(self.controls)
         reg = Tikhonov(float(self.weight), reference)
-        cache = EvaluationCache(self.model, space, self.checkpointing, policy=self.policy)
+        cache = self.evaluations(self.model, space, self.checkpointing, policy=self.policy)
         self._cache, self._space, self._energy = cache, space, None
         t_start = time.perf_counter()
         self._mark = {"t": t_start, "forward": 0, "adjoint": 0, "naive": 0, "meter": self._meter()}
@@ -213,7 +217,7 @@ class Inversion:
             record = self._record(done + its, t.getSolution(), f, gnorm, step, reg)
             history.append(record)
             state["last"] = record
-            if store is not None:
+            if store is not None and self.primary:
                 controls = space.unpack(t.getSolution())
                 store.save(record["iteration"], controls, record, history)
                 for vec in controls.values():

@@ -7,9 +7,10 @@ time with the sponge damping sigma u_t centred:
 
 sigma(x) = sigma_max sum_axes (d/W)^2 in a sponge of width W = 0.1 at every face (d the depth into
 it), zero inside. The source is a Ricker wavelet of peak frequency f0 (delay 1/f0) at one node, as a
-discrete delta r(t_i)/h^d. The state of step i is the pair (u^{i-1}, u^i): a global Vec of the
-dof-2 DMDA's size whose owned part holds the two fields one after the other (the *split* layout:
-unit-stride rows for the kernels), while the control u0 keeps the DMDA's interleaved layout; a
+discrete delta r(t_i)/h^d, at depth 0.2 and ``source_x`` along the last axis (default 0.5; a shot of
+hpcadj.inversion.shots puts it elsewhere). The state of step i is the pair (u^{i-1}, u^i): a global
+Vec of the dof-2 DMDA's size whose owned part holds the two fields one after the other (the *split*
+layout: unit-stride rows for the kernels), while the control u0 keeps the DMDA's interleaved layout; a
 snapshot holds both fields. The step is linear in the state and in c^2, pointwise or a symmetric
 stencil, so the adjoint is exact to round-off and the states are bitwise the same on any rank count:
 
@@ -72,7 +73,8 @@ class WaveModel(AdaptiveSteps, Stepper):
 
     def __init__(self, comm, grid=(64, 64), n_steps: int | None = None, dt: float | None = None,
                  frequency: float | None = None, anomaly: float = 0.1, observed: str | None = None,
-                 cfl: float = 0.5, adaptive: bool = False, t_final: float | None = None):
+                 cfl: float = 0.5, adaptive: bool = False, t_final: float | None = None,
+                 source_x: float | None = None):
         if adaptive and (t_final is None or dt is not None or observed is not None):
             raise ValueError("--adaptive takes --t-final T and decides dt itself (no --dt, no --observed)")
         self.steps = StepSequence(t_final) if adaptive else None
@@ -82,6 +84,9 @@ class WaveModel(AdaptiveSteps, Stepper):
             raise ValueError("wave needs at least 5 points per axis")
         if not -0.5 < anomaly < 1.0:
             raise ValueError(f"anomaly must lie in (-0.5, 1), got {anomaly}")
+        if source_x is not None and not 0.0 < source_x < 1.0:
+            raise ValueError(f"source_x must lie in (0, 1), got {source_x}")
+        self.source_x = None if source_x is None else float(source_x)
         self.comm = comm
         self.field = kernels.LeanGrid(comm, tuple(grid))  # its DMDA released once the halos are built
         self.grid = kernels.PairLayout(self.field)  # the pair's layout: no DMDA of its own
@@ -180,7 +185,10 @@ class WaveModel(AdaptiveSteps, Stepper):
         return min(max(int(round(frac * (n + 1))) - 1, 0), n - 1)
 
     def _source_position(self):
-        return [self.source_depth] + [0.5] * (self.dim - 1)
+        """Depth 0.2, the middle of the other axes but the last, where ``source_x`` puts it (a shot
+        along the receivers' line; default the middle)."""
+        along = 0.5 if self.source_x is None else self.source_x
+        return [self.source_depth] + [0.5] * (self.dim - 2) + [along]
 
     def _receiver_nodes(self) -> list[tuple[int, ...]]:
         lo, hi = (self._axis_index(self.dim - 1, f) for f in self.receiver_span)
@@ -441,4 +449,5 @@ class WaveModel(AdaptiveSteps, Stepper):
             self.observed_path or f"true model, anomaly {self.anomaly}")
         return self._describe_steps({"model": self.name, "grid": "x".join(map(str, self.field.sizes_xyz)),
                                      "steps": self.n_steps, "dt": self.dt, "frequency": self.frequency,
-                                     "receivers": len(self.receivers), "observed": observed})
+                                     "receivers": len(self.receivers), "observed": observed,
+                                     **({} if self.source_x is None else {"source_x": self.source_x})})

@@ -8,9 +8,12 @@ B. a budget of about a tenth of store-all's states: hpcadj (RAM slots, revolve) 
    PETSc can do: its memory trajectory storing all, its two-level stride scheme, solution-only, and the
    basic (file) trajectory: wall, peak RSS over the process's RSS before the run, bytes on disk,
    forward steps over n.
+C. (``--equal STRIDE ...``) equal memory: PETSc's stride scheme (what this PETSc permits without
+   revolve) against hpcadj's revolve plan with as many RAM slots as that scheme holds states.
 
     python experiments/ts_adapter/run.py                 # the defaults: A at 512^2, B at 256^2
     python experiments/ts_adapter/run.py --grid-a 64 --grid-b 64 --steps-b 20 --repeats 1   # quick
+    python experiments/ts_adapter/run.py --equal 4 8 --grid-b 256 --steps-b 64               # C
 """
 
 from __future__ import annotations
@@ -200,9 +203,14 @@ def main() -> None:
     p.add_argument("--grid-b", type=int, default=256)
     p.add_argument("--steps-b", type=int, default=40)
     p.add_argument("--out", default=str(HERE))
+    p.add_argument("--equal", type=int, nargs="*", metavar="STRIDE",
+                   help="study C only: PETSc's stride scheme at these strides against hpcadj with as many RAM slots")
     args, _petsc_args = p.parse_known_args()
     if args.worker:
         worker(args)
+        return
+    if args.equal is not None:
+        equal_memory(args)
         return
     rows = []
     for ts_type in ("cn", "rk"):
@@ -232,6 +240,39 @@ def main() -> None:
         w.writeheader()
         w.writerows(rows)
     plot(rows, out / "ts_adapter.png")
+
+
+def petsc_stride_states(n: int, stride: int) -> int:
+    """States PETSc's stride scheme (no revolve) holds at its peak: a checkpoint every ``stride`` steps
+    (the ones at steps 0, stride, ... below n) and, in the reverse sweep, one stride's states."""
+    return -(-n // stride) + stride
+
+
+def equal_memory(args) -> None:
+    """C: PETSc's stride scheme at a slot budget against hpcadj's revolve plan with as many RAM slots,
+    each case its own process, the ratios of forward steps per n and of wall printed side by side."""
+    rows = []
+    for ts_type in ("cn", "rk"):
+        for stride in args.equal or [4, 8]:
+            slots = petsc_stride_states(args.steps_b, stride)
+            common = ["--ts-type", ts_type, "--grid", str(args.grid_b), "--steps", str(args.steps_b)]
+            theirs = launch(args.ranks, ["--case", "petsc-stride", *common, "--budget", str(stride)])
+            mine = launch(args.ranks, ["--case", "hpcadj-budget", *common, "--budget", str(slots)])
+            row = {"ts_type": ts_type, "grid": args.grid_b, "steps": args.steps_b, "ranks": args.ranks,
+                   "petsc_stride": stride, "slots": slots,
+                   "petsc_steps_per_n": theirs["forward_steps"] / args.steps_b,
+                   "hpcadj_steps_per_n": mine["forward_steps"] / args.steps_b,
+                   "petsc_wall_s": theirs["wall_s"], "hpcadj_wall_s": mine["wall_s"],
+                   "steps_ratio": mine["forward_steps"] / theirs["forward_steps"],
+                   "wall_ratio": mine["wall_s"] / theirs["wall_s"],
+                   "petsc_peak_over_base_mib": theirs["peak_over_baseline_mib"],
+                   "hpcadj_peak_over_base_mib": mine["peak_over_baseline_mib"]}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    with open(Path(args.out) / "equal_memory.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
 
 
 def plot(rows, path) -> None:

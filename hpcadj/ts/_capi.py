@@ -106,3 +106,38 @@ def rk_weights(ts) -> list[float]:
     _call("TSRKGetTableau", _h(ts), ctypes.byref(s), ctypes.byref(a), ctypes.byref(b), ctypes.byref(c),
           ctypes.byref(e), ctypes.byref(p), ctypes.byref(bi), ctypes.byref(fsal))
     return [b[k] for k in range(s.value)]
+
+
+#: MatInfo: ten PetscLogDoubles (block_size, nz_allocated, nz_used, ...); MAT_LOCAL is 1
+_MATINFO_DOUBLES, _MAT_LOCAL = 10, 1
+
+
+def mat_local_bytes(handle: int) -> int:
+    """Bytes a matrix holds on this rank: its allocated nonzeros (value and column index) and row arrays."""
+    if not handle:
+        return 0
+    info = (ctypes.c_double * _MATINFO_DOUBLES)()
+    _call("MatGetInfo", ctypes.c_void_p(handle), ctypes.c_int(_MAT_LOCAL), info)
+    rows, cols = _int_type()(), _int_type()()
+    _call("MatGetLocalSize", ctypes.c_void_p(handle), ctypes.byref(rows), ctypes.byref(cols))
+    index = ctypes.sizeof(_int_type())
+    return int(info[1] * (8 + index) + 3 * rows.value * index)
+
+
+def rhs_jacobian_p(ts) -> int:
+    """The C handle of the TS's RHSJacobianP matrix (TSGetRHSJacobianP), 0 if none."""
+    mat = ctypes.c_void_p()
+    _call("TSGetRHSJacobianP", _h(ts), ctypes.byref(mat), None, None)
+    return mat.value or 0
+
+
+def gmres_restart(ksp) -> int:
+    """KSPGMRESGetRestart: the Krylov vectors a GMRES KSP allocates at most."""
+    restart = _int_type()()
+    _call("KSPGMRESGetRestart", _h(ksp), ctypes.byref(restart))
+    return int(restart.value)
+
+
+def vec_copy_into_vec(src_handle: int, dst) -> None:
+    """VecCopy from a Vec known by its C handle into a petsc4py Vec."""
+    _call("VecCopy", ctypes.c_void_p(src_handle), _h(dst))

@@ -1,7 +1,10 @@
 """Run every tests/mpi/ module under real ``mpirun -n 1, 2, 3 --oversubscribe``.
 
 Each rank runs pytest on the module; a failure on any rank makes mpirun exit non-zero and fails the
-test here; a deadlock is killed at the timeout and fails too.
+test here; a deadlock is killed at the timeout and fails too. Modules whose run is mostly start-up
+(mpirun, Python, PETSc and pytest: 1-3 s per rank count on 2 cores, against a second or two of
+tests) share one mpirun per rank count, in the groups below; the test's id names every module of
+its run, so ``-k test_X`` still selects the run that holds test_X.
 """
 
 import pytest
@@ -9,15 +12,30 @@ import pytest
 from .helpers import PYTHON, ROOT, mpirun
 
 MODULES = sorted(p.name for p in (ROOT / "tests" / "mpi").glob("test_*.py"))
+#: modules run together by one mpirun (each takes a few seconds at most on 3 ranks)
+GROUPS = [
+    ("test_calibrate.py", "test_collective.py", "test_contract.py", "test_kernels.py", "test_layout_corrupt.py",
+     "test_run_guards.py", "test_rundir_identity.py", "test_storage_attach.py", "test_storage_levels.py",
+     "test_telemetry_runlog.py"),
+    ("test_burgers.py", "test_grayscott.py", "test_heat.py", "test_online_driver.py", "test_wave.py"),
+]
+GROUPED = {name for group in GROUPS for name in group}
+RUNS = [tuple(name for name in group if name in MODULES) for group in GROUPS] + [
+    (name,) for name in MODULES if name not in GROUPED]
 TIMEOUT_S = 420
+
+
+def test_every_grouped_module_exists():
+    """A module renamed or removed must leave the groups too (else the group runs less than it says)."""
+    assert GROUPED <= set(MODULES), sorted(GROUPED - set(MODULES))
 
 
 @pytest.mark.timeout(TIMEOUT_S + 60)
 @pytest.mark.parametrize("nranks", [1, 2, 3])
-@pytest.mark.parametrize("module", MODULES)
-def test_under_mpirun(module, nranks, tmp_path):
+@pytest.mark.parametrize("modules", [run for run in RUNS if run], ids="+".join)
+def test_under_mpirun(modules, nranks, tmp_path):
     proc = mpirun(nranks, [PYTHON, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                           f"tests/mpi/{module}"],
+                           *(f"tests/mpi/{name}" for name in modules)],
                   timeout=TIMEOUT_S, env={"HPCADJ_MPI_WORKER": "1", "HPCADJ_MPI_BASETEMP": str(tmp_path)})
     assert proc.returncode == 0, (
-        f"mpirun -n {nranks} {module}: rc={proc.returncode}\n{proc.stdout[-8000:]}\n{proc.stderr[-4000:]}")
+        f"mpirun -n {nranks} {' '.join(modules)}: rc={proc.returncode}\n{proc.stdout[-8000:]}\n{proc.stderr[-4000:]}")

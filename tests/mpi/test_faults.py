@@ -24,20 +24,18 @@ import numpy as np
 import pytest
 from mpi4py import MPI  # noqa: F401 - initialise MPI (THREAD_MULTIPLE) before the comm fixture starts PETSc
 
-from hpcadj.adjoint import Driver, compute_gradient
+from hpcadj.adjoint import Driver
 from hpcadj.adjoint.driver import Unrecoverable
 from hpcadj.checkpoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
 from hpcadj.models.heat import HeatModel
+from model_checks import store_all_reference
 
 PAGE = 4096
 
 
 @pytest.fixture(scope="module")
 def reference(comm):
-    model = HeatModel(comm, (12, 10), n_steps=16, dt=1e-3)
-    controls = model.default_controls()
-    result = compute_gradient(model, controls)
-    return model, controls, result.J, {k: v.getArray().copy() for k, v in result.gradient.items()}
+    return store_all_reference(HeatModel(comm, (12, 10), n_steps=16, dt=1e-3))
 
 
 def run(reference, comm, budgets, schedule, local_dir, pfs_file=None, async_io=True, hook=None):

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from model_checks import small_model, store_all_reference
 
 from hpcadj.adjoint import compute_gradient
 from hpcadj.checkpoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
@@ -9,27 +10,16 @@ from hpcadj.checkpoint.schedules import simulate
 from hpcadj.checkpoint.schedules.online_binomial import OnlineBinomial
 from hpcadj.checkpoint.schedules.online_multilevel import OnlineMultilevel
 from hpcadj.checkpoint.schedules.online_plans import OnlinePlan
-from hpcadj.cli import Parser
-from hpcadj.cli.common import add_model_arguments, build_model
 
 N_STEPS = 11
-SMALL = {"heat": ["--grid", "10x9"], "burgers": ["--grid", "12x12"], "wave": ["--grid", "14x12"]}
+MODELS = ("heat", "burgers", "wave")
 BUDGETS = [("binomial", {"ram": "3"}), ("binomial", {"pfs": "2"}), ("multilevel", {"ram": "1", "disk": "1"}),
            ("multilevel", {"ram": "1", "disk": "1", "pfs": "2"})]
 
 
-def small_model(name, comm):
-    parser = Parser()
-    add_model_arguments(parser)
-    return build_model(parser.parse_args(["--model", name, *SMALL[name], "--steps", str(N_STEPS)]), comm)
-
-
-@pytest.fixture(scope="module", params=sorted(SMALL))
+@pytest.fixture(scope="module", params=sorted(MODELS))
 def reference(request, comm):
-    model = small_model(request.param, comm)
-    controls = model.default_controls()
-    result = compute_gradient(model, controls)
-    return model, controls, result.J, {k: v.getArray().copy() for k, v in result.gradient.items()}
+    return store_all_reference(small_model(request.param, comm, N_STEPS))
 
 
 @pytest.mark.parametrize("kind,budgets", BUDGETS, ids=[f"{k}-{'+'.join(b)}" for k, b in BUDGETS])

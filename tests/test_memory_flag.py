@@ -7,7 +7,7 @@ import pytest
 
 from hpcadj.checkpoint.memory import budget_from_environment
 
-from .helpers import hpcadj, hpcadj_json
+from .helpers import hpcadj, hpcadj_in_process, hpcadj_json
 
 MiB = 2 ** 20
 HEAT = ["run", "--model", "heat", "--grid", "128x128x128", "--steps", "30"]
@@ -51,7 +51,9 @@ def test_a_budget_the_model_alone_exceeds_is_refused_before_any_work(tmp_path):
     (["--ram", "900GiB", "--steps", "60000", "--grid", "128x128x128"], "more than the node's memory"),
 ])
 def test_budgets_the_node_cannot_hold_are_one_line(args, message):
-    proc = hpcadj(["run", "--model", "heat", "--grid", "32x32", *args], 1, timeout=60)
+    """Refused before any work, so in this process but for one real command."""
+    argv = ["run", "--model", "heat", "--grid", "32x32", *args]
+    proc = hpcadj(argv, 1, timeout=60) if args == ["--memory", "8"] else hpcadj_in_process(argv)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("hpcadj: error:")]
     assert proc.returncode == 2 and len(errors) == 1 and message in errors[0], proc.stderr
 

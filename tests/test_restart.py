@@ -68,7 +68,7 @@ def test_resume_on_another_rank_count_from_the_hdf5_level(reference, tmp_path):
 
 
 def test_run_directory_of_another_configuration_is_refused(tmp_path):
-    """In this process (each a second of start-up saved); the real command's exit 2 is checked below."""
+    """In this process: the real command's exit status 2 on a refused resume is the next test's."""
     rundir = tmp_path / "rd"
     hpcadj_json([*BASE, "--ram", "3", "--run-dir", str(rundir)], in_process=True)
     proc = hpcadj_in_process([*BASE[:4], "24x16", *BASE[5:], "--ram", "3", "--run-dir", str(rundir), "--resume"])
@@ -244,7 +244,7 @@ def test_an_existing_file_is_never_taken_as_the_checkpoint_file(reference, tmp_p
     if kind == "text":
         victim.write_text("my data\n")
     else:
-        hpcadj_json([*BASE, "--ram", "3", "--gradient-out", str(victim)], 1)
+        hpcadj_json([*BASE, "--ram", "3", "--gradient-out", str(victim)], in_process=True)
     before = victim.read_bytes()
     proc = hpcadj([*BASE, "--ram", "2", "--pfs", "4", "--pfs-file", str(victim), "--json"], 2, timeout=240)
     assert proc.returncode == 2 and proc.stdout.strip() == "", (proc.returncode, proc.stderr)

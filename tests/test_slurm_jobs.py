@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from .helpers import HPCADJ, ROOT, mpi_env, mpirun
-from .slurm_cluster import SlurmCluster, SlurmUnavailable, ensure_installed
+from .helpers import HPCADJ, ROOT, assert_jobs_completed, batch_output, mpi_env, slurm_cluster, slurm_job_env
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -29,16 +30,7 @@ WAIT = 120  # seconds for one job on a busy 2-core machine; a healthy one takes 
 
 @pytest.fixture(scope="module")
 def cluster():
-    try:
-        ensure_installed()
-    except SlurmUnavailable as exc:
-        pytest.skip(f"SLURM cannot be installed here: {exc}")
-    c = SlurmCluster()
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()  # cancels this cluster's jobs, then stops its daemons by pid, even on failure
+    yield from slurm_cluster()
 
 
 @pytest.fixture
@@ -49,16 +41,7 @@ def submit_dir(tmp_path):
 
 def job_env(submit_dir: Path, **extra) -> dict:
     """What the scripts see: this checkout's hpcadj, OpenMPI allowed as root, tiny sizes set per test."""
-    # TMPDIR: the node-local level's fallback, kept inside the test's directory.
-    env = mpi_env({"HPCADJ": HPCADJ, "HPCADJ_OUTPUT": str(submit_dir / "hpcadj-jobs"),
-                   "TMPDIR": str(submit_dir / "tmp")})
-    env.pop("HPCADJ_MPI_WORKER", None)
-    env.update({k: str(v) for k, v in extra.items()})
-    return {k: v for k, v in env.items() if not k.startswith("SLURM_") or k in extra}
-
-
-def batch_output(submit_dir: Path) -> str:
-    return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')}" for p in sorted(submit_dir.glob("*.out")))
+    return slurm_job_env(submit_dir, **extra)
 
 
 def marker(path: Path) -> dict[str, str]:
@@ -66,12 +49,7 @@ def marker(path: Path) -> dict[str, str]:
 
 
 def assert_completed(cluster, job: str, submit_dir: Path, timeout: float = WAIT) -> list[dict]:
-    records = cluster.wait(job, timeout)
-    bad = [r for r in records if r.get("JobState") != "COMPLETED"]
-    assert not bad, (f"job {job}: " + ", ".join(f"{r['JobId']} {r.get('JobState')} exit {r.get('ExitCode')}"
-                                                 for r in bad) + "\n" + batch_output(submit_dir)
-                    + "\n" + cluster.log_tails(40))
-    return records
+    return assert_jobs_completed(cluster, job, submit_dir, timeout)
 
 
 def assert_complete_run(run_dir: Path, ranks: int, steps: int) -> dict:
@@ -288,6 +266,21 @@ def test_gradient_job_stopped_requeued_and_resumed(cluster, submit_dir):
     assert not (job_dir / "COMPLETE").exists() and not (job_dir / "result.json").exists()
     assert "requeue" in (job_dir / "history.log").read_text()
 
+    # The uninterrupted reference runs meanwhile: the requeued job is held before its second attempt.
+    reference = subprocess.Popen(["mpirun", "--oversubscribe", "-n", "2", HPCADJ, "run", "--grid", "32x32",
+                                  "--steps", "800", "--ram", "4", "--disk", "32", "--local-dir",
+                                  str(submit_dir / "ref-local"), "--json", "--quiet"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env(), cwd=ROOT,
+                                 start_new_session=True)
+    try:
+        ref_out, ref_err = reference.communicate(timeout=WAIT)
+    finally:
+        if reference.poll() is None:
+            os.killpg(reference.pid, signal.SIGKILL)
+            reference.wait()
+    assert reference.returncode == 0, ref_err
+    ref = json.loads(ref_out.strip().splitlines()[-1])
+
     # After the hold (cred_expire, 10 s here) the second attempt starts by itself, passes --resume, completes.
     assert_completed(cluster, job, submit_dir)
     result = assert_complete_run(job_dir, ranks=2, steps=800)
@@ -296,9 +289,4 @@ def test_gradient_job_stopped_requeued_and_resumed(cluster, submit_dir):
     assert all((first / f"rank{r:05d}.jsonl").is_file() for r in range(2)), sorted(first.iterdir())
     history = (job_dir / "history.log").read_text()
     assert "attempt=1 run" in history and "--resume" in history.split("attempt=1 run", 1)[1], history
-
-    reference = mpirun(2, [HPCADJ, "run", "--grid", "32x32", "--steps", "800", "--ram", "4", "--disk", "32",
-                           "--local-dir", str(submit_dir / "ref-local"), "--json", "--quiet"], timeout=WAIT)
-    assert reference.returncode == 0, reference.stderr
-    ref = json.loads(reference.stdout.strip().splitlines()[-1])
     assert (result["J"], result["grad_norm"]) == (ref["J"], ref["grad_norm"]), (result, ref)

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import HPCADJ, ROOT, mpi_env
-from .slurm_cluster import LOOPBACK_MPI, SlurmCluster, SlurmUnavailable, ensure_installed
+from .helpers import ROOT, assert_jobs_completed, batch_output, slurm_cluster, slurm_job_env
+from .slurm_cluster import LOOPBACK_MPI, SlurmCluster
 
 # A few minutes on a 2-core machine: `make test-cluster` (and .ci/run) runs it, `make test` does not.
 pytestmark = [pytest.mark.timeout(900),
@@ -42,42 +42,17 @@ NODES = ["node1", "node2", "node3"]
 
 @pytest.fixture(scope="module")
 def cluster():
-    try:
-        ensure_installed()
-    except SlurmUnavailable as exc:
-        pytest.skip(f"SLURM cannot be installed here: {exc}")
     # 6 CPUs a node: a one-node run may have the 6 ranks of the 3-node one (all oversubscribed anyway).
-    c = SlurmCluster(nodes=3, cpus=6, powercap=True)
-    try:
-        try:
-            c.start()
-        except RuntimeError as exc:
-            if "unshare" in str(exc) or "Operation not permitted" in str(exc):
-                pytest.skip(f"per-node namespaces not permitted here: {exc}")
-            raise
-        yield c
-    finally:
-        c.stop()  # cancels the jobs, stops every slurmd, slurmctld, munged and leftovers by pid
+    yield from slurm_cluster(nodes=3, cpus=6, powercap=True)
 
 
 def job_env(cluster: SlurmCluster, submit_dir: Path, **extra) -> dict:
-    env = mpi_env({"HPCADJ": HPCADJ, "HPCADJ_OUTPUT": str(submit_dir / "hpcadj-jobs"),
-                   "TMPDIR": str(submit_dir / "tmp"), "SLURM_TMPDIR": str(cluster.local_dir), **LOOPBACK_MPI})
-    env.pop("HPCADJ_MPI_WORKER", None)
-    env.update({k: str(v) for k, v in extra.items()})
-    return {k: v for k, v in env.items() if not k.startswith("SLURM_") or k in extra or k == "SLURM_TMPDIR"}
-
-
-def batch_output(submit_dir: Path) -> str:
-    return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')}" for p in sorted(submit_dir.glob("*.out")))
+    return slurm_job_env(submit_dir, {"SLURM_TMPDIR": str(cluster.local_dir), **LOOPBACK_MPI},
+                         keep=("SLURM_TMPDIR",), **extra)
 
 
 def completed(cluster, job: str, submit_dir: Path, timeout: float = WAIT) -> None:
-    records = cluster.wait(job, timeout)
-    bad = [r for r in records if r.get("JobState") != "COMPLETED"]
-    assert not bad, (f"job {job}: " + ", ".join(f"{r['JobId']} {r.get('JobState')} exit {r.get('ExitCode')}"
-                                                 for r in bad) + "\n" + batch_output(submit_dir)
-                     + "\n" + cluster.log_tails(30))
+    assert_jobs_completed(cluster, job, submit_dir, timeout, log_lines=30)
 
 
 def rank_hosts(run_dir: Path) -> dict[int, str]:

@@ -266,7 +266,8 @@ class HessianSession:
     """H v under a :class:`~.session.GradientSession`'s checkpointing (budgets, levels, plans,
     compression, restart, logs): each :meth:`hessian_action` is one composite gradient run.
 
-    ``session_options`` go to every GradientSession (``restart``, ``log_dir``, ...).
+    ``session_options`` go to every GradientSession (``restart``, ``log_dir``, ...);
+    ``last_outcome`` is the last run's :class:`~.session.Outcome` (its ``info``: steps, memory, ...).
     """
 
     def __init__(self, model, checkpointing=None, *, gauss_newton: bool = False, **session_options):
@@ -275,7 +276,7 @@ class HessianSession:
         self.checkpointing = checkpointing
         self.gauss_newton = gauss_newton
         self.session_options = session_options
-        self.last_session = None
+        self.last_session = self.last_outcome = None
 
     def hessian_action(self, controls, v) -> HessianResult:
         """J, dJ/dm and H v at ``controls`` (name -> Vec) for direction ``v`` (name -> Vec)."""
@@ -285,7 +286,7 @@ class HessianSession:
         session = GradientSession(stepper, self.checkpointing, controls=stepper.composite_controls(controls, v),
                                   **self.session_options)
         self.last_session = session
-        outcome = session.solve()
+        outcome = self.last_outcome = session.solve()
         if outcome.status != "complete":
             raise RuntimeError(outcome.message)
         return _result(stepper, outcome.result)
@@ -379,38 +380,299 @@ def owned_arrays(model, vecs: dict) -> dict:
     return {k: np.array(v) for k, v in model.control_arrays(vecs).items()}
 
 
-class HessianProducts:
-    """Several H v at the same controls from one forward sweep: u_0 .. u_n are computed once and kept
-    in RAM (store-all), and each product runs only the tangent sweep and the reverse sweep (the
-    first- and second-order adjoints) on them. Each product is bitwise the one
-    :func:`hessian_action` gives. lambda is recomputed in every reverse sweep (one adjoint step per
-    step and product; the model's second-order step needs it beside dlambda anyway).
+class _StateStore:
+    """u_0 .. u_n of one forward sweep, kept for every product at the same controls: the Vecs
+    themselves in RAM, or the model's snapshots on a node-local level (one file per rank and step,
+    read back by step; a read restores u_i bitwise). The last few states read are cached."""
 
-    ``counts`` tallies the model's forward, tangent and (second-order) adjoint steps so far.
+    CACHE = 3
+
+    def __init__(self, model, *, local_dir=None):
+        self.model = model
+        self.vecs, self.level, self.cache = [], None, {}
+        if local_dir is not None:
+            from ..checkpoint.storage.local import LocalLevel
+
+            self.level = LocalLevel(model.n_steps + 1, model.snapshot_layout(), model.comm,
+                                    local_dir=local_dir, async_io=False, name="hessian-states")
+
+    @property
+    def where(self) -> str:
+        return "ram" if self.level is None else "local"
+
+    def put(self, i: int, u) -> None:
+        if self.level is None:
+            self.vecs.append(u)
+        else:
+            self.level.write(i, self.model.snapshot(u), self.model.time(i))
+
+    def get(self, i: int):
+        if self.level is None:
+            return self.vecs[i]
+        u = self.cache.get(i)
+        if u is None:
+            u = self.model.restore(self.level.read(i))
+            if len(self.cache) >= self.CACHE:
+                self.cache.pop(next(iter(self.cache)))
+            self.cache[i] = u
+        return u
+
+    def close(self) -> None:
+        self.vecs, self.cache = [], {}
+        if self.level is not None:
+            for step in sorted(self.level.valid_steps()):
+                self.level.free(step)
+            self.level.close()
+            self.level = None
+
+
+class TangentChain:
+    """The chain du_0 -> du_1 -> ... of one direction v over kept forward states, as a Stepper: its
+    state is du_i alone (one model state: a plan's slot holds one du), its step the model's tangent
+    step reading u_i and u_{i+1} from a :class:`_StateStore`, its adjoint the composite's (first-
+    and second-order adjoint together). The driver and every plan run it, so the reverse sweep of
+    each product is checkpointed under a budget while the forward states are never recomputed.
+
+    ``first_order=False`` (Gauss-Newton only, where dlambda does not read lambda) skips lambda and
+    dJ/dm: the products after the first reuse the gradient instead of recomputing it.
     """
 
-    def __init__(self, model, controls, *, gauss_newton: bool = False):
-        from ..imports import petsc
+    def __init__(self, model, states: _StateStore, direction, *, gauss_newton: bool = False,
+                 first_order: bool = True):
+        self.pair = SecondOrderStepper(model, direction, gauss_newton=gauss_newton)
+        if not first_order and not gauss_newton:
+            raise ValueError("the exact second-order adjoint step reads lambda: first_order=False needs "
+                             "gauss_newton=True")
+        self.model, self.states, self.first_order = model, states, first_order
+        self.comm, self.name = model.comm, model.name
+        self.n_steps, self.dt = model.n_steps, model.dt
+        self.adjoint_reads_next = self.pair.adjoint_reads_next
 
+    def _pair(self, i, du):
+        return None if du is None else Pair(self.states.get(i), du)
+
+    def set_controls(self, controls):
+        self.pair.set_controls(controls)
+
+    def initial_state(self):
+        return self.model.initial_tangent(self.pair.direction)
+
+    def step(self, i, du):
+        return self.model.tangent_step(i, self.states.get(i), self.states.get(i + 1), du, self.pair.direction)
+
+    def objective(self, i, du):
+        """Zero: J was summed once, in the forward sweep of the kept states."""
+        return 0.0
+
+    def objective_gradient(self, i, du):
+        if self.first_order:
+            return self.pair.objective_gradient(i, self._pair(i, du))
+        dlam = _zero_like(du)
+        self.model.add_objective_hessian(i, self.states.get(i), du, dlam)
+        return Pair(_zero_like(du), dlam)
+
+    def add_objective_gradient(self, i, du, lam):
+        if self.first_order:
+            self.pair.add_objective_gradient(i, self._pair(i, du), lam)
+        else:
+            self.model.add_objective_hessian(i, self.states.get(i), du, lam.d)
+
+    def adjoint_step(self, i, du, du_next, lam_next, grad):
+        u_next = self.states.get(i + 1) if self.adjoint_reads_next else None
+        if self.first_order:
+            nxt = None if du_next is None else Pair(u_next, du_next)
+            return self.pair.adjoint_step(i, self._pair(i, du), nxt, lam_next, grad)
+        _, hg = self.pair._split(grad)
+        dlam = self.model.adjoint_step(i, self.states.get(i), u_next, lam_next.d, hg)
+        return Pair(lam_next.u, dlam)
+
+    def initial_adjoint(self, lam0, grad):
+        g, hg = self.pair._split(grad)
+        if self.first_order:
+            self.model.initial_adjoint(lam0.u, g)
+        self.model.initial_adjoint(lam0.d, hg)
+
+    def initial_tangent(self, dcontrols):
+        raise NotImplementedError("the tangent chain has no tangent of its own")
+
+    def tangent_step(self, i, u, u_next, du, dcontrols):
+        raise NotImplementedError("the tangent chain has no tangent of its own")
+
+    def snapshot_layout(self):
+        return self.model.snapshot_layout()
+
+    def snapshot(self, du):
+        return self.model.snapshot(du)
+
+    def restore(self, snapshot):
+        return self.model.restore(snapshot)
+
+    def control_layout(self):
+        return self.pair.control_layout()
+
+    def control_arrays(self, controls):
+        return self.pair.control_arrays(controls)
+
+    def time(self, i):
+        return self.model.time(i)
+
+    def describe(self):
+        return {**self.pair.describe(), "states": self.states.where}
+
+    def working_set_states(self) -> float:
+        return self.pair.working_set_states() * 2.0
+
+
+def _same_controls(model, a: dict, b: dict) -> bool:
+    """Whether the controls ``a`` and ``b`` hold the same bytes on every rank (collective)."""
+    from ..collective import any_rank
+
+    mine = owned_arrays(model, a), owned_arrays(model, b)
+    differ = set(mine[0]) != set(mine[1]) or any(
+        mine[0][k].tobytes() != mine[1][k].tobytes() for k in mine[0])
+    return not any_rank(model.comm, differ)
+
+
+class HessianProducts:
+    """Several H v at the same controls from one forward sweep: u_0 .. u_n are computed once and
+    kept (in RAM, or with ``local_dir`` on node-local disk), and each product runs only the tangent
+    and reverse sweeps over them. Each product is bitwise the one :func:`hessian_action` gives.
+
+    ``ram`` (slots of one model state, or bytes per rank; None: no budget) bounds what a product
+    holds in RAM: without it every du_i is kept too (store-all); with it the chain du_0 .. du_n of
+    each product is reversed by ``schedule`` (revolve by default) over ``ram`` slots of one du each
+    (:class:`TangentChain` under the ordinary driver), recomputing tangent steps only, never forward
+    steps. The states go to RAM when they fit in ``ram`` beside the plan's slots, else to
+    ``local_dir``; with neither, each product is a composite run under the budget (pairs (u, du) in
+    ``ram // 2`` slots) and only J and dJ/dm are reused.
+
+    lambda does not depend on v: with ``gauss_newton`` the second-order adjoint does not read it, so
+    only the first product computes lambda and dJ/dm and the others reuse them. The exact product's
+    second-order step reads lambda_{i+1} and returns lambda_i from the same solves, so there lambda is
+    recomputed with dlambda.
+
+    :meth:`hessian_action` with other ``controls`` runs a new forward sweep (nothing is reused).
+    ``counts`` tallies the model's forward and tangent steps, the second-order adjoint steps
+    (``adjoint``), those that computed lambda too (``lambda``), the products and forward sweeps.
+    Call :meth:`close` when done (it removes node-local files).
+    """
+
+    MIN_SLOTS = 2
+
+    def __init__(self, model, controls, *, gauss_newton: bool = False, ram=None, local_dir=None,
+                 schedule: str = "revolve"):
         check_model(model, gauss_newton)
         self.model, self.gauss_newton = model, gauss_newton
+        self.local_dir, self.schedule_name = local_dir, schedule
+        n = model.n_steps
+        self.slots = None
+        if ram is not None:
+            from ..checkpoint.manager import snapshot_slot_bytes
+            from ..checkpoint.budget import budget_slots
+
+            state_bytes = snapshot_slot_bytes(model.snapshot_layout(), model.comm)["ram"]
+            self.slots = budget_slots(ram, state_bytes)
+            if self.slots < self.MIN_SLOTS:
+                raise ValueError(f"ram={ram}: a product needs at least {self.MIN_SLOTS} slots of one state "
+                                 f"({state_bytes} bytes per rank)")
+        if self.slots is None:
+            self.mode, self.plan_slots = "store-all", None
+        elif self.slots >= n + 1 + self.MIN_SLOTS:
+            self.mode, self.plan_slots = "ram", self.slots - (n + 1)
+        elif local_dir is not None:
+            self.mode, self.plan_slots = "local", self.slots
+        else:
+            self.mode, self.plan_slots = "recompute", self.slots // 2
+        self.states = None
+        self.gradient = None
+        self.counts = {"forward": 0, "tangent": 0, "adjoint": 0, "lambda": 0, "products": 0,
+                       "forward_sweeps": 0}
+        self._forward(controls)
+
+    def _forward(self, controls) -> None:
+        """The forward sweep at ``controls``: J, and the states kept (not in ``recompute`` mode)."""
+        from ..imports import petsc
+
+        self.close()
+        model = self.model
         self.controls = {k: v.copy() for k, v in controls.items()}
+        self.gradient = None
         model.set_controls(self.controls)
+        keep = self.mode != "recompute"
+        if keep:
+            self.states = _StateStore(model, local_dir=self.local_dir if self.mode == "local" else None)
         u = model.initial_state()
-        self.states = [u]
+        if keep:
+            self.states.put(0, u)
         self.J = model.objective(0, u)
         for i in range(model.n_steps):
             u = model.step(i, u)
-            self.states.append(u)
+            if keep:
+                self.states.put(i + 1, u)
             self.J += model.objective(i + 1, u)
         petsc().garbage_cleanup(model.comm)
-        self.counts = {"forward": model.n_steps, "tangent": 0, "adjoint": 0, "products": 0}
+        self.counts["forward"] += model.n_steps
+        self.counts["forward_sweeps"] += 1
 
-    def hessian_action(self, v) -> HessianResult:
-        """J, dJ/dm and H v for direction ``v`` at the kept controls."""
+    def close(self) -> None:
+        if self.states is not None:
+            self.states.close()
+            self.states = None
+
+    def hessian_action(self, v, controls=None) -> HessianResult:
+        """J, dJ/dm and H v for direction ``v``; at ``controls`` if given (a new forward sweep when
+        they differ from the kept ones in any byte), else at the kept controls."""
+        if controls is not None and not _same_controls(self.model, controls, self.controls):
+            self._forward(controls)
+        if self.mode == "store-all":
+            out = self._store_all(v)
+        else:
+            out = self._planned(v)
+        self.counts["products"] += 1
+        return out
+
+    def _levels_and_plan(self, stepper, slots):
+        from ..checkpoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
+
+        layout = stepper.snapshot_layout()
+        config = CheckpointConfig(budgets={"ram": str(slots)})
+        plans = level_slots(config, layout, self.model.comm, self.model.n_steps)
+        plan = make_plan(self.schedule_name, self.model.n_steps, plans, profile_for(plans, None))
+        return build_levels(plans, layout, self.model.comm, config), plan
+
+    def _planned(self, v) -> HessianResult:
+        model = self.model
+        model.set_controls(self.controls)
+        reuse = self.gauss_newton and self.gradient is not None
+        if self.mode == "recompute":
+            stepper = SecondOrderStepper(model, v, gauss_newton=self.gauss_newton)
+        else:
+            stepper = TangentChain(model, self.states, v, gauss_newton=self.gauss_newton, first_order=not reuse)
+        pair = stepper if self.mode == "recompute" else stepper.pair
+        levels, plan = self._levels_and_plan(stepper, self.plan_slots)
+        try:
+            result = Driver(stepper, levels).run(plan, pair.composite_controls(self.controls))
+        finally:
+            for level in levels:
+                level.close()
+        if self.mode == "recompute":
+            self.counts["forward"] += result.forward_steps
+        self.counts["tangent"] += result.forward_steps
+        self.counts["adjoint"] += result.adjoint_steps
+        self.counts["lambda"] += 0 if reuse else result.adjoint_steps
+        result.J = self.J
+        out = _result(pair, result)
+        if reuse:
+            out.gradient = {k: g.copy() for k, g in self.gradient.items()}
+        elif self.gradient is None:
+            self.gradient = {k: g.copy() for k, g in out.gradient.items()}
+        return out
+
+    def _store_all(self, v) -> HessianResult:
         from ..imports import petsc
 
-        model, states, n = self.model, self.states, self.model.n_steps
+        model, n = self.model, self.model.n_steps
+        states = self.states.vecs
         stepper = SecondOrderStepper(model, v, gauss_newton=self.gauss_newton)
         model.set_controls(self.controls)
         du = model.initial_tangent(stepper.direction)
@@ -433,7 +695,7 @@ class HessianProducts:
         stepper.initial_adjoint(lam, grad)
         self.counts["tangent"] += n
         self.counts["adjoint"] += n
-        self.counts["products"] += 1
+        self.counts["lambda"] += n
         result = GradientResult(J=self.J, gradient=grad, forward_steps=0, adjoint_steps=n)
         return _result(stepper, result)
 
@@ -444,29 +706,35 @@ class HessianShell:
 
     ``space`` packs the inverted controls into one Vec (:class:`hpcadj.inversion.space.ControlSpace`:
     ``pack``, ``unpack``, ``names``, ``vec``); ``w`` is a zeroth-order Tikhonov weight. TAO's Hessian
-    callback (:meth:`point`) fixes m and runs one forward sweep (:class:`HessianProducts`); every
-    product after it (:meth:`mult`, one per Krylov iteration) runs only the tangent and reverse sweeps.
+    callback (:meth:`point`) fixes m and runs one forward sweep (:class:`HessianProducts`, which
+    ``products_options`` such as ``ram`` and ``local_dir`` configure); every product after it
+    (:meth:`mult`, one per Krylov iteration) runs only the tangent and reverse sweeps.
     """
 
-    def __init__(self, model, space, *, gauss_newton: bool = False, regularization: float = 0.0):
+    def __init__(self, model, space, *, gauss_newton: bool = False, regularization: float = 0.0,
+                 **products_options):
         self.model, self.space = model, space
         self.gauss_newton, self.weight = gauss_newton, float(regularization)
-        self.products = None
+        self.products_options = products_options
+        self.products = self.mat = None
         self.count = 0
+        self.steps = {"forward": 0, "tangent": 0, "adjoint": 0}
 
     def matrix(self):
-        """The shell Mat (collective)."""
+        """The shell Mat (collective); :meth:`close` destroys it."""
         from ..imports import petsc
 
         vec = self.space.vec
         sizes = (vec.getLocalSize(), vec.getSize())
-        mat = petsc().Mat().createPython((sizes, sizes), context=self, comm=vec.getComm())
-        mat.setUp()
-        return mat
+        self.mat = petsc().Mat().createPython((sizes, sizes), context=self, comm=vec.getComm())
+        self.mat.setUp()
+        return self.mat
 
     def point(self, tao, x, H, P) -> None:
         """TAO's Hessian callback: the products that follow are at the controls packed in ``x``."""
-        self.products = HessianProducts(self.model, self.space.unpack(x), gauss_newton=self.gauss_newton)
+        self._release()
+        self.products = HessianProducts(self.model, self.space.unpack(x), gauss_newton=self.gauss_newton,
+                                        **self.products_options)
 
     def mult(self, mat, x, y) -> None:
         v = self.space.unpack(x)
@@ -477,3 +745,25 @@ class HessianShell:
         if self.weight:
             y.axpy(self.weight, x)
         self.count += 1
+
+    def counts(self) -> dict:
+        """Products so far and the model steps they took (forward sweeps included)."""
+        steps = dict(self.steps)
+        if self.products is not None:
+            for key in steps:
+                steps[key] += self.products.counts[key]
+        return {"hessian_products": self.count, **{f"hessian_{k}_steps": v for k, v in steps.items()}}
+
+    def _release(self) -> None:
+        if self.products is not None:
+            for key in self.steps:
+                self.steps[key] += self.products.counts[key]
+            self.products.close()
+            self.products = None
+
+    def close(self) -> None:
+        """Release the kept forward states (and their node-local files) and the shell Mat."""
+        self._release()
+        if self.mat is not None:
+            self.mat.destroy()
+            self.mat = None

@@ -20,8 +20,9 @@ from .cache import EvaluationCache
 from .iterates import IterateError, IterateStore
 from .space import ControlSpace, Tikhonov
 
-#: TAO types the inversion drives (gradient-only: no Hessian is asked for)
-TAO_TYPES = ("lmvm", "blmvm", "bqnls")
+#: TAO types the inversion drives; the Newton types get H v through a shell matrix
+TAO_TYPES = ("lmvm", "blmvm", "bqnls", "nls", "bntr")
+NEWTON_TYPES = ("nls", "bntr")
 BOUNDED_TYPES = ("blmvm", "bqnls")
 
 
@@ -92,7 +93,7 @@ class Inversion:
                  regularization: float = 0.0, reference=None, tao_type: str = "lmvm", max_it: int = 50,
                  gatol=None, grtol=None, gttol=None, run_dir=None, resume: bool = False,
                  should_stop=None, time_limit=None, log=None, policy: str = "keep", on_iteration=None,
-                 tao_options=None, evaluations=None, primary: bool = True):
+                 tao_options=None, evaluations=None, primary: bool = True, gauss_newton: bool = True):
         self.model, self.comm = model, model.comm
         self.invert = [invert] if isinstance(invert, str) else list(invert)
         self.checkpointing = checkpointing
@@ -108,6 +109,7 @@ class Inversion:
         self.tao_options = option_pairs(tao_options or [])
         self.evaluations = evaluations or EvaluationCache  # (model, space, checkpointing, policy=): shots.py's
         self.primary = primary  # False: a shot group mirroring group 0, which alone writes run_dir
+        self.gauss_newton = gauss_newton  # nls/bntr: Gauss-Newton products (else the exact Hessian)
 
     def identity(self) -> dict:
         """What makes two inversions the same one (a resume must match it)."""
@@ -237,6 +239,7 @@ class Inversion:
                 database.delValue(key)
         if self.bounds and tao.getType() not in BOUNDED_TYPES:
             raise InversionError(f"bounds need a bounded method (blmvm or bqnls); -tao_type chose {tao.getType()}")
+        shell = self._hessian(tao, space) if tao.getType() in NEWTON_TYPES else None
         status = None
         try:
             if self.max_it - done > 0:
@@ -246,6 +249,8 @@ class Inversion:
             status, reason = "stopped", 0
         finally:
             cache.drop()  # a kept first sweep's levels (files included) go with the solve
+            if shell is not None:
+                shell.close()
         if status is None:
             status = ("converged" if reason > 0 else "max_it" if reason == -2 or self.max_it - done <= 0
                       else "diverged")
@@ -261,7 +266,23 @@ class Inversion:
             self._energy = None
         return InversionResult(status, reason, last["iteration"], last["J"], last["misfit"],
                                last["regularization"], last["grad_norm"], final, history,
-                               {**cache.counts(), "seconds": time.perf_counter() - t_start}, resumed_from)
+                               {**cache.counts(), **(shell.counts() if shell else {}),
+                                "seconds": time.perf_counter() - t_start}, resumed_from)
+
+    def _hessian(self, tao, space):
+        """H v products (hpcadj.adjoint.hessian.HessianShell) as TAO's Hessian, for nls and bntr."""
+        from ..adjoint.hessian import HessianShell, check_model
+
+        try:
+            check_model(self.model, self.gauss_newton)
+        except ValueError as exc:
+            raise InversionError(f"-tao_type {tao.getType()}: {exc}") from None
+        shell = HessianShell(self.model, space, gauss_newton=self.gauss_newton, regularization=float(self.weight))
+        tao.setHessian(shell.point, shell.matrix())
+        pc = tao.getKSP().getPC()
+        if pc.getType() in (None, "", "ilu", "icc", "lu", "cholesky", "bjacobi", "jacobi", "asm"):
+            pc.setType("none")  # a shell matrix has no entries to factor (bntr's lmvm PC is kept)
+        return shell
 
     def _stop_check(self, t_start: float):
         from ..collective import any_rank

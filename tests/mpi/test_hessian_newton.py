@@ -51,3 +51,36 @@ def test_gauss_newton_trust_region_beats_lbfgs(comm):
     _, lbfgs, _, _ = solve(comm, "lmvm")
     assert its == ITERATIONS and products > ITERATIONS
     assert newton < 0.1 * lbfgs < 0.1 * f0, (f0, newton, lbfgs)
+
+
+@pytest.fixture(scope="module")
+def inversions(comm):
+    """The inversion driver (hpcadj.inversion) with lmvm, and with nls and bntr on Gauss-Newton
+    products through its shell matrix, ``ITERATIONS`` iterations each."""
+    from hpcadj.inversion.driver import Inversion
+    from hpcadj.models.wave import WaveModel
+
+    out = {}
+    for kind in ("lmvm", "nls", "bntr"):
+        model = WaveModel(comm, (12, 10), n_steps=30)
+        out[kind] = Inversion(model, ["c"], tao_type=kind, max_it=ITERATIONS, gatol=0.0, grtol=0.0).solve()
+    return out
+
+
+@pytest.mark.parametrize("kind", ["nls", "bntr"])
+def test_inversion_driver_runs_newton_types_on_hessian_products(inversions, kind):
+    lbfgs, newton = inversions["lmvm"], inversions[kind]
+    assert newton.iterations == lbfgs.iterations == ITERATIONS
+    assert newton.counts["hessian_products"] > ITERATIONS and newton.counts["hessian_forward_steps"] > 0
+    assert "hessian_products" not in lbfgs.counts
+    assert newton.misfit < 0.1 * lbfgs.misfit, (newton.misfit, lbfgs.misfit)
+
+
+def test_a_newton_type_for_a_model_without_products_is_refused(comm):
+    from hpcadj.inversion.driver import Inversion, InversionError
+    from hpcadj.models.wave import WaveModel
+
+    model = WaveModel(comm, (12, 10), n_steps=4)
+    model.add_objective_hessian = None  # as a user's model that offers no Hessian actions
+    with pytest.raises(InversionError, match="-tao_type bntr: .*no add_objective_hessian"):
+        Inversion(model, ["c"], tao_type="bntr", max_it=1).solve()

@@ -77,7 +77,8 @@ def test_many_products_from_one_forward_sweep(reference, comm):
     check_equal(products.hessian_action(v), ref)
     check_equal(products.hessian_action(w), H.hessian_action(model, controls, w))
     check_equal(products.hessian_action(v), ref)
-    assert products.counts == {"forward": 8, "tangent": 24, "adjoint": 24, "products": 3}
+    assert products.counts == {"forward": 8, "tangent": 24, "adjoint": 24, "lambda": 24, "products": 3,
+                               "forward_sweeps": 1}
 
 
 @pytest.mark.parametrize("poll", [4, 12], ids=["forward", "reverse"])

@@ -355,8 +355,11 @@ class GrayScott:
         return value, gradient
 
     def stepper(self, n_steps: int | None = None) -> TSStepper:
+        """Beyond what the TS holds: the Jacobian's CSR pattern (3.5 states), the ghosted local Vec, u0 and
+        the RHS Vec, the DMDA's scatters, the Jacobian callback's temporaries (7) and the RHS's (4): 24
+        with slack (experiments/ts_adapter: 11-15 states above the TS's own count measured)."""
         return TSStepper(self.ts, self.u0, n_steps, parameters={"gamma": self.p}, apply_parameters=self.set_gamma,
-                         final=self.objective(), name="ex5adj")
+                         final=self.objective(), name="ex5adj", working_set_extra=24.0)
 
 
 def grayscott_stepper(comm, args=None) -> TSStepper:

@@ -67,6 +67,9 @@ class TSStepper(AdaptiveSteps, Stepper):
         A term at every state u_0 .. u_n (gradient None where state i does not enter J).
     t_final : float, optional
         For an adaptive TS (a TSAdapt other than 'none'): the end time (default: the TS's max time).
+    working_set_extra : float
+        States the user's own objects hold beyond those the TS knows (its Jacobians, stages, solvers
+        are counted), e.g. numpy temporaries of the callbacks: part of what ``--memory`` plans for.
     """
 
     name = "ts"
@@ -75,7 +78,8 @@ class TSStepper(AdaptiveSteps, Stepper):
 
     def __init__(self, ts, u0, n_steps: int | None = None, *, parameters: Mapping | None = None,
                  apply_parameters: Callable | None = None, final=None, every_step=None,
-                 t_final: float | None = None, name: str | None = None, max_steps: int | None = None):
+                 t_final: float | None = None, name: str | None = None, max_steps: int | None = None,
+                 working_set_extra: float = 8.0):
         PETSc = petsc()
         self.ts = ts
         self.comm = ts.getComm().tompi4py()
@@ -127,6 +131,10 @@ class TSStepper(AdaptiveSteps, Stepper):
         self._sol = u0.duplicate()          # the TS's solution Vec during adjoint steps
         self._last_taken = None             # the step the TS took last (θ's estimate continues from it)
         self._controls = None
+        if not working_set_extra >= 0:
+            raise TSRefused(f"working_set_extra must be >= 0 states, got {working_set_extra}")
+        self._extra = float(working_set_extra)
+        self._working = self._working_set()  # collective: counted here, where every rank is
 
     # -- checks ----------------------------------------------------------------------------
     def _claim_dm(self) -> None:
@@ -351,8 +359,67 @@ class TSStepper(AdaptiveSteps, Stepper):
         return self._describe_steps(info)
 
     def working_set_states(self) -> float:
-        """Stages, SNES/KSP work Vecs and adjoint work Vecs of a typical implicit TS."""
-        return 16.0
+        """What this TS holds beside hpcadj's states, in states: see :meth:`_working_set`."""
+        return self._working["states"]
+
+    def _working_set(self) -> dict:
+        """Count, per rank, what the TS and its solvers allocate, in state-equivalents (largest rank).
+
+        Vectors: the adapter's three (the TS's solution, an adjoint step's, its copy of u0), an RK method's 3 s + 3
+        (stages, their right-hand sides, the adjoint's per-stage λ and work), a θ method's 8 (its own
+        and its adjoint's) plus the SNES's 5 and the KSP's (GMRES: restart + 4; another Krylov
+        method: 10) where the method is implicit; 16 for another TS type. Matrices, in their bytes
+        on this rank: the Jacobian (and a distinct preconditioning matrix), the JacobianP, and where
+        the method solves with the Jacobian the preconditioner's factor (ILU/ICC/block Jacobi: one
+        more of the preconditioning matrix; LU/Cholesky: five). Plus ``working_set_extra`` for the
+        user's own Vecs and the temporaries of the callbacks. Measured against real runs in
+        experiments/ts_adapter (working_set.py).
+        """
+        PETSc = petsc()
+        ts = self.ts
+        state = max(self._u0.getLocalSize(), 1) * np.dtype(PETSc.ScalarType).itemsize
+        parts = {"adapter": 3.0}
+        implicit = self.ts_type in ("theta", "cn", "beuler", "bdf", "alpha", "alpha2", "glle", "arkimex",
+                                    "rosw", "irk", "radau5", "dirk")
+        if self.ts_type == "rk":
+            parts["stages"] = 3.0 * len(_capi.stage_handles(ts)) + 3.0
+        elif self.ts_type in ("theta", "cn", "beuler"):
+            parts["stages"] = 8.0
+        else:
+            parts["stages"] = 16.0
+        mats = {}
+        jac = ts.getIJacobian() if ts.getIJacobian()[0] is not None else ts.getRHSJacobian()
+        for mat in jac[:2]:
+            if mat is not None and mat.handle:
+                mats[mat.handle] = _capi.mat_local_bytes(mat.handle)
+        pmat = jac[1] if jac[1] is not None and jac[1].handle else jac[0]
+        parts["jacobian"] = sum(mats.values()) / state
+        parts["jacobian_p"] = _capi.mat_local_bytes(_capi.rhs_jacobian_p(ts)) / state
+        if self._p0 is not None and not parts["jacobian_p"]:
+            parts["jacobian_p"] = float(min(self._p0.getSize(), 8))   # IJacobianP: no getter in petsc4py
+        if implicit:
+            ksp = ts.getSNES().getKSP()
+            kind = ksp.getType() or "gmres"
+            if kind in ("gmres", "fgmres", "lgmres", "dgmres", "pgmres"):
+                restart = _capi.gmres_restart(ksp) if ksp.getType() else 30
+                krylov = (2 if kind == "fgmres" else 1) * restart + 4
+            else:
+                krylov = 10
+            parts["snes_ksp"] = 5.0 + krylov
+            pc = ksp.getPC().getType() or "ilu"
+            pbytes = _capi.mat_local_bytes(pmat.handle) if pmat is not None and pmat.handle else 0
+            factor = {"ilu": 1, "icc": 1, "bjacobi": 1, "asm": 1.5, "lu": 5, "cholesky": 5}.get(pc, 0)
+            parts["factor"] = factor * pbytes / state
+        parts["user"] = float(self._extra)
+        states = sum(parts.values())
+        states = self.comm.allreduce(states, op=_mpi_max())
+        return {"states": states, "parts": {k: round(v, 2) for k, v in parts.items()}}
+
+
+def _mpi_max():
+    from ..imports import mpi
+
+    return mpi().MAX
 
 
 def _reason_name(reason: int) -> str:

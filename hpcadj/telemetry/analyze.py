@@ -844,8 +844,8 @@ def analyse_inversion(log: InversionLog, model: EnergyModel | None = None) -> di
         return sum(values) if all(isinstance(v, int) for v in values) else None
 
     first, last = (misfits[0], misfits[-1]) if misfits else (None, None)
-    iterations = len(rows) - 1  # per-iteration figures leave out the start (set-up, first evaluation)
     forward = total("forward_steps")
+    # per-iteration figures leave out the start (set-up, first evaluation)
     later = [r["forward_steps"] for r in rows[1:]]
     naive_later = [r["naive_forward_steps"] for r in rows[1:]]
     rss = [r["max_rss_MiB"] for r in rows if r["max_rss_MiB"] is not None]

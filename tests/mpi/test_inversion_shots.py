@@ -122,3 +122,28 @@ def test_ranks_not_divisible_is_one_line_exit_2(comm, capfd):
         assert rc == 2
         if comm.rank == 0:
             assert err.count("\n") == 1 and "does not divide the job's 3 ranks" in err, err
+
+
+def test_a_stop_asked_on_one_rank_stops_every_group_and_resume_continues(comm, shared_tmp):
+    """Rank 0 alone asks to stop after the first accepted iterate: every group stops after the same
+    evaluation (exit 75's path), group 0 alone wrote the run directory, and a resume in every group
+    continues from that iterate to the cap, the groups still alike."""
+    run_dir = os.path.join(shared_tmp, "run")
+    seen = []
+
+    def stop():
+        return comm.rank == 0 and len(seen) > 0
+
+    first = ShotInversion(comm, factory(3), 3, ["c"], Checkpointing(ram=3, schedule="revolve"), tao_type="lmvm",
+                          max_it=3, run_dir=run_dir, should_stop=stop, on_iteration=seen.append)
+    stopped = first.solve()
+    assert stopped.status == "stopped" and stopped.iterations == 0
+    assert sorted(os.listdir(run_dir)) == ["inversion.json", "iterate-00000.h5"]
+    first.close()
+    again = ShotInversion(comm, factory(3), 3, ["c"], Checkpointing(ram=3, schedule="revolve"), tao_type="lmvm",
+                          max_it=3, run_dir=run_dir, resume=True)
+    result = again.solve()
+    assert result.resumed_from == 0 and result.status in ("max_it", "converged") and result.iterations >= 1
+    mine = result.controls["c"].getArray(readonly=True).tobytes()
+    assert len(set(again.layout.cross_comm.allgather(mine))) == 1
+    again.close()

@@ -26,6 +26,7 @@ from ..checkpoint.storage.survey import survey
 from ..collective import any_rank, detail, problems
 from ..telemetry import Telemetry
 from ..models.base import SolverError
+from ..snapshot import layout_bytes
 from .guards import InputModified, NonFinite, checksum, finite
 
 
@@ -171,7 +172,7 @@ class Driver:
         stepper.set_controls(controls)
         self._controls, self._pause, self.paused = controls, pause_before_reverse, False
         self._check_steps(schedule)
-        self.snapshot_bytes = sum(f.local_nbytes for f in stepper.snapshot_layout().values())
+        self.snapshot_bytes = layout_bytes(stepper.snapshot_layout())
         u0 = stepper.initial_state()
         self.work = WorkingStates(0, u0)
         self.grad = {name: vec.duplicate() for name, vec in controls.items()}

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..checkpoint.schedules.storeall import StoreAll, store_all_slots
 from ..checkpoint.storage import RamLevel
+from ..snapshot import layout_global_bytes
 from .driver import Driver, GradientResult
 from .verify import evaluate_objective, random_direction
 
@@ -220,7 +221,7 @@ class SecondOrderStepper:
         return 0.5 * self.model.working_set_states() + 1.0 + 0.5 * len(self.names)
 
     def snapshot_bytes(self) -> int:
-        return sum(f.global_nbytes for f in self.snapshot_layout().values())
+        return layout_global_bytes(self.snapshot_layout())
 
 
 @dataclass

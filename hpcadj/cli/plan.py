@@ -174,6 +174,7 @@ def from_model(args) -> None:
     """Fill --steps, --snapshot-bytes and --model-states from the --model's own (given ones stay):
     the model is built on this command's ranks, as ``hpcadj run`` would build it."""
     from ..imports import mpi
+    from ..snapshot import layout_bytes
 
     comm = world(args)
     model = build_model(args, comm)
@@ -181,7 +182,7 @@ def from_model(args) -> None:
         if model.n_steps is None:
             raise CliError(f"model {args.model} has no fixed number of steps (--adaptive): give --steps N")
         args.steps = model.n_steps
-    local = sum(f.local_nbytes for f in model.snapshot_layout().values())
+    local = layout_bytes(model.snapshot_layout())
     if args.snapshot_bytes is None:
         args.snapshot_bytes = comm.allreduce(local, op=mpi().MAX)
     if args.model_states is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 
-from ..snapshot import Snapshot, SnapshotLayout
+from ..snapshot import Snapshot, SnapshotLayout, layout_global_bytes
 
 Controls = dict  # name -> PETSc.Vec
 
@@ -168,7 +168,7 @@ class Stepper(abc.ABC):
 
     def snapshot_bytes(self) -> int:
         """Bytes of one snapshot over all ranks."""
-        return sum(f.global_nbytes for f in self.snapshot_layout().values())
+        return layout_global_bytes(self.snapshot_layout())
 
 
 class SecondOrderSteps:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import resource
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -638,9 +637,3 @@ def check_configuration(comm, checkpointing: Checkpointing, restart: Restart | N
         agreed(comm, check_can_create, checkpointing.pfs_file, "--pfs-file")
     if restart is not None:
         restart.check()
-
-
-def print_warning(comm, message: str) -> None:
-    """A warning line on stderr, from rank 0 only."""
-    if comm.rank == 0:
-        print(f"hpcadj: warning: {message}", file=sys.stderr, flush=True)

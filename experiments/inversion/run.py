@@ -249,7 +249,7 @@ def grayscott(quick: bool, scratch: Path) -> dict:
 
 
 # -- FWI: a layered model with an anomaly, several shots -------------------------------------
-FWI = {"grid": (128, 128), "shots": 8, "max_it": 20, "c_bounds": (0.9, 2.4), "smooth": 0.06, "memory": "700MiB",
+FWI = {"grid": (96, 96), "shots": 8, "max_it": 20, "c_bounds": (0.9, 2.4), "smooth": 0.06, "memory": "700MiB",
        "t_final": 1.0}
 FWI_QUICK = {"grid": (40, 40), "shots": 2, "max_it": 4, "c_bounds": (0.9, 2.4), "smooth": 0.06, "memory": "700MiB",
              "t_final": 0.6}

@@ -173,7 +173,7 @@ class EvaluationCache:
 
     def _calibrated(self, session) -> None:
         if self.checkpointing.costs is None:  # calibrated once, reused by every later session
-            self.checkpointing = replace(self.checkpointing, costs=session.planned.profile)
+            self.checkpointing = replace(self.checkpointing, costs=session.planned.costs)
         self.notes.extend(n for n in session.notes if n not in self.notes)
 
     def _gradient(self, x, key: str) -> Evaluation:

@@ -266,7 +266,7 @@ class ShotEvaluations:
             try:
                 session = GradientSession(self.problem.models[0], self._checkpointing(0), controls=controls)
                 planned = session.plan()  # the costs before codec seconds, to plan the other shots with
-                profile = planned.costs if getattr(planned, "costs", None) is not None else planned.profile
+                profile = planned.costs
             except Exception as exc:  # noqa: BLE001 - agreed over every group
                 problem = exc
         found = [p for p in layout.comm.allgather(_describe_error(problem)) if p]

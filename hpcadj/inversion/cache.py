@@ -68,7 +68,7 @@ class EvaluationCache:
     uses; a cost profile calibrated by the first session is reused by the later ones. Collective.
     """
 
-    def __init__(self, model, space, checkpointing=None, *, policy: str = "keep", log_dir=None):
+    def __init__(self, model, space, checkpointing=None, *, policy: str = "keep"):
         from ..adjoint.session import Checkpointing
 
         if policy not in POLICIES:
@@ -104,8 +104,12 @@ class EvaluationCache:
     def objective(self, x) -> Evaluation:
         e = self._evaluate(x, gradient=self.policy == "gradient", needed=False)
         self.requests["objective"] += 1
-        self.naive_forward_steps += self.model.n_steps or e.forward_steps
+        self.naive_forward_steps += self._naive_objective_steps(e)
         return e
+
+    def _naive_objective_steps(self, e: Evaluation) -> int:
+        """What a loop without cache pays for an objective-only request: one forward sweep."""
+        return self.model.n_steps or e.forward_steps
 
     def gradient(self, x) -> Evaluation:
         e = self._evaluate(x, gradient=True, needed=True)
@@ -122,11 +126,14 @@ class EvaluationCache:
         if entry is not None and entry.key == key and entry.session is not None:
             return self._reverse(x, entry)
         self.drop()
-        if gradient:
-            self.entry = self._gradient(x, key)
-        else:
-            self.entry = self._kept_forward(x, key) if self.policy == "keep" else self._forward(x, key)
+        self.entry = self._compute(x, key, gradient)
         return self.entry
+
+    def _compute(self, x, key: str, gradient: bool) -> Evaluation:
+        """A new entry at ``key``: a gradient session, or an objective as the policy says."""
+        if gradient:
+            return self._gradient(x, key)
+        return self._kept_forward(x, key) if self.policy == "keep" else self._forward(x, key)
 
     def drop(self) -> None:
         """Forget the entry: its gradient Vec destroyed, a kept session's levels and states discarded."""

@@ -25,7 +25,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .cache import Evaluation, control_hash
+from .cache import Evaluation, EvaluationCache
 from .driver import Inversion, InversionError
 
 
@@ -140,9 +140,10 @@ class ShotProblem:
         return getattr(self.template, name)
 
 
-class ShotEvaluations:
-    """J and dJ/dm summed over the shots, at the packed controls of ``space``; the interface of
-    :class:`~.cache.EvaluationCache` (one entry, keyed by the controls' bytes and the configuration).
+class ShotEvaluations(EvaluationCache):
+    """J and dJ/dm summed over the shots, at the packed controls of ``space``: an
+    :class:`~.cache.EvaluationCache` (one entry, keyed by the controls' bytes and the configuration)
+    whose entries are computed over every shot.
 
     Objective-only requests run the gradient sessions (policy ``"forward"``: forward sweeps only).
     ``forward_steps``, ``adjoint_steps`` and the counts are totals over all shots. Collective over the
@@ -150,56 +151,12 @@ class ShotEvaluations:
     """
 
     def __init__(self, problem: ShotProblem, space, checkpointing=None, *, policy: str = "gradient"):
-        from ..adjoint.session import Checkpointing
-
-        self.problem, self.space, self.layout = problem, space, problem.layout
-        self.model, self.comm = problem, problem.comm
-        self.policy = "forward" if policy == "forward" else "gradient"
-        self.checkpointing = checkpointing or Checkpointing()
-        self.configuration = {"model": problem.describe(), "invert": space.names,
-                              "codecs": {k: c.spec for k, c in self.checkpointing.codecs().items()}}
-        self.entry: Evaluation | None = None
-        self.forward_steps = self.adjoint_steps = 0
-        self.sessions = self.forward_sweeps = self.hits = 0
-        self.requests = {"objective": 0, "gradient": 0}
-        self.naive_forward_steps = 0
+        super().__init__(problem, space, checkpointing, policy="forward" if policy == "forward" else "gradient")
+        self.problem, self.layout = problem, problem.layout
         self._session_steps = 0
-        self.notes: list[str] = []
 
-    def key(self, x) -> str:
-        controls = self.space.unpack(x)
-        try:
-            return control_hash(self.comm, controls, self.configuration)
-        finally:
-            for vec in controls.values():
-                vec.destroy()
-
-    def objective(self, x) -> Evaluation:
-        e = self._evaluate(x, gradient=self.policy == "gradient", needed=False)
-        self.requests["objective"] += 1
-        self.naive_forward_steps += (self.problem.n_steps or 0) * self.layout.n_shots
-        return e
-
-    def gradient(self, x) -> Evaluation:
-        e = self._evaluate(x, gradient=True, needed=True)
-        self.requests["gradient"] += 1
-        self.naive_forward_steps += self._session_steps
-        return e
-
-    def _evaluate(self, x, gradient: bool, needed: bool) -> Evaluation:
-        key = self.key(x)
-        entry = self.entry
-        if entry is not None and entry.key == key and (entry.gradient is not None or not needed):
-            self.hits += 1
-            return entry
-        self.drop()
-        self.entry = self._compute(x, key, gradient)
-        return self.entry
-
-    def drop(self) -> None:
-        if self.entry is not None and self.entry.gradient is not None:
-            self.entry.gradient.destroy()
-        self.entry = None
+    def _naive_objective_steps(self, e: Evaluation) -> int:
+        return (self.problem.n_steps or 0) * self.layout.n_shots
 
     # -- one evaluation over every shot ----------------------------------------------------------
     def _compute(self, x, key: str, gradient: bool) -> Evaluation:
@@ -213,9 +170,9 @@ class ShotEvaluations:
             session = self._calibrate(controls) if gradient and self.checkpointing.costs is None else None
             for slot, shot in enumerate(layout.shots):
                 if gradient:
-                    J, fwd, adj = self._gradient(shot, controls, values[slot], session if slot == 0 else None)
+                    J, fwd, adj = self._shot_gradient(shot, controls, values[slot], session if slot == 0 else None)
                 else:
-                    J, fwd, adj = self._forward(shot, controls), self.problem.n_steps, 0
+                    J, fwd, adj = self._shot_forward(shot, controls), self.problem.n_steps, 0
                 mine["J"].append(J)
                 mine["forward"] += fwd
                 mine["adjoint"] += adj
@@ -291,7 +248,7 @@ class ShotEvaluations:
             changes["pfs_file"] = f"{stem}-shot{shot:03d}{ext or '.h5'}"
         return replace(ck, **changes)
 
-    def _gradient(self, shot: int, controls: dict, out, session=None) -> tuple[float, int, int]:
+    def _shot_gradient(self, shot: int, controls: dict, out, session=None) -> tuple[float, int, int]:
         """Shot ``shot``'s checkpointed session: its packed gradient into ``out``; (J, forward steps,
         adjoint steps)."""
         from ..adjoint.session import GradientSession
@@ -317,7 +274,7 @@ class ShotEvaluations:
                 pass
         return result.J, result.forward_steps, result.adjoint_steps
 
-    def _forward(self, shot: int, controls: dict) -> float:
+    def _shot_forward(self, shot: int, controls: dict) -> float:
         """Shot ``shot``'s J from one forward sweep, accumulated as the session accumulates it."""
         from ..imports import petsc
 
@@ -334,10 +291,7 @@ class ShotEvaluations:
         return J
 
     def counts(self) -> dict:
-        return {"forward_steps": self.forward_steps, "adjoint_steps": self.adjoint_steps,
-                "sessions": self.sessions, "forward_sweeps": self.forward_sweeps, "hits": self.hits,
-                "objective_requests": self.requests["objective"], "gradient_requests": self.requests["gradient"],
-                "naive_forward_steps": self.naive_forward_steps, **self.layout.describe()}
+        return {**super().counts(), **self.layout.describe()}
 
 
 def _describe_error(exc) -> tuple[str, str] | None:

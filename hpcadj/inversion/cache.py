@@ -186,13 +186,7 @@ class EvaluationCache:
     def _gradient(self, x, key: str) -> Evaluation:
         t0 = time.perf_counter()
         session = self._session(x)
-        try:
-            outcome = session.solve()
-        except BaseException:
-            for vec in session.controls.values():
-                vec.destroy()
-            raise
-        return self._complete(session, outcome, key, t0)
+        return self._complete(session, _solved(session), key, t0)
 
     def _kept_forward(self, x, key: str) -> Evaluation:
         """J from the session's first sweep; its levels and held states kept for a gradient at ``key``."""
@@ -231,13 +225,7 @@ class EvaluationCache:
             return self.entry
         entry.session, self.entry = None, None
         t0 = time.perf_counter() - entry.seconds
-        try:
-            outcome = session.solve()
-        except BaseException:
-            for vec in session.controls.values():
-                vec.destroy()
-            raise
-        self.entry = self._complete(session, outcome, entry.key, t0, counted=entry.forward_steps)
+        self.entry = self._complete(session, _solved(session), entry.key, t0, counted=entry.forward_steps)
         self.reverse_from_kept += 1
         return self.entry
 
@@ -272,3 +260,13 @@ class EvaluationCache:
                 "kept_sweeps": self.kept_sweeps, "reverse_from_kept": self.reverse_from_kept,
                 "objective_requests": self.requests["objective"], "gradient_requests": self.requests["gradient"],
                 "naive_forward_steps": self.naive_forward_steps}
+
+
+def _solved(session):
+    """``session.solve()``'s outcome; the session's controls destroyed if it raises."""
+    try:
+        return session.solve()
+    except BaseException:
+        for vec in session.controls.values():
+            vec.destroy()
+        raise

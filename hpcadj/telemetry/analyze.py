@@ -689,9 +689,17 @@ def pareto_plot(results: list[dict], out_path: str, memory: str = "checkpoint") 
     fig.suptitle(f"hpcadj runs: wall time and energy against memory ({len(rows)} complete runs"
                  + (f", {len(partial)} incomplete not ranked)" if partial else ")"))
     fig.tight_layout(rect=(0, 0.1, 1, 1))
+    _save_png(fig, out_path, dpi=130)
+
+
+def _save_png(fig, out_path: str, dpi: int) -> None:
+    """Write ``fig`` to ``out_path`` atomically (a temporary name, then renamed) and close it: an
+    interrupted plot never leaves a partial PNG looking like a result."""
+    import matplotlib.pyplot as plt
+
     tmp = f"{out_path}.tmp{os.getpid()}.png"
     try:
-        fig.savefig(tmp, dpi=130)
+        fig.savefig(tmp, dpi=dpi)
         os.replace(tmp, out_path)
     finally:
         plt.close(fig)
@@ -957,11 +965,4 @@ def inversion_plot(results: list[dict], out_path: str) -> None:
     axes[0].legend(fontsize=8)
     fig.suptitle("hpcadj inversions: misfit against iterate, time and energy", fontsize=11)
     fig.tight_layout()
-    tmp = f"{out_path}.tmp{os.getpid()}.png"
-    try:
-        fig.savefig(tmp, dpi=90)
-        os.replace(tmp, out_path)
-    finally:
-        plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    _save_png(fig, out_path, dpi=90)

@@ -140,3 +140,20 @@ def check_restart_across_ranks(comm, build, rtol):
         expected = ref["states"][-1][name]
         assert np.max(np.abs(field - expected)) <= rtol * np.max(np.abs(expected)), name
     assert model.snapshot_bytes() == sum(int(np.prod(layout.global_shape)) * 8 for layout in layouts.values())
+
+
+def write_observations(comm, truth, observed, path) -> None:
+    """u of a run of ``truth`` (controls set) at the ``observed`` steps, as an --observations file."""
+    from hpcadj.imports import h5py
+
+    u, states = truth.initial_state(), {}
+    for i in range(max(observed)):
+        u = truth.step(i, u)
+        if i + 1 in observed:
+            states[i + 1] = truth.grid.owned_view(u).copy()
+    with h5py().File(path, "w", driver="mpio", comm=comm) as f:
+        f.create_dataset("steps", data=np.array(observed))
+        d = f.create_dataset("u", shape=(len(observed),) + truth.grid.global_shape, dtype="f8")
+        for k, step in enumerate(observed):
+            with d.collective:
+                d[(k, *truth.grid.layout().slices)] = states[step]

@@ -13,7 +13,7 @@ from hpcadj.checkpoint.schedules import CostProfile
 from hpcadj.inversion import ControlSpace, EvaluationCache, Inversion, InversionError
 from hpcadj.models.heat import HeatModel
 from hpcadj.models.observations import Observations
-from hpcadj.imports import h5py
+from model_checks import write_observations
 
 GRID, N, DT, OBSERVED = (12, 10), 10, 2e-3, [2, 4, 6, 8, 10]
 
@@ -27,27 +27,17 @@ def true_kappa(model):
     return c
 
 
-def write_observations(comm, path):
+def write_true_observations(comm, path):
     """u at the observed steps of a run with the true kappa, as an --observations file."""
     truth = HeatModel(comm, grid=GRID, n_steps=N, dt=DT)
     truth.set_controls(true_kappa(truth))
-    u, states = truth.initial_state(), {}
-    for i in range(N):
-        u = truth.step(i, u)
-        if i + 1 in OBSERVED:
-            states[i + 1] = truth.grid.owned_view(u).copy()
-    with h5py().File(path, "w", driver="mpio", comm=comm) as f:
-        f.create_dataset("steps", data=np.array(OBSERVED))
-        d = f.create_dataset("u", shape=(len(OBSERVED),) + truth.grid.global_shape, dtype="f8")
-        for k, step in enumerate(OBSERVED):
-            with d.collective:
-                d[(k, *truth.grid.layout().slices)] = states[step]
+    write_observations(comm, truth, OBSERVED, path)
 
 
 @pytest.fixture
 def model(comm, shared_tmp):
     path = os.path.join(shared_tmp, "observations.h5")
-    write_observations(comm, path)
+    write_true_observations(comm, path)
     return HeatModel(comm, grid=GRID, n_steps=N, dt=DT, observations=Observations.from_file(path))
 
 

@@ -17,7 +17,7 @@ from hpcadj.checkpoint.schedules import CostProfile
 from hpcadj.inversion import ControlSpace, EvaluationCache, Inversion
 from hpcadj.models.heat import HeatModel
 from hpcadj.models.observations import Observations
-from hpcadj.imports import h5py
+from model_checks import write_observations
 
 GRID, N, DT, OBSERVED = (12, 10), 10, 2e-3, [3, 6, 10]
 
@@ -31,18 +31,8 @@ def model(comm, shared_tmp):
     c = truth.default_controls()
     c["kappa"].scale(1.5)
     truth.set_controls(c)
-    u, states = truth.initial_state(), {}
-    for i in range(N):
-        u = truth.step(i, u)
-        if i + 1 in OBSERVED:
-            states[i + 1] = truth.grid.owned_view(u).copy()
     path = os.path.join(shared_tmp, "observations.h5")
-    with h5py().File(path, "w", driver="mpio", comm=comm) as f:
-        f.create_dataset("steps", data=np.array(OBSERVED))
-        d = f.create_dataset("u", shape=(len(OBSERVED),) + truth.grid.global_shape, dtype="f8")
-        for k, step in enumerate(OBSERVED):
-            with d.collective:
-                d[(k, *truth.grid.layout().slices)] = states[step]
+    write_observations(comm, truth, OBSERVED, path)
     return HeatModel(comm, grid=GRID, n_steps=N, dt=DT, observations=Observations.from_file(path))
 
 

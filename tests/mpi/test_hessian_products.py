@@ -102,6 +102,7 @@ def test_node_local_states_are_removed(problem, comm, shared_tmp):
     products.hessian_action(v)
     files_before = sum(len(f) for _, _, f in os.walk(local)) if comm.rank == 0 else 1
     products.close()
+    comm.Barrier()  # rank 0 counts every rank's files: each rank must have closed first
     files_after = sum(len(f) for _, _, f in os.walk(local)) if comm.rank == 0 else 0
     assert files_before > 0 and files_after == 0
 

@@ -9,4 +9,4 @@ cd "$(dirname "$0")/.."
 # numba's kernel cache filled once, serially, before ranks of the MPI suites could race to write it
 .venv/bin/python scripts/warm_kernels.py || echo "run-tests: kernel warm-up failed (the tests will say why)" >&2
 # --durations=25: the 25 slowest tests at the end of every run (and CI log), so where the time goes is seen
-exec .venv/bin/python -m pytest -ra -q --durations=25 "$@"
+exec .venv/bin/python -m pytest -ra -q --durations=25 -n "${HPCADJ_TEST_WORKERS:-2}" --dist loadgroup "$@"

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 debs=(openmpi-bin python3-mpi4py python3-petsc4py python3-h5py-mpi hdf5-tools
       python3-venv python3-pip python3-setuptools python3-numpy python3-matplotlib python3-tqdm
-      python3-pytest python3-hypothesis shellcheck
+      python3-pytest python3-pytest-xdist python3-hypothesis shellcheck
       python3-numcodecs python3-zfpy)   # snapshot codecs (lossless Blosc, lossy zfp): built against Debian's numpy
 missing=()
 for p in "${debs[@]}"; do

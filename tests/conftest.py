@@ -64,11 +64,39 @@ def _tier(item) -> str:
     return "unit"
 
 
+#: files whose tests share a session fixture's run (``restart_reference``): one worker runs them all
+WORKER_GROUPS = {"test_restart.py": "restart", "test_compression_restart.py": "restart"}
+#: files whose tests are independent runs, each worth a worker of its own (one mpirun per test)
+SPREAD_FILES = {"test_mpi_suites.py"}
+#: the order units are handed to workers: the dearest first, so no long run starts last
+_TIER_ORDER = {"mpi": 0, "cluster": 1, "cli": 2, "unit": 3}
+
+
+def _nranks(item) -> int:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("nranks", 0) if callspec else 0
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Give every test its tier marker unless it declares one itself."""
+    """Give every test its tier marker unless it declares one itself, and lay the suite out for
+    pytest-xdist (``-n 2 --dist loadgroup``, scripts/run-tests.sh): a file's tests stay on one worker
+    (its module fixtures run once), the MPI suites' runs spread over the workers, dearest first."""
+    unit_of, cost = {}, {}
     for item in items:
         if not any(item.get_closest_marker(t) for t in TIERS):
             item.add_marker(getattr(pytest.mark, _tier(item)))
+        unit = item.nodeid
+        if item.path.name not in SPREAD_FILES:
+            unit = WORKER_GROUPS.get(item.path.name, item.path.name)
+            item.add_marker(pytest.mark.xdist_group(unit))
+        tier = next(t for t in TIERS if item.get_closest_marker(t))
+        unit_of[item] = unit
+        cost[unit] = min(cost.get(unit, (9, 0)), (_TIER_ORDER[tier], -_nranks(item)))
+    first = {}
+    for index, item in enumerate(items):
+        first.setdefault(unit_of[item], index)
+    items.sort(key=lambda item: (cost[unit_of[item]], first[unit_of[item]]))
 
 
 #: what a unit-tier test may not launch: MPI jobs, the hpcadj command, Python, shells

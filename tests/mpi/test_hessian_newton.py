@@ -61,9 +61,12 @@ def inversions(comm):
     from hpcadj.models.wave import WaveModel
 
     out = {}
+    # nls's inner CG capped at 10 products a Newton step (65 products in all instead of 474)
+    options = {"nls": ["-tao_nls_ksp_max_it", "10"]}
     for kind in ("lmvm", "nls", "bntr"):
         model = WaveModel(comm, (12, 10), n_steps=30)
-        out[kind] = Inversion(model, ["c"], tao_type=kind, max_it=ITERATIONS, gatol=0.0, grtol=0.0).solve()
+        out[kind] = Inversion(model, ["c"], tao_type=kind, max_it=ITERATIONS, gatol=0.0, grtol=0.0,
+                              tao_options=options.get(kind)).solve()
     return out
 
 
@@ -71,7 +74,8 @@ def inversions(comm):
 def test_inversion_driver_runs_newton_types_on_hessian_products(inversions, kind):
     lbfgs, newton = inversions["lmvm"], inversions[kind]
     assert newton.iterations == lbfgs.iterations == ITERATIONS
-    assert newton.counts["hessian_products"] > ITERATIONS and newton.counts["hessian_forward_steps"] > 0
+    assert ITERATIONS < newton.counts["hessian_products"] <= 11 * ITERATIONS
+    assert newton.counts["hessian_forward_steps"] > 0
     assert "hessian_products" not in lbfgs.counts
     assert newton.misfit < 0.1 * lbfgs.misfit, (newton.misfit, lbfgs.misfit)
 

@@ -1,4 +1,4 @@
-"""The inversion loop: PETSc TAO (lmvm, blmvm, bqnls) over checkpointed gradient sessions.
+"""The inversion loop: PETSc TAO (lmvm, blmvm, bqnls, nls, bntr) over checkpointed gradient sessions.
 
 TAO asks for f, g or both at packed controls; every request goes through an
 :class:`~.cache.EvaluationCache`, so a control whose bytes equal the last one evaluated costs
@@ -23,7 +23,7 @@ from .space import ControlSpace, Tikhonov
 #: TAO types the inversion drives; the Newton types get H v through a shell matrix
 TAO_TYPES = ("lmvm", "blmvm", "bqnls", "nls", "bntr")
 NEWTON_TYPES = ("nls", "bntr")
-BOUNDED_TYPES = ("blmvm", "bqnls")
+BOUNDED_TYPES = ("blmvm", "bqnls", "bntr")
 
 
 def option_pairs(tokens) -> list[tuple[str, str]]:
@@ -75,7 +75,7 @@ class Inversion:
     """Minimise J(m) + w/2 |m − m_ref|² over the controls named in ``invert`` with TAO.
 
     ``bounds`` maps an inverted control to ``(low, high)`` (None for no bound on that side; needs
-    blmvm or bqnls); ``regularization`` is w (default 0), ``reference`` the m_ref controls (default:
+    blmvm, bqnls or bntr); ``regularization`` is w (default 0), ``reference`` the m_ref controls (default:
     the starting controls); ``max_it`` caps the accepted iterates in all (resumes included);
     ``gatol``/``grtol``/``gttol`` are TAO's tolerances (None: TAO's defaults). Every ``-tao_*``
     option in PETSc's options database applies on top (``setFromOptions``). ``run_dir`` makes
@@ -238,7 +238,8 @@ class Inversion:
             for key, _value in self.tao_options:
                 database.delValue(key)
         if self.bounds and tao.getType() not in BOUNDED_TYPES:
-            raise InversionError(f"bounds need a bounded method (blmvm or bqnls); -tao_type chose {tao.getType()}")
+            raise InversionError(f"bounds need a bounded method ({', '.join(BOUNDED_TYPES)}); -tao_type chose "
+                                 f"{tao.getType()}")
         shell = self._hessian(tao, space) if tao.getType() in NEWTON_TYPES else None
         status = None
         try:

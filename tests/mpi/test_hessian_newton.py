@@ -88,3 +88,17 @@ def test_a_newton_type_for_a_model_without_products_is_refused(comm):
     model.add_objective_hessian = None  # as a user's model that offers no Hessian actions
     with pytest.raises(InversionError, match="-tao_type bntr: .*no add_objective_hessian"):
         Inversion(model, ["c"], tao_type="bntr", max_it=1).solve()
+
+
+def test_bntr_takes_bounds_on_the_velocity(comm):
+    """bntr is a bounded method: the driver passes c's bounds to it (the guard against a trial step
+    past the leapfrog's CFL limit) and every iterate stays inside them, the upper one active."""
+    from hpcadj.inversion.driver import Inversion
+    from hpcadj.models.wave import WaveModel
+
+    model = WaveModel(comm, (12, 10), n_steps=30)
+    result = Inversion(model, ["c"], tao_type="bntr", bounds={"c": (0.9, 1.3)}, max_it=2, gatol=0.0,
+                       grtol=0.0).solve()
+    c = result.controls["c"]
+    assert result.iterations == 2 and result.counts["hessian_products"] > 0
+    assert c.min()[1] >= 0.9 and c.max()[1] == 1.3, (c.min(), c.max())

@@ -21,7 +21,8 @@ it), with ratios against the L-BFGS row of the same budget. Writes NAME.csv (row
 NAME_history.csv (accepted iterates; ``--name``, default newton) beside this script, or under --out.
 
     mpirun -n 1 python experiments/hessian/newton.py --quick
-    flock /tmp/hpcadj-heavy.lock mpirun -n 2 python experiments/hessian/newton.py --grid 512 --t-final 0.8
+    mpirun -n 1 python experiments/hessian/newton.py --grid 362 --time-limit 480 --name newton_362
+    mpirun -n 1 python experiments/hessian/newton.py --grid 512 --rows blmvm,bntr:gn --time-limit 720 --name newton_512
 """
 
 from __future__ import annotations

@@ -173,8 +173,11 @@ class MassODE:
         self.c = self.comm.bcast(float(p.getArray(readonly=True)[0]) if self.comm.rank == 0 else None)
 
     def _ifunction(self, ts, t, x, xdot, f):
-        if self.comm.rank == 0:
-            f.getArray()[0] = self.c * xdot.getArray(readonly=True)[0] - self.b * x.getArray(readonly=True)[0]
+        # getArray on every rank, also where it is empty: it marks f changed, and a rank that skipped it
+        # would reuse f's cached norm and leave the SNES's next reduction to the other ranks (MPI_ERR_TRUNCATE)
+        out = f.getArray()
+        if len(out):
+            out[0] = self.c * xdot.getArray(readonly=True)[0] - self.b * x.getArray(readonly=True)[0]
 
     def _ijacobian(self, ts, t, x, xdot, shift, A, B):
         if self.comm.rank == 0:

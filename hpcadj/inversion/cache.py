@@ -153,7 +153,9 @@ class EvaluationCache:
 
     def _session(self, x):
         from ..adjoint.session import GradientSession
+        from ..models.kernels import release_idle_buffers
 
+        release_idle_buffers()  # the last session's RAM slots, still pooled, are no baseline of this one
         return GradientSession(self.model, self.checkpointing, controls=self.space.unpack(x))
 
     def _complete(self, session, outcome, key: str, t0: float, counted: int = 0) -> Evaluation:

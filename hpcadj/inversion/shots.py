@@ -217,10 +217,12 @@ class ShotEvaluations(EvaluationCache):
         """Shot 0's session planned first (calibrating the costs when its plan needs them) and its
         profile handed to every group: one profile, one plan for all shots. Shot 0's session, to run."""
         from ..adjoint.session import GradientSession
+        from ..models.kernels import release_idle_buffers
 
         layout, session, profile, problem = self.layout, None, None, None
         if layout.group == 0:
             try:
+                release_idle_buffers()  # as before every session (see _shot_gradient)
                 session = GradientSession(self.problem.models[0], self._checkpointing(0), controls=controls)
                 planned = session.plan()  # the costs before codec seconds, to plan the other shots with
                 profile = planned.costs
@@ -253,9 +255,13 @@ class ShotEvaluations(EvaluationCache):
         adjoint steps)."""
         from ..adjoint.session import GradientSession
         from ..models.base import SolverError
+        from ..models.kernels import release_idle_buffers
 
         ck = self._checkpointing(shot)
         if session is None:
+            # the pools of this rank's shot models still hold the last session's RAM slots: freed
+            # here, else the new session's baseline counts them and --memory refuses it
+            release_idle_buffers()
             session = GradientSession(self.problem.models[shot], ck, controls=controls)
         outcome = session.solve()
         if outcome.status != "complete":

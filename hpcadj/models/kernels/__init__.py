@@ -17,6 +17,7 @@ an on-disk cache so a run after the first pays tens of milliseconds, not seconds
 from __future__ import annotations
 
 import sys
+import weakref
 
 import numpy as np
 
@@ -365,6 +366,20 @@ class VecPool:
         self.grid = grid
         self._n = int(np.prod(grid.shape)) * grid.dof
         self._buffers: list[np.ndarray] = []
+        _POOLS.add(self)
+
+    def trim(self) -> int:
+        """Drop the buffers no one but the pool refers to (their mappings go back to the system);
+        the number dropped. Between gradient sessions: a session's RAM slots stay in the pool
+        otherwise, and the next session, measuring its baseline, counts them twice."""
+        kept = []
+        for buf in self._buffers:
+            # references: the list, this loop variable and getrefcount's argument
+            if sys.getrefcount(buf) > 3:
+                kept.append(buf)
+        dropped = len(self._buffers) - len(kept)
+        self._buffers = kept
+        return dropped
 
     def new_vec(self):
         """A global Vec of the grid's layout over a buffer no one else holds (contents undefined)."""
@@ -398,6 +413,19 @@ class VecPool:
                 if at == buf.__array_interface__["data"][0] + buf.nbytes:
                     return _vec_over(self.grid, buf)
         return None
+
+
+#: every VecPool alive in this process (weakly), for release_idle_buffers
+_POOLS: "weakref.WeakSet[VecPool]" = weakref.WeakSet()
+
+
+def release_idle_buffers() -> int:
+    """Trim every model's buffer pool in this process (:meth:`VecPool.trim`) and give the heap's free
+    pages back (:func:`release_free_memory`); the number of buffers dropped. Collective over
+    nothing: what a rank holds is its own."""
+    dropped = sum(pool.trim() for pool in list(_POOLS))
+    release_free_memory()
+    return dropped
 
 
 def _vec_over(grid, buf: np.ndarray):

@@ -70,7 +70,7 @@ def worker(args) -> None:
     model = HeatModel(comm, grid=grid, n_steps=args.steps, dt=args.dt, observations=Observations.from_file(path))
     snapshot = comm.allreduce(model.snapshot_bytes() // comm.size, op=mpi().MAX)
     rows = []
-    for search, options in SEARCHES.items():
+    for search, options in ((k, SEARCHES[k]) for k in args.searches.split(";")):
         reference = None
         # More-Thuente asks f and g together: every policy runs the same sessions (tests/mpi check it)
         policies = args.policies.split(",") if search != "more-thuente" or args.all else ["keep"]
@@ -79,8 +79,9 @@ def worker(args) -> None:
                                schedule="multilevel" if args.disk else "revolve")
             comm.Barrier()
             t0 = time.perf_counter()
-            r = Inversion(model, ["kappa"], ck, tao_type="lmvm", max_it=args.iterations, gatol=0.0, grtol=0.0,
-                          gttol=0.0, policy=policy, tao_options=options).solve()
+            bounds = {"kappa": (args.kappa_min, args.kappa_max)} if args.tao == "blmvm" else None
+            r = Inversion(model, ["kappa"], ck, tao_type=args.tao, bounds=bounds, max_it=args.iterations, gatol=0.0,
+                          grtol=0.0, gttol=0.0, policy=policy, tao_options=options).solve()
             seconds = comm.allreduce(time.perf_counter() - t0, op=mpi().MAX)
             kappa = r.controls["kappa"].getArray(readonly=True).tobytes()
             same = comm.allreduce(int(reference is None or kappa == reference), op=mpi().MIN)
@@ -111,12 +112,20 @@ def main(argv=None) -> int:
     p.add_argument("--disk", type=int, default=0, help="node-local slots per rank (0: RAM only, revolve)")
     p.add_argument("--iterations", type=int, default=3)
     p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--searches", default=";".join(SEARCHES), help="line searches, ';'-separated: " + "; ".join(SEARCHES))
+    p.add_argument("--tao", choices=("lmvm", "blmvm"), default="lmvm",
+                   help="blmvm keeps kappa within --kappa-min/--kappa-max (an lmvm trial can make it negative)")
+    p.add_argument("--kappa-min", type=float, default=0.3)
+    p.add_argument("--kappa-max", type=float, default=3.0)
     p.add_argument("--all", action="store_true", help="every policy under More-Thuente too")
     p.add_argument("--quick", action="store_true", help="1 rank, 64x64, 24 steps, 3 iterations, every policy")
     p.add_argument("--out", default=str(HERE))
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--scratch", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    unknown = [k for k in args.searches.split(";") if k not in SEARCHES]
+    if unknown:
+        p.error(f"--searches: unknown line search {unknown[0]!r} (known: {'; '.join(SEARCHES)})")
     if args.worker:
         worker(args)
         return 0
@@ -130,7 +139,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="hpcadj-reuse-") as scratch:
         argv_worker = [PY, __file__, "--worker", "--scratch", scratch, "--grid", args.grid, "--steps", args.steps,
                        "--dt", args.dt, "--ram", args.ram, "--disk", args.disk, "--iterations", args.iterations,
-                       "--policies", args.policies, *(["--all"] if args.all else [])]
+                       "--policies", args.policies, "--searches", args.searches, "--tao", args.tao,
+                       "--kappa-min", args.kappa_min, "--kappa-max", args.kappa_max, *(["--all"] if args.all else [])]
         out = mpirun(args.ranks, argv_worker, timeout=3600)
     found = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
     rows = found["rows"]
@@ -142,7 +152,7 @@ def main(argv=None) -> int:
     m = machine()
     print(f"# heat {args.grid}, {args.steps} steps, {args.ranks} rank(s), snapshot "
           f"{found['snapshot_bytes_per_rank'] / 2**20:.1f} MiB per rank, RAM {args.ram} slots"
-          f"{f', disk {args.disk}' if args.disk else ''}; lmvm, {args.iterations} iterations; "
+          f"{f', disk {args.disk}' if args.disk else ''}; {args.tao}, {args.iterations} iterations; "
           f"{m['cpu']} ({m['nproc']} cores), load {m['loadavg_1m']}, {m['date']}")
     print("| line search | policy | iterations | forward steps (per it.) | naive loop (per it.) | naive / cache "
           "| adjoint steps | sessions | kept sweeps | reverse from kept | hits | s per it. | same iterates |")

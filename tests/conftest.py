@@ -81,7 +81,8 @@ def _nranks(item) -> int:
 def pytest_collection_modifyitems(config, items):
     """Give every test its tier marker unless it declares one itself, and lay the suite out for
     pytest-xdist (``-n 2 --dist loadgroup``, scripts/run-tests.sh): a file's tests stay on one worker
-    (its module fixtures run once), the MPI suites' runs spread over the workers, dearest first."""
+    (its module fixtures run once), the MPI suites' runs spread over the workers, dearest first: files
+    with a ``slow`` test, then by tier and rank count."""
     unit_of, cost = {}, {}
     for item in items:
         if not any(item.get_closest_marker(t) for t in TIERS):
@@ -92,7 +93,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(unit))
         tier = next(t for t in TIERS if item.get_closest_marker(t))
         unit_of[item] = unit
-        cost[unit] = min(cost.get(unit, (9, 0)), (_TIER_ORDER[tier], -_nranks(item)))
+        slow = 0 if item.get_closest_marker("slow") else 1
+        cost[unit] = min(cost.get(unit, (1, 9, 0)), (slow, _TIER_ORDER[tier], -_nranks(item)))
     first = {}
     for index, item in enumerate(items):
         first.setdefault(unit_of[item], index)

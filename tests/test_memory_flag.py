@@ -20,6 +20,7 @@ def least_budget(proc) -> float:
     return float(re.search(r"the least budget that would do is ([\d.]+) MiB", errors[0]).group(1))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_peak_rss_of_every_rank_stays_within_a_budget_of_a_few_slots():
     least = least_budget(hpcadj([*HEAT, "--memory", "200MiB"], 2, timeout=120))

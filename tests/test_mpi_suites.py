@@ -18,6 +18,9 @@ GROUPS = [
      "test_run_guards.py", "test_rundir_identity.py", "test_storage_attach.py", "test_storage_levels.py",
      "test_telemetry_runlog.py"),
     ("test_burgers.py", "test_grayscott.py", "test_heat.py", "test_online_driver.py", "test_wave.py"),
+    ("test_faults.py", "test_memory_compression.py", "test_ts_grayscott.py"),
+    ("test_hessian.py", "test_hessian_plans.py"),
+    ("test_inversion.py", "test_inversion_shots.py"),
 ]
 GROUPED = {name for group in GROUPS for name in group}
 RUNS = [tuple(name for name in group if name in MODULES) for group in GROUPS] + [

@@ -42,6 +42,7 @@ def crash_then_resume(tmp, k, rank, ref_info, resume_ranks=2, levels=LEVELS):
     return info, gradients(out)
 
 
+@pytest.mark.slow
 def test_kill_anywhere_then_resume_is_bitwise_identical(reference, tmp_path):
     ref_info, ref = reference
     assert all(level["writes"] > 0 for level in ref_info["levels"]), ref_info["levels"]

@@ -241,6 +241,7 @@ def test_cancelled_job_is_not_requeued(cluster, submit_dir):
     assert "requeue\n" not in (job_dir / "history.log").read_text()
 
 
+@pytest.mark.slow
 def test_gradient_job_stopped_requeued_and_resumed(cluster, submit_dir):
     """SIGUSR1 to the batch shell (what --signal=B:USR1@120 sends): the run stops with status 75, the
     job writes STOPPED and requeues itself; its next start resumes and ends with the same gradient as

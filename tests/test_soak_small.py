@@ -7,9 +7,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from .helpers import ROOT
 
 
+@pytest.mark.slow
 def test_quick_soak_passes_every_check(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "soak" / "run.py"), "--quick",
                            "--out", str(tmp_path), "--scratch", str(tmp_path)],

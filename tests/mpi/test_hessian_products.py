@@ -23,7 +23,13 @@ def check_equal(result, ref, parts=("gradient", "hessian")):
             assert np.array_equal(got[name].getArray(), want[name].getArray()), (part, name)
 
 
-@pytest.fixture(scope="module", params=["heat", "burgers", "wave", "grayscott"])
+MODELS = ["heat", "burgers", "wave", "grayscott"]
+#: every model in every mode, each model and each mode with both products (Newton, Gauss-Newton)
+CASES = [(name, mode, options, (i + j) % 2 == 1)
+         for i, name in enumerate(MODELS) for j, (mode, options) in enumerate(MODES)]
+
+
+@pytest.fixture(scope="module", params=MODELS)
 def problem(request, comm):
     model = build(comm, request.param, steps=STEPS)
     controls = perturbed_controls(model)
@@ -31,8 +37,8 @@ def problem(request, comm):
     return model, controls, dirs
 
 
-@pytest.mark.parametrize("gauss_newton", [False, True], ids=["newton", "gauss-newton"])
-@pytest.mark.parametrize("mode,options", MODES, ids=[m for m, _ in MODES])
+@pytest.mark.parametrize("problem,mode,options,gauss_newton", CASES, indirect=["problem"],
+                         ids=[f"{n}-{m}-{'gauss-newton' if g else 'newton'}" for n, m, _, g in CASES])
 def test_products_reuse_the_forward_sweep(problem, comm, shared_tmp, mode, options, gauss_newton):
     model, controls, (v, w) = problem
     if mode == "local":

@@ -1,4 +1,4 @@
-"""Compile and cache every model's numba kernels once, in one serial process, before the suite.
+"""Compile and cache every model's numba kernels once, before the suite (in one or a few processes).
 
 The first call of a kernel compiles it and writes numba's on-disk cache; in a fresh clone the MPI
 tests would otherwise have several ranks compile and write the same cache entries at once. One
@@ -6,6 +6,8 @@ gradient and one tangent of each model on a tiny grid (2-D and 3-D, grayscott wi
 reaches every model kernel; two small multi-level DPs forced onto the compiled path reach the
 planner's.
 """
+
+import sys
 
 from hpcadj.adjoint import compute_gradient, dot_product_test
 from hpcadj.cli import Parser
@@ -17,14 +19,16 @@ CASES = [("wave", "8x8x6"), ("wave", "8x6"), ("burgers", "8x8"), ("heat", "8x8x6
          ("grayscott", "8x8")]
 
 
-def main() -> None:
+def main(part: int = 0, parts: int = 1) -> None:
+    """Warm the ``part``-th of ``parts`` shares of the models (every ``parts``-th case)."""
     comm = mpi().COMM_WORLD
     models = []
-    for name, grid in CASES:
+    for name, grid in CASES[part::parts]:
         parser = Parser()
         add_model_arguments(parser)
         models.append(build_model(parser.parse_args(["--model", name, "--grid", grid, "--steps", "3"]), comm))
-    models.append(GrayScottModel(comm, (8, 8), n_steps=3, jacobian="assembled"))
+    if part == parts - 1:
+        models.append(GrayScottModel(comm, (8, 8), n_steps=3, jacobian="assembled"))
     for model in models:
         controls = model.default_controls()
         dot_product_test(model, controls, gradient=compute_gradient(model, controls))
@@ -44,5 +48,9 @@ def warm_multilevel() -> None:
 
 
 if __name__ == "__main__":
-    main()
-    warm_multilevel()
+    # ``warm_kernels.py K N``: the K-th of N shares, so N processes can warm the cache side by side
+    # (numba replaces a cache file atomically: two processes compiling one kernel is only waste)
+    part, parts = (int(a) for a in sys.argv[1:3]) if len(sys.argv) == 3 else (0, 1)
+    main(part, parts)
+    if part == 0:
+        warm_multilevel()

@@ -64,7 +64,6 @@ def forward_seconds(model, controls, repeat: int = 2) -> float:
         t0 = time.perf_counter()
         evaluate_objective(model, controls)
         best = min(best, comm.allreduce(time.perf_counter() - t0, op=mpi().MAX))
-        petsc().garbage_cleanup(comm)  # the sweep's n states sit on petsc4py's garbage list until now
     return best
 
 
@@ -228,7 +227,6 @@ def main() -> None:
     err0 = model_error(start["c"], c_true, 1.0)
     forward_seconds(model, start, repeat=1)  # warm-up: compilation, first allocations
     f0 = evaluate_objective(model, start)
-    PETSc.garbage_cleanup(comm)
     state_mib = snapshot_slot_bytes(model.snapshot_layout(), comm)["ram"] / 2 ** 20
     say = PETSc.Sys.Print
     say(f"wave {args.grid}x{args.grid}, {n} steps, dt {model.dt:.3g}, {comm.size} rank(s); state "

@@ -32,14 +32,23 @@ def compute_gradient(stepper, controls, schedule=None, levels=None, telemetry=No
             level.close()
 
 
+def _free_dropped(stepper) -> None:
+    """Destroy the states a sweep dropped: petsc4py parks a parallel Vec whose last reference went on
+    its communicator's garbage list until ``PETSc.garbage_cleanup`` (collective, as the sweep is)."""
+    from ..imports import petsc
+
+    petsc().garbage_cleanup(stepper.comm)
+
+
 def evaluate_objective(stepper, controls) -> float:
-    """J alone: one forward sweep, nothing stored."""
+    """J alone: one forward sweep, nothing stored (each dropped state freed as the sweep goes)."""
     stepper.set_controls(controls)
     u = stepper.initial_state()
     J = stepper.objective(0, u)
     for i in range(stepper.n_steps):
         u = stepper.step(i, u)
         J += stepper.objective(i + 1, u)
+        _free_dropped(stepper)
     return J
 
 
@@ -125,6 +134,7 @@ def tangent_linear(stepper, controls, dcontrols) -> float:
         du = stepper.tangent_step(i, u, u_next, du, dcontrols)
         u = u_next
         dJ += observe(i + 1, u, du)
+        _free_dropped(stepper)
     return dJ
 
 

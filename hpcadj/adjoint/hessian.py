@@ -701,6 +701,15 @@ class HessianProducts:
         return _result(stepper, result)
 
 
+def budget_options(checkpointing) -> dict:
+    """:class:`HessianProducts` options under an inversion's ``checkpointing``: its RAM budget
+    (``ram``, slots of one state or bytes per rank) and node-local directory; none (store-all)
+    without a RAM budget."""
+    if checkpointing is None or checkpointing.ram is None:
+        return {}
+    return {"ram": checkpointing.ram, "local_dir": checkpointing.local_dir}
+
+
 class HessianShell:
     """y = (H + w I) x over packed controls, as the context of a petsc4py shell Mat, for TAO's
     Newton methods (nls, bntr).

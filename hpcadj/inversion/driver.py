@@ -272,13 +272,14 @@ class Inversion:
 
     def _hessian(self, tao, space):
         """H v products (hpcadj.adjoint.hessian.HessianShell) as TAO's Hessian, for nls and bntr."""
-        from ..adjoint.hessian import HessianShell, check_model
+        from ..adjoint.hessian import HessianShell, budget_options, check_model
 
         try:
             check_model(self.model, self.gauss_newton)
         except ValueError as exc:
             raise InversionError(f"-tao_type {tao.getType()}: {exc}") from None
-        shell = HessianShell(self.model, space, gauss_newton=self.gauss_newton, regularization=float(self.weight))
+        shell = HessianShell(self.model, space, gauss_newton=self.gauss_newton, regularization=float(self.weight),
+                             **budget_options(self.checkpointing))
         tao.setHessian(shell.point, shell.matrix())
         pc = tao.getKSP().getPC()
         if pc.getType() in (None, "", "ilu", "icc", "lu", "cholesky", "bjacobi", "jacobi", "asm"):

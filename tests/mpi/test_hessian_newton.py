@@ -102,3 +102,25 @@ def test_bntr_takes_bounds_on_the_velocity(comm):
     c = result.controls["c"]
     assert result.iterations == 2 and result.counts["hessian_products"] > 0
     assert c.min()[1] >= 0.9 and c.max()[1] == 1.3, (c.min(), c.max())
+
+
+def test_inversion_products_use_the_ram_budget(comm):
+    """The driver hands its checkpointing's RAM budget to the Hessian products: under 6 slots (too
+    few for the 31 states) each product is a composite run that recomputes forward steps, and the
+    run is bitwise the store-all one."""
+    from hpcadj import Checkpointing
+    from hpcadj.inversion.driver import Inversion
+    from hpcadj.models.wave import WaveModel
+
+    runs = {}
+    for name, ck in (("store-all", None), ("budget", Checkpointing(ram=6, schedule="revolve"))):
+        model = WaveModel(comm, (12, 10), n_steps=30)
+        runs[name] = Inversion(model, ["c"], ck, tao_type="bntr", max_it=2, gatol=0.0, grtol=0.0).solve()
+    full, budget = runs["store-all"], runs["budget"]
+    assert budget.iterations == full.iterations == 2
+    assert budget.counts["hessian_products"] == full.counts["hessian_products"] > 0
+    sweeps = full.counts["hessian_forward_steps"]  # one forward sweep per Hessian point
+    assert budget.counts["hessian_forward_steps"] > sweeps + 30 * budget.counts["hessian_products"], \
+        (budget.counts, full.counts)
+    assert [h["J"] for h in budget.history] == [h["J"] for h in full.history]
+    assert (budget.controls["c"].getArray() == full.controls["c"].getArray()).all()

@@ -65,10 +65,12 @@ def rank_hosts(run_dir: Path) -> dict[int, str]:
 
 
 def gradient(path: Path) -> dict:
-    import h5py
+    """The gradient fields of a --gradient-out file (h5py's MPI build, as every later test needs)."""
     import numpy as np
 
-    with h5py.File(path, "r") as f:
+    from hpcadj.imports import h5py
+
+    with h5py().File(path, "r") as f:
         return {name: np.array(f[name]) for name in f if name.startswith("grad_")}
 
 

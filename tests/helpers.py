@@ -180,6 +180,15 @@ def slurm_job_env(submit_dir: Path, base: dict | None = None, keep: tuple = (), 
     return {k: v for k, v in env.items() if not k.startswith("SLURM_") or k in extra or k in keep}
 
 
+def rank_hosts(run_dir: Path) -> dict[int, str]:
+    """rank -> host name, from each rank's JSON-lines header."""
+    hosts = {}
+    for path in sorted(run_dir.glob("rank*.jsonl")):
+        header = json.loads(path.read_text().splitlines()[0])
+        hosts[header["rank"]] = header["host"]
+    return hosts
+
+
 def batch_output(submit_dir: Path) -> str:
     """Every batch output file (``*.out``) in ``submit_dir``, each under its name."""
     return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')}" for p in sorted(submit_dir.glob("*.out")))

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import ROOT, assert_jobs_completed, batch_output, slurm_cluster, slurm_job_env
+from .helpers import ROOT, assert_jobs_completed, batch_output, rank_hosts, slurm_cluster, slurm_job_env
 from .slurm_cluster import LOOPBACK_MPI, SlurmCluster
 
 # A few minutes on a 2-core machine: `make test-cluster` (and .ci/run) runs it, `make test` does not.
@@ -53,15 +53,6 @@ def job_env(cluster: SlurmCluster, submit_dir: Path, **extra) -> dict:
 
 def completed(cluster, job: str, submit_dir: Path, timeout: float = WAIT) -> None:
     assert_jobs_completed(cluster, job, submit_dir, timeout, log_lines=30)
-
-
-def rank_hosts(run_dir: Path) -> dict[int, str]:
-    """rank -> host name, from each rank's JSON-lines header."""
-    hosts = {}
-    for path in sorted(run_dir.glob("rank*.jsonl")):
-        header = json.loads(path.read_text().splitlines()[0])
-        hosts[header["rank"]] = header["host"]
-    return hosts
 
 
 def gradient(path: Path) -> dict:

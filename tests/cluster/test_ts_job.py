@@ -9,11 +9,11 @@ import json
 import os
 import re
 import shlex
-from pathlib import Path
 
 import pytest
 
-from ..helpers import HPCADJ, ROOT, assert_jobs_completed, mpirun, read_gradients, slurm_cluster, slurm_job_env
+from ..helpers import (HPCADJ, ROOT, assert_jobs_completed, mpirun, rank_hosts, read_gradients, slurm_cluster,
+                       slurm_job_env)
 from ..slurm_cluster import LOOPBACK_MPI
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900),
@@ -41,14 +41,6 @@ def docs_variables() -> dict:
     words = shlex.split(SBATCH_LINE)
     assert words[-2:] == ["sbatch", "jobs/gradient.sbatch"], SBATCH_LINE
     return dict(w.split("=", 1) for w in words[:-2])
-
-
-def rank_hosts(run_dir: Path) -> dict[int, str]:
-    hosts = {}
-    for path in sorted(run_dir.glob("rank*.jsonl")):
-        header = json.loads(path.read_text().splitlines()[0])
-        hosts[header["rank"]] = header["host"]
-    return hosts
 
 
 def test_users_ts_job_across_nodes_is_the_local_run(cluster, tmp_path):

@@ -10,7 +10,9 @@ from hpcadj.checkpoint.memory import budget_from_environment
 from .helpers import hpcadj, hpcadj_in_process, hpcadj_json
 
 MiB = 2 ** 20
-HEAT = ["run", "--model", "heat", "--grid", "128x128x128", "--steps", "30"]
+#: 8.4 MiB a state per rank on 2 ranks: store-all's 16 states need twice the margin given below
+STEPS = 16
+HEAT = ["run", "--model", "heat", "--grid", "128x128x128", "--steps", str(STEPS)]
 
 
 def least_budget(proc) -> float:
@@ -29,7 +31,7 @@ def test_peak_rss_of_every_rank_stays_within_a_budget_of_a_few_slots():
     memory = info["memory"]
     slots = info["levels"][0]["slots"]
     assert memory["budget"] == int(budget * MiB) and 2 <= slots <= 10, memory
-    assert info["forward_steps"] > 30 and info["schedule"] != "store-all"   # recomputes to fit
+    assert info["forward_steps"] > STEPS and info["schedule"] != "store-all"   # recomputes to fit
     assert info["peak_rss_bytes"] <= memory["budget"], (info["peak_rss_bytes"] / MiB, budget)
     assert memory["peak"] <= memory["budget"]
     # the same run with every state in RAM would not have fitted

@@ -1,10 +1,11 @@
 """Run every tests/mpi/ module under real ``mpirun -n 1, 2, 3 --oversubscribe``.
 
-Each rank runs pytest on the module; a failure on any rank makes mpirun exit non-zero and fails the
-test here; a deadlock is killed at the timeout and fails too. Modules whose run is mostly start-up
-(mpirun, Python, PETSc and pytest: 1-3 s per rank count on 2 cores, against a second or two of
-tests) share one mpirun per rank count, in the groups below; the test's id names every module of
-its run, so ``-k test_X`` still selects the run that holds test_X.
+Each rank runs pytest on the modules of one run; a failure on any rank makes mpirun exit non-zero
+and fails the test here; a deadlock is killed at the timeout and fails too. Every rank pays Python,
+MPI, PETSc, numba and pytest start-up (about 1.3 s of CPU on 2 cores), so the modules share two
+runs per rank count, of about equal cost: second-order and inversion modules, and the rest. A
+module in no group runs alone. The test's id names every module of its run, so ``-k test_X``
+still selects the run that holds test_X.
 """
 
 import pytest
@@ -12,20 +13,20 @@ import pytest
 from .helpers import PYTHON, ROOT, mpirun
 
 MODULES = sorted(p.name for p in (ROOT / "tests" / "mpi").glob("test_*.py"))
-#: modules run together by one mpirun (each takes a few seconds at most on 3 ranks)
+#: modules run together by one mpirun per rank count
 GROUPS = [
-    ("test_calibrate.py", "test_collective.py", "test_contract.py", "test_kernels.py", "test_layout_corrupt.py",
-     "test_run_guards.py", "test_rundir_identity.py", "test_storage_attach.py", "test_storage_levels.py",
-     "test_telemetry_runlog.py"),
-    ("test_burgers.py", "test_grayscott.py", "test_heat.py", "test_online_driver.py", "test_wave.py"),
-    ("test_faults.py", "test_memory_compression.py", "test_ts_grayscott.py"),
-    ("test_hessian.py", "test_hessian_plans.py"),
-    ("test_inversion.py", "test_inversion_shots.py"),
+    ("test_hessian.py", "test_hessian_newton.py", "test_hessian_plans.py", "test_hessian_products.py",
+     "test_inversion.py", "test_inversion_reuse.py", "test_inversion_shots.py"),
+    ("test_adaptive.py", "test_burgers.py", "test_calibrate.py", "test_checkpointing.py", "test_collective.py",
+     "test_contract.py", "test_faults.py", "test_grayscott.py", "test_heat.py", "test_kernels.py",
+     "test_layout_corrupt.py", "test_memory_compression.py", "test_online_driver.py", "test_run_guards.py",
+     "test_rundir_identity.py", "test_storage_attach.py", "test_storage_levels.py", "test_telemetry_runlog.py",
+     "test_ts_grayscott.py", "test_wave.py"),
 ]
 GROUPED = {name for group in GROUPS for name in group}
 RUNS = [tuple(name for name in group if name in MODULES) for group in GROUPS] + [
     (name,) for name in MODULES if name not in GROUPED]
-TIMEOUT_S = 420
+TIMEOUT_S = 600
 
 
 def test_every_grouped_module_exists():

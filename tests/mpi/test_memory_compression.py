@@ -31,12 +31,17 @@ def status_bytes(key):
         return int(re.search(rf"^{key}:\s+(\d+) kB", f.read(), re.M).group(1)) * 1024
 
 
+def wave(comm, steps):
+    """The wave model on GRID for ``steps`` steps."""
+    parser = Parser()
+    add_model_arguments(parser)
+    return build_model(parser.parse_args(["--model", "wave", "--grid", GRID, "--steps", str(steps)]), comm)
+
+
 @pytest.fixture(scope="module")
 def case(comm):
     """The model, controls away from the defaults, and their store-all gradient."""
-    parser = Parser()
-    add_model_arguments(parser)
-    model = build_model(parser.parse_args(["--model", "wave", "--grid", GRID, "--steps", str(N_STEPS)]), comm)
+    model = wave(comm, N_STEPS)
     controls = model.default_controls()
     controls["c"].scale(0.97)
     result = compute_gradient(model, controls)
@@ -85,8 +90,12 @@ def test_an_overflowing_pool_replans_sanely_within_the_budget_and_bitwise(comm, 
     assert peak <= session.memory.peak_bytes <= budget, (peak, session.memory.as_dict())
 
 
-def test_a_replan_that_must_recompute_a_lot_warns(comm, case):
-    # a store-all plan over a pool with room for one raw snapshot (about one late compressed one):
+#: the warning's run: short, so its quadratic recomputation stays a few seconds at 3 ranks
+WARN_STEPS = 36
+
+
+def test_a_replan_that_must_recompute_a_lot_warns(comm):
+    # a store-all plan over a pool with room for a third of a raw snapshot (one late compressed one):
     # no re-plan can avoid heavy recomputation, and the session's rule says so
     from hpcadj.adjoint import Driver
     from hpcadj.checkpoint.provision import recompute_warning
@@ -94,18 +103,21 @@ def test_a_replan_that_must_recompute_a_lot_warns(comm, case):
     from hpcadj.checkpoint.storage.codec import parse_codec
     from hpcadj.checkpoint.storage.compressed import PooledLevel
 
-    model, controls, J, grad = case
+    model = wave(comm, WARN_STEPS)
+    controls = model.default_controls()
+    controls["c"].scale(0.97)
+    reference = compute_gradient(model, controls)
     layout = model.snapshot_layout()
     raw = comm.allreduce(sum(f.local_nbytes for f in layout.values()), op=max_op())
-    level = PooledLevel(parse_codec("lossless"), layout, N_STEPS, raw, comm)
+    level = PooledLevel(parse_codec("lossless"), layout, WARN_STEPS, raw // 3, comm)
     totals = []
     try:
-        result = Driver(model, [level], on_replan=totals.append).run(make_schedule("store-all", N_STEPS, [N_STEPS]),
-                                                                      controls)
+        result = Driver(model, [level], on_replan=totals.append).run(
+            make_schedule("store-all", WARN_STEPS, [WARN_STEPS]), controls)
     finally:
         level.close()
-    assert result.J == J and level.overflows >= 1 and len(totals) == level.overflows
-    for name, ref in grad.items():
-        assert np.array_equal(result.gradient[name].getArray(), ref), name
-    assert totals[-1] == result.forward_steps > SLOW_RECOMPUTE_FACTOR * N_STEPS
-    assert "re-planned run evaluates" in recompute_warning(totals[-1], N_STEPS, "the re-planned run")
+    assert result.J == reference.J and level.overflows >= 1 and len(totals) == level.overflows
+    for name, ref in reference.gradient.items():
+        assert np.array_equal(result.gradient[name].getArray(), ref.getArray()), name
+    assert totals[-1] == result.forward_steps > SLOW_RECOMPUTE_FACTOR * WARN_STEPS
+    assert "re-planned run evaluates" in recompute_warning(totals[-1], WARN_STEPS, "the re-planned run")

@@ -1,7 +1,7 @@
-"""Compile and cache every model's numba kernels once, before the suite (in one or a few processes).
+"""Compile and cache every model's numba kernels once, at set-up (scripts/setup.sh, in two processes).
 
-The first call of a kernel compiles it and writes numba's on-disk cache; in a fresh clone the MPI
-tests would otherwise have several ranks compile and write the same cache entries at once. One
+The first call of a kernel compiles it and writes numba's on-disk cache; in a fresh clone the ranks
+of the first run or MPI test would otherwise compile and write the same cache entries at once. One
 gradient and one tangent of each model on a tiny grid (2-D and 3-D, grayscott with both Jacobians)
 reaches every model kernel; two small multi-level DPs forced onto the compiled path reach the
 planner's.

@@ -174,7 +174,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.quick:  # wave 96^3: 13.5 MiB a snapshot, 6.8 MiB per rank on 2, 4.5 on 3
         model, grid_ranks, mixes = ["--model", "wave", "--grid", "96x96x96", "--steps", "12"], [2, 3], \
-            [("ram+disk+pfs", True), ("ram+disk+pfs", False), ("ram+disk", True)]
+            [("ram+disk+pfs", True), ("ram+disk+pfs", False)]
         kill_model, kills = None, args.kills or 0
     else:  # wave 128^3: 32 MiB a snapshot, 32 / 16 / 10.7 MiB per rank on 1 / 2 / 3 ranks
         model, grid_ranks = ["--model", "wave", "--grid", "128x128x128", "--steps", "20"], [1, 2, 3]

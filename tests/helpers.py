@@ -117,12 +117,21 @@ def restart_args(base: list[str], tmp: Path, levels=RESTART_LEVELS, extra=(), ta
             "--run-dir", str(tmp / f"run{tag}")]
 
 
+def kill_env(at: str) -> dict:
+    """The environment of a run whose rank ``at`` (``RANK:ACTION`` or ``RANK:frontier=STEP``) SIGKILLs
+    itself there (``HPCADJ_INJECT_KILL``), with mpirun killing the survivors at once: its default
+    grace of 1 s between SIGTERM and SIGKILL, spent twice, is idle time to a rank blocked in a
+    collective with the dead one (4 s a killed run, not 2)."""
+    return {"HPCADJ_INJECT_KILL": at, "OMPI_MCA_odls_base_sigkill_timeout": "0"}
+
+
 def killed_run(args: list[str], nranks: int, at: str, *, timeout: float = 240,
                env: dict | None = None) -> subprocess.CompletedProcess:
     """``hpcadj args`` on ``nranks`` ranks with ``HPCADJ_INJECT_KILL=at`` (``RANK:ACTION`` or
     ``RANK:frontier=STEP``): that rank SIGKILLs itself there, and mpirun takes the job down, as on a
-    node failure. Fails the test unless the run died (not by its timeout) without printing a result."""
-    proc = hpcadj(args, nranks, timeout=timeout, env={**(env or {}), "HPCADJ_INJECT_KILL": at})
+    node failure (:func:`kill_env`). Fails the test unless the run died (not by its timeout) without
+    printing a result."""
+    proc = hpcadj(args, nranks, timeout=timeout, env={**(env or {}), **kill_env(at)})
     assert proc.returncode not in (0, 124), f"no injected kill at {at}: rc={proc.returncode}\n{proc.stderr[-3000:]}"
     assert proc.stdout.strip() == "", f"a killed run must not print a result:\n{proc.stdout}"
     return proc

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from .helpers import PYTHON, ROOT, mpirun
+from .helpers import PYTHON, ROOT, kill_env, mpirun
 
 JOB = str(ROOT / "tests" / "mpi" / "hessian_job.py")
 STEPS, SLOTS = 24, 3
@@ -49,7 +49,7 @@ def test_killed_in_the_reverse_sweep_and_resumed_is_bitwise(tmp_path, nranks):
     end_forward, kill_at = reverse_sweep_action()
     assert end_forward < kill_at < ref["actions"]
     run = ["--local-dir", str(local), "--run-dir", str(tmp_path / "run")]
-    killed = job(nranks, tmp_path / "killed", *run, env={"HPCADJ_INJECT_KILL": f"{nranks - 1}:{kill_at}"})
+    killed = job(nranks, tmp_path / "killed", *run, env=kill_env(f"{nranks - 1}:{kill_at}"))
     assert killed.returncode not in (0, 124), killed.stderr[-3000:]
     assert not list(tmp_path.glob("killed.rank*.npz"))
     resumed = result(job(nranks, tmp_path / "resumed", *run, "--resume"))

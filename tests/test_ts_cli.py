@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from .helpers import hpcadj, hpcadj_json
+from .helpers import hpcadj, hpcadj_json, kill_env
 from .helpers import read_gradients as gradients
 
 pytestmark = pytest.mark.mpi   # launches hpcadj under mpirun
@@ -39,7 +39,7 @@ def test_killed_then_resumed(reference, tmp_path, restart_costs, resume_ranks):
     ref_info, ref = reference
     args = ["run", *MODEL, *LEVELS, *restart_costs, "--pfs-file", str(tmp_path / "ck.h5"),
             "--local-dir", str(tmp_path), "--run-dir", str(tmp_path / "run"), "-ts_type", "rk"]
-    crashed = hpcadj([*args, "--json"], 2, timeout=240, env={"HPCADJ_INJECT_KILL": "1:40"})
+    crashed = hpcadj([*args, "--json"], 2, timeout=240, env=kill_env("1:40"))
     assert crashed.returncode != 0 and crashed.stdout.strip() == ""
     info = hpcadj_json([*args, "--resume", "--gradient-out", str(tmp_path / "g.h5")], resume_ranks, timeout=240)
     assert info["resumed"] and info["ranks"] == resume_ranks and info["recomputed_steps"] >= 0

@@ -112,7 +112,9 @@ def test_sigusr1_stops_cleanly_with_status_75_then_resumes(reference, tmp_path):
     proc = subprocess.Popen(["mpirun", "--oversubscribe", "-n", "2", HPCADJ, *args], cwd=ROOT,
                             env=mpi_env(slow), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
-    time.sleep(4.0)
+    deadline = time.monotonic() + 60  # signalled once its first durable point is on disk: mid-run
+    while not (rundir / "manifest.json").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
     os.kill(proc.pid, signal.SIGUSR1)
     try:
         out, err = proc.communicate(timeout=120)

@@ -350,12 +350,19 @@ def symmetry_test(model, controls, v, w, *, gauss_newton: bool = False) -> tuple
     return _dot(hv, w), _dot(v, hw)
 
 
-def gradient_difference(model, controls, direction, eps: float) -> dict:
-    """(g(m + e v) - g(m - e v)) / 2e, control name -> Vec: H v to O(e^2)."""
+def gradient_difference(model, controls, direction, eps: float, checkpointing=None) -> dict:
+    """(g(m + e v) - g(m - e v)) / 2e, control name -> Vec: H v to O(e^2). The two gradients are
+    store-all, or checkpointed sessions under ``checkpointing`` (a memory budget, say)."""
+    from .session import compute_gradient_checkpointed
     from .verify import compute_gradient
 
-    plus = compute_gradient(model, _shifted(controls, eps, direction)).gradient
-    minus = compute_gradient(model, _shifted(controls, -eps, direction)).gradient
+    def gradient(at):
+        if checkpointing is None:
+            return compute_gradient(model, at).gradient
+        return compute_gradient_checkpointed(model, checkpointing, controls=at).gradient
+
+    plus = gradient(_shifted(controls, eps, direction))
+    minus = gradient(_shifted(controls, -eps, direction))
     out = {}
     for k in plus:
         out[k] = plus[k].copy()
@@ -534,6 +541,55 @@ def _same_controls(model, a: dict, b: dict) -> bool:
     return not any_rank(model.comm, differ)
 
 
+def settled_rss(comm) -> int:
+    """This rank's resident set once what is already dropped is freed: collected garbage, parallel
+    Vecs awaiting ``garbage_cleanup``, the models' idle pooled buffers and the heap's free pages
+    (the baseline a budget's slots are counted from). Collective."""
+    import gc
+
+    from ..checkpoint.memory import process_rss_bytes
+    from ..imports import petsc
+    from ..models.kernels import release_idle_buffers
+
+    gc.collect()
+    petsc().garbage_cleanup(comm)
+    release_idle_buffers()
+    return process_rss_bytes() or 0
+
+
+def product_memory(model, memory, *, gauss_newton: bool = False, local_dir=None, baseline=None):
+    """How Hessian products of ``model`` fit the whole-process budget ``memory`` per rank (bytes, or
+    text such as ``"3GiB"``): the one rule ``hpcadj invert``'s Newton types and ``hpcadj hesscheck``
+    share (:func:`hpcadj.checkpoint.memory.plan_products` over the composite's working set, one
+    state's and the controls' bytes, the largest rank's each, and the settled resident set plus the
+    planner's allocator slack). ``baseline``: the resident set to count from (default
+    :func:`settled_rss` now). Returns the ProductMemory; ConfigError (one line, naming the least
+    budget that would do) when no mode fits. Collective."""
+    from ..checkpoint.memory import plan_products
+    from ..checkpoint.options import ConfigError, fmt_bytes, memory_bytes
+    from ..checkpoint.provision import ALLOCATOR_SLACK_BYTES
+    from ..imports import mpi
+    from ..snapshot import layout_bytes
+
+    budget = memory_bytes(memory, "--memory")
+    comm, MAX = model.comm, mpi().MAX
+    if baseline is None:
+        baseline = settled_rss(comm)
+    baseline = comm.allreduce(int(baseline), op=MAX) + ALLOCATOR_SLACK_BYTES
+    state = comm.allreduce(layout_bytes(model.snapshot_layout()), op=MAX)
+    controls = comm.allreduce(layout_bytes(model.control_layout()), op=MAX)
+    composite = 2.0 * SecondOrderStepper(model, gauss_newton=gauss_newton).working_set_states()
+    fit = plan_products(composite, model.n_steps, budget_bytes=budget, baseline_bytes=baseline,
+                        snapshot_bytes=state, control_bytes=controls, local=local_dir is not None)
+    if fit.mode is None:
+        raise ConfigError(f"--memory {fmt_bytes(budget)} per rank cannot hold a Hessian product: the process "
+                          f"holds {fmt_bytes(baseline)} (with the planner's slack) before the product's "
+                          f"working set of {composite:.1f} states of {fmt_bytes(state)}, its driver's states "
+                          f"and slots; the least budget that would do is {fmt_bytes(fit.least)}")
+    fit.memory.detail["source"] = "--memory"
+    return fit
+
+
 class HessianProducts:
     """Several H v at the same controls from one forward sweep: u_0 .. u_n are computed once and
     kept (in RAM, or with ``local_dir`` on node-local disk), and each product runs only the tangent
@@ -552,6 +608,10 @@ class HessianProducts:
     second-order step reads lambda_{i+1} and returns lambda_i from the same solves, so there lambda is
     recomputed with dlambda.
 
+    ``memory`` (a whole-process budget per rank, bytes or text such as ``"2GiB"``) chooses the mode
+    and the slots instead, by :func:`product_memory` counted from ``baseline`` (default: the settled
+    resident set now); ``ram`` then caps the slots. ConfigError when no mode fits.
+
     :meth:`hessian_action` with other ``controls`` runs a new forward sweep (nothing is reused).
     ``counts`` tallies the model's forward and tangent steps, the second-order adjoint steps
     (``adjoint``), those that computed lambda too (``lambda``), the products and forward sweeps.
@@ -561,12 +621,12 @@ class HessianProducts:
     MIN_SLOTS = 2
 
     def __init__(self, model, controls, *, gauss_newton: bool = False, ram=None, local_dir=None,
-                 schedule: str = "revolve"):
+                 schedule: str = "revolve", memory=None, baseline=None):
         check_model(model, gauss_newton)
         self.model, self.gauss_newton = model, gauss_newton
         self.local_dir, self.schedule_name = local_dir, schedule
         n = model.n_steps
-        self.slots = None
+        self.slots = self.memory = None
         if ram is not None:
             from ..checkpoint.manager import snapshot_slot_bytes
             from ..checkpoint.budget import budget_slots
@@ -576,7 +636,12 @@ class HessianProducts:
             if self.slots < self.MIN_SLOTS:
                 raise ValueError(f"ram={ram}: a product needs at least {self.MIN_SLOTS} slots of one state "
                                  f"({state_bytes} bytes per rank)")
-        if self.slots is None:
+        if memory is not None:
+            fit = product_memory(model, memory, gauss_newton=gauss_newton, local_dir=local_dir, baseline=baseline)
+            self.memory = fit.memory
+            cap = None if self.slots is None else (self.slots // 2 if fit.mode == "recompute" else self.slots)
+            self.mode, self.plan_slots = fit.mode, fit.slots if cap is None else max(1, min(fit.slots, cap))
+        elif self.slots is None:
             self.mode, self.plan_slots = "store-all", None
         elif self.slots >= n + 1 + self.MIN_SLOTS:
             self.mode, self.plan_slots = "ram", self.slots - (n + 1)
@@ -611,20 +676,26 @@ class HessianProducts:
             if keep:
                 self.states.put(i + 1, u)
             self.J += model.objective(i + 1, u)
-        petsc().garbage_cleanup(model.comm)
+            petsc().garbage_cleanup(model.comm)  # a parallel Vec dropped is freed only here
         self.counts["forward"] += model.n_steps
         self.counts["forward_sweeps"] += 1
 
     def close(self) -> None:
+        """Free the kept states (and remove their node-local files)."""
+        from ..imports import petsc
+
         if self.states is not None:
             self.states.close()
             self.states = None
+            petsc().garbage_cleanup(self.model.comm)
 
     def hessian_action(self, v, controls=None) -> HessianResult:
         """J, dJ/dm and H v for direction ``v``; at ``controls`` if given (a new forward sweep when
         they differ from the kept ones in any byte), else at the kept controls."""
         if controls is not None and not _same_controls(self.model, controls, self.controls):
             self._forward(controls)
+        if self.memory is not None:  # the last product's levels, pooled, are no part of this one's room
+            settled_rss(self.model.comm)
         if self.mode == "store-all":
             out = self._store_all(v)
         else:
@@ -701,13 +772,34 @@ class HessianProducts:
         return _result(stepper, result)
 
 
-def budget_options(checkpointing) -> dict:
-    """:class:`HessianProducts` options under an inversion's ``checkpointing``: its RAM budget
-    (``ram``, slots of one state or bytes per rank) and node-local directory; none (store-all)
-    without a RAM budget."""
-    if checkpointing is None or checkpointing.ram is None:
+def budget_options(checkpointing, comm=None) -> dict:
+    """:class:`HessianProducts` options under an inversion's ``checkpointing``: its whole-process
+    budget (``memory``: ``--memory``, else ``$HPCADJ_MEMORY`` or SLURM's, as a gradient session
+    takes it; a node's budget shared among the ranks of ``comm`` on that node), its RAM budget
+    (``ram``, slots of one state or bytes per rank, an upper bound under ``memory``), its node-local
+    directory and one-level schedule; none (store-all) without a budget. Collective over ``comm``
+    (default: the world)."""
+    if checkpointing is None:
         return {}
-    return {"ram": checkpointing.ram, "local_dir": checkpointing.local_dir}
+    from ..checkpoint.provision import _memory_budget
+    from ..imports import mpi
+
+    MPI = mpi()
+    node = (comm or MPI.COMM_WORLD).Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        memory, _source = _memory_budget(checkpointing, node.size)
+    finally:
+        node.Free()
+    if memory is None and checkpointing.ram is None:
+        return {}
+    out = {"local_dir": checkpointing.local_dir}
+    if checkpointing.ram is not None:
+        out["ram"] = checkpointing.ram
+    if memory is not None:
+        out["memory"] = memory
+    if checkpointing.schedule not in (None, "auto", "store-all", "multilevel"):
+        out["schedule"] = checkpointing.schedule
+    return out
 
 
 class HessianShell:
@@ -717,18 +809,24 @@ class HessianShell:
     ``space`` packs the inverted controls into one Vec (:class:`hpcadj.inversion.space.ControlSpace`:
     ``pack``, ``unpack``, ``names``, ``vec``); ``w`` is a zeroth-order Tikhonov weight. TAO's Hessian
     callback (:meth:`point`) fixes m and runs one forward sweep (:class:`HessianProducts`, which
-    ``products_options`` such as ``ram`` and ``local_dir`` configure); every product after it
-    (:meth:`mult`, one per Krylov iteration) runs only the tangent and reverse sweeps.
+    ``products_options`` such as ``ram``, ``memory`` and ``local_dir`` configure); every product after
+    it (:meth:`mult`, one per Krylov iteration) runs only the tangent and reverse sweeps.
+    :meth:`release` frees the kept states between Krylov solves (a product after it runs the
+    forward sweep at the same m again); ``prepare`` is called before each forward sweep (the
+    inversion frees its own kept levels there, so that a budget holds one of the two at a time).
     """
 
     def __init__(self, model, space, *, gauss_newton: bool = False, regularization: float = 0.0,
-                 **products_options):
+                 prepare=None, **products_options):
         self.model, self.space = model, space
         self.gauss_newton, self.weight = gauss_newton, float(regularization)
         self.products_options = products_options
-        self.products = self.mat = None
+        self.prepare = prepare
+        self.products = self.mat = self.x = None
         self.count = 0
+        self.sweeps = 0
         self.steps = {"forward": 0, "tangent": 0, "adjoint": 0}
+        self.peak_predicted = None
 
     def matrix(self):
         """The shell Mat (collective); :meth:`close` destroys it."""
@@ -742,29 +840,51 @@ class HessianShell:
 
     def point(self, tao, x, H, P) -> None:
         """TAO's Hessian callback: the products that follow are at the controls packed in ``x``."""
-        self._release()
-        self.products = HessianProducts(self.model, self.space.unpack(x), gauss_newton=self.gauss_newton,
-                                        **self.products_options)
+        self.release()
+        if self.x is not None:
+            self.x.destroy()
+        self.x = x.copy()
+        self._products()
+
+    def _products(self) -> "HessianProducts":
+        if self.products is None:
+            if self.prepare is not None:
+                self.prepare()
+            controls = self.space.unpack(self.x)
+            self.products = HessianProducts(self.model, controls, gauss_newton=self.gauss_newton,
+                                            **self.products_options)
+            for vec in controls.values():
+                vec.destroy()
+            self.sweeps += 1
+            if self.products.memory is not None:
+                peak = self.products.memory.peak_bytes
+                self.peak_predicted = max(self.peak_predicted or 0, peak)
+        return self.products
 
     def mult(self, mat, x, y) -> None:
         v = self.space.unpack(x)
         for name, vec in v.items():
             if name not in self.space.names:
                 vec.set(0.0)
-        self.space.pack(self.products.hessian_action(v).hessian, y)
+        self.space.pack(self._products().hessian_action(v).hessian, y)
         if self.weight:
             y.axpy(self.weight, x)
         self.count += 1
 
     def counts(self) -> dict:
-        """Products so far and the model steps they took (forward sweeps included)."""
+        """Products so far, the forward sweeps they ran and the model steps they took."""
         steps = dict(self.steps)
         if self.products is not None:
             for key in steps:
                 steps[key] += self.products.counts[key]
-        return {"hessian_products": self.count, **{f"hessian_{k}_steps": v for k, v in steps.items()}}
+        out = {"hessian_products": self.count, "hessian_forward_sweeps": self.sweeps,
+               **{f"hessian_{k}_steps": v for k, v in steps.items()}}
+        if self.peak_predicted is not None:
+            out["hessian_predicted_peak_bytes"] = self.peak_predicted
+        return out
 
-    def _release(self) -> None:
+    def release(self) -> None:
+        """Free the kept states (and their node-local files); the point stays."""
         if self.products is not None:
             for key in self.steps:
                 self.steps[key] += self.products.counts[key]
@@ -773,7 +893,10 @@ class HessianShell:
 
     def close(self) -> None:
         """Release the kept forward states (and their node-local files) and the shell Mat."""
-        self._release()
+        self.release()
+        if self.x is not None:
+            self.x.destroy()
+            self.x = None
         if self.mat is not None:
             self.mat.destroy()
             self.mat = None

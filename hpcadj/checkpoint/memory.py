@@ -269,3 +269,89 @@ def node_memory_bytes() -> tuple[int | None, str]:
         if text.isdigit() and (best is None or int(text) < best):
             best, what = int(text), f"this job's memory limit ({path})"
     return best, what
+
+
+#: what a Hessian product's reverse sweep holds beyond a gradient driver's states: its adjoint is the
+#: pair (lambda, dlambda), two states where the driver's count has one (held and built)
+PRODUCT_ADJOINT_STATES = 2
+#: RAM slots a product's plan needs at least (one du each; a composite plan needs one pair)
+PRODUCT_MIN_SLOTS = 2
+#: node-local kept states a product holds in process memory: the last 3 read and a synchronous
+#: level's copy and read (``hpcadj.adjoint.hessian._StateStore``)
+PRODUCT_LOCAL_STATES = 3 + 2
+
+
+class _Declared:
+    """A working set given as a number of states (what :func:`plan_memory` reads of a stepper)."""
+
+    def __init__(self, states: float):
+        self.states = states
+
+    def working_set_states(self) -> float:
+        return self.states
+
+
+@dataclass(frozen=True)
+class ProductMemory:
+    """How Hessian products fit a whole-process budget (:func:`plan_products`).
+
+    ``mode``: ``ram`` (u_0 .. u_n kept in RAM, each product's du chain planned over ``slots`` RAM
+    slots of one state), ``local`` (u kept in node-local files, the same plan) or ``recompute``
+    (each product a composite run, ``slots`` RAM slots of one pair (u, du)); ``memory`` the
+    prediction with those slots (None when nothing fits); ``least`` the least budget that holds
+    the cheapest mode possible.
+    """
+
+    mode: str | None
+    slots: int
+    memory: MemoryPlan | None
+    least: int
+
+
+def plan_products(composite_states: float, n_steps: int, *, budget_bytes: int, baseline_bytes: int,
+                  snapshot_bytes: int, control_bytes: int, local: bool = False) -> ProductMemory:
+    """The mode and RAM slots of Hessian products under ``budget_bytes`` per rank.
+
+    ``composite_states`` is the composite stepper's working set in *model* states (the model's own,
+    the direction's copies, the tangent and second-order transients); ``snapshot_bytes`` one model
+    state's bytes, ``control_bytes`` the model's controls' (six sets are counted: the composite's
+    m and v, its gradient dJ/dm and H v, and the products' own copies of m and of dJ/dm). Counted
+    per mode on top of ``baseline_bytes``:
+
+    - ``ram``: the composite's working set, the driver's states of the du chain plus the pair
+      (lambda, dlambda) (:data:`PRODUCT_ADJOINT_STATES`), the n + 1 kept states, and the plan's slots;
+    - ``local`` (when ``local``): the same with :data:`PRODUCT_LOCAL_STATES` in place of the kept
+      states;
+    - ``recompute``: :func:`plan_memory` of the composite, whose state (and slot) is the pair.
+
+    The first mode (in that order) with at least :data:`PRODUCT_MIN_SLOTS` slots (one pair slot for
+    ``recompute``) wins; slots are capped at what a plan can use (n + 1).
+    """
+    n = int(n_steps)
+    controls = 3 * int(control_bytes)  # plan_memory counts twice this: controls and gradient
+    chain = [("ram", n + 1)] + ([("local", PRODUCT_LOCAL_STATES)] if local else [])
+    least = None
+    for mode, kept in chain:
+        states = composite_states + PRODUCT_ADJOINT_STATES + kept
+        plan = plan_memory(_Declared(states), budget_bytes=budget_bytes, baseline_bytes=baseline_bytes,
+                           snapshot_bytes=snapshot_bytes, control_bytes=controls)
+        need = least_budget(plan, PRODUCT_MIN_SLOTS)
+        least = need if least is None else min(least, need)
+        if plan.ram_slots_fit >= PRODUCT_MIN_SLOTS:
+            slots = min(plan.ram_slots_fit, n + 1)
+            return ProductMemory(mode, slots, _with_slots(plan, slots, mode, kept), least)
+    pair = plan_memory(_Declared(composite_states / 2.0), budget_bytes=budget_bytes, baseline_bytes=baseline_bytes,
+                       snapshot_bytes=2 * snapshot_bytes, control_bytes=controls)
+    least = min(least, least_budget(pair, 1))
+    if pair.ram_slots_fit >= 1:
+        slots = min(pair.ram_slots_fit, n + 1)
+        return ProductMemory("recompute", slots, _with_slots(pair, slots, "recompute", 0), least)
+    return ProductMemory(None, 0, None, least)
+
+
+def _with_slots(plan: MemoryPlan, slots: int, mode: str, kept: int) -> MemoryPlan:
+    """``plan`` with ``slots`` RAM slots counted, and the products' mode and kept states noted."""
+    from dataclasses import replace
+
+    return replace(plan, ram_slot_bytes=slots * plan.snapshot_bytes,
+                   detail={**plan.detail, "ram_slots": slots, "mode": mode, "kept_states": kept})

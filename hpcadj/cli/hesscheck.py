@@ -31,12 +31,16 @@ def add_parser(subparsers) -> None:
     p.add_argument("--sym-tol", type=positive_float, default=1e-10,
                    help="largest relative |<Hv, w> - <v, Hw>| accepted (default 1e-10)")
     p.add_argument("--gauss-newton", action="store_true", help="check the Gauss-Newton product instead")
+    p.add_argument("--memory", default=None, metavar="BYTES",
+                   help="whole-process memory budget per rank (3GiB): the products and gradients are "
+                        "checkpointed to fit it, by the rule hpcadj invert's nls/bntr use (default: store-all)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
     from ..adjoint import hessian as H
+    from ..adjoint.session import Checkpointing, ConfigError
     from . import CliError
 
     comm = world(args)
@@ -51,17 +55,26 @@ def main(args) -> int:
     v = H.scaled_direction(model, controls, 11, scale=scale)
     w = H.scaled_direction(model, controls, 13, scale=scale)
     gn = args.gauss_newton
+    budget = None
     try:
-        hv = H.hessian_action(model, controls, v, gauss_newton=gn)
-        hw = H.hessian_action(model, controls, w, gauss_newton=gn)
+        if args.memory is None:
+            hv = H.hessian_action(model, controls, v, gauss_newton=gn)
+            hw = H.hessian_action(model, controls, w, gauss_newton=gn)
+        else:
+            hv, hw, budget = _budgeted_products(H, model, controls, v, w, gn, args.memory)
         a, b = H._dot(hv.hessian, w), H._dot(v, hw.hessian)
         taylor = fd = None
         if not gn:
             taylor = H.second_order_taylor_test(model, controls, v, eps0=eps0, halvings=args.halvings, hess=hv)
-            fd = [H.relative_difference(hv.hessian, H.gradient_difference(model, controls, v, e))
+            ck = None if args.memory is None else Checkpointing(memory=args.memory)
+            fd = [H.relative_difference(hv.hessian, H.gradient_difference(model, controls, v, e, ck))
                   for e in (args.fd_eps, 0.5 * args.fd_eps)]
     except SolverError as exc:
         raise solver_failure(exc, "a smaller --dt or --eps may help") from None
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
+    if budget is not None:
+        budget["peak_rss_bytes"] = comm.allreduce(_peak_rss_bytes(), op=_max_op())
     sym = abs(a - b) / max(abs(a), abs(b), 1e-300)
     passed = sym <= args.sym_tol
     fd_rate = None
@@ -71,6 +84,8 @@ def main(args) -> int:
     if comm.rank == 0:
         info = {**model.describe(), "ranks": comm.size, "J": hv.J, "product": "gauss-newton" if gn else "newton",
                 "symmetry": {"vHw": b, "wHv": a, "relative": sym, "tolerance": args.sym_tol}, "passed": passed}
+        if budget is not None:
+            info["memory"] = budget
         if not gn:
             info["taylor"] = {"eps": taylor.eps, "remainders": taylor.remainders, "rates": taylor.rates,
                               "min_rate": taylor.min_rate, "need": MIN_RATE}
@@ -88,3 +103,29 @@ def main(args) -> int:
             print(f"  symmetry: <Hv,w> {a:.15e} <v,Hw> {b:.15e} relative {sym:.2e} (need <= {args.sym_tol:.0e})")
             print("  PASSED" if passed else "  FAILED")
     return 0 if passed else 1
+
+
+def _budgeted_products(H, model, controls, v, w, gauss_newton: bool, memory):
+    """H v and H w from one forward sweep under the whole-process budget ``memory``
+    (:class:`~hpcadj.adjoint.hessian.HessianProducts`), and how they fitted it."""
+    products = H.HessianProducts(model, controls, gauss_newton=gauss_newton, memory=memory)
+    try:
+        hv, hw = products.hessian_action(v), products.hessian_action(w)
+    finally:
+        products.close()
+    plan = products.memory
+    return hv, hw, {"budget": plan.budget_bytes, "mode": products.mode, "slots": products.plan_slots,
+                    "predicted_peak_bytes": plan.peak_bytes, "forward_steps": products.counts["forward"],
+                    "tangent_steps": products.counts["tangent"]}
+
+
+def _peak_rss_bytes() -> int:
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _max_op():
+    from ..imports import mpi
+
+    return mpi().MAX

@@ -272,14 +272,21 @@ class Inversion:
 
     def _hessian(self, tao, space):
         """H v products (hpcadj.adjoint.hessian.HessianShell) as TAO's Hessian, for nls and bntr."""
-        from ..adjoint.hessian import HessianShell, budget_options, check_model
+        from ..adjoint.hessian import HessianShell, budget_options, check_model, product_memory
 
+        options = budget_options(self.checkpointing, self.comm)
         try:
             check_model(self.model, self.gauss_newton)
+            if "memory" in options:  # a budget no product fits is refused before TAO starts
+                product_memory(self.model, options["memory"], gauss_newton=self.gauss_newton,
+                               local_dir=options.get("local_dir"))
         except ValueError as exc:
             raise InversionError(f"-tao_type {tao.getType()}: {exc}") from None
+        cache, budgeted = self._cache, "memory" in options
         shell = HessianShell(self.model, space, gauss_newton=self.gauss_newton, regularization=float(self.weight),
-                             **budget_options(self.checkpointing))
+                             prepare=(lambda: _drop_kept(cache)) if budgeted else None, **options)
+        if budgeted:
+            _release_before_evaluations(cache, shell)
         tao.setHessian(shell.point, shell.matrix())
         pc = tao.getKSP().getPC()
         if pc.getType() in (None, "", "ilu", "icc", "lu", "cholesky", "bjacobi", "jacobi", "asm"):
@@ -336,6 +343,29 @@ class Inversion:
         os.makedirs(parent, exist_ok=True)
         with open(self.log, "a") as fh:
             fh.write(dumps({"time": iso_time(time.time()), **record}) + "\n")
+
+
+def _drop_kept(cache) -> None:
+    """Discard the cache's kept first sweep (its levels and states), if any, before a product's
+    forward sweep: under a whole-process budget the two do not fit together."""
+    entry = getattr(cache, "entry", None)
+    if entry is not None and getattr(entry, "session", None) is not None:
+        cache.drop()
+
+
+def _release_before_evaluations(cache, shell) -> None:
+    """Make every objective or gradient request of ``cache`` that computes free the products' kept
+    states first, so that under a whole-process budget a gradient session finds the room the
+    products held (a request the cache answers from its entry keeps them)."""
+    for name in ("objective", "gradient"):
+        evaluate = getattr(cache, name)
+
+        def released(x, _evaluate=evaluate, _gradient=name == "gradient"):
+            entry = getattr(cache, "entry", None)
+            if entry is None or entry.key != cache.key(x) or (_gradient and entry.gradient is None):
+                shell.release()
+            return _evaluate(x)
+        setattr(cache, name, released)
 
 
 def _peak_rss_bytes() -> int:

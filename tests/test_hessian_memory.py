@@ -1,0 +1,96 @@
+"""Hessian products under a whole-process budget (``memory=``, ``--memory``): the process's peak
+resident set, measured from a settled baseline (VmHWM reset), stays within the budget where the
+store-all products would not fit, and H v is bitwise store-all's. Wave 384x384 (2.25 MiB a state),
+40 steps, one rank, in process."""
+
+import contextlib
+import io
+import json
+
+import numpy as np
+import pytest
+
+from hpcadj.adjoint import hessian as H
+from hpcadj.imports import mpi
+from hpcadj.models.wave import WaveModel
+
+pytestmark = pytest.mark.timeout(120)
+MiB = 2 ** 20
+GRID, N = (384, 384), 40
+
+
+def peak_since_reset(run):
+    """``run()``'s result and this process's peak resident set while it ran (VmHWM reset first)."""
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
+    out = run()
+    with open("/proc/self/status") as fh:
+        hwm = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmHWM:"))
+    return out, hwm
+
+
+def products(model, controls, directions, **options):
+    """Each direction's H v (owned arrays) from one HessianProducts, and the products object."""
+    p = H.HessianProducts(model, controls, gauss_newton=False, **options)
+    try:
+        return [H.owned_arrays(model, p.hessian_action(v).hessian) for v in directions], p
+    finally:
+        p.close()
+
+
+@pytest.fixture(scope="module")
+def problem():
+    model = WaveModel(mpi().COMM_SELF, GRID, n_steps=N)
+    controls = model.default_controls()
+    shift = H.scaled_direction(model, controls, 7, scale={k: 0.05 for k in controls})
+    for k in controls:  # controls no earlier evaluation in this process used
+        controls[k].axpy(1.0, shift[k])
+    directions = [H.scaled_direction(model, controls, s, scale={k: 0.1 for k in controls}) for s in (11, 13)]
+    small = WaveModel(mpi().COMM_SELF, (16, 16), n_steps=3)  # compiles the kernels before any baseline
+    H.hessian_action(small, small.default_controls(), H.scaled_direction(small, small.default_controls(), 1))
+    return model, controls, directions
+
+
+@pytest.mark.parametrize("room, mode", [(90, "recompute"), (175, "ram")])
+def test_products_peak_within_the_budget_and_bitwise(problem, room, mode):
+    model, controls, directions = problem
+    budget = H.settled_rss(model.comm) + room * MiB
+    (held, p), peak = peak_since_reset(lambda: products(model, controls, directions, memory=budget))
+    assert p.mode == mode and peak <= budget, (p.mode, p.plan_slots, (peak - budget) / MiB)
+    assert p.memory.peak_bytes <= budget
+    assert p.counts["forward"] >= N and p.counts["products"] == 2
+    if mode == "recompute":
+        assert p.counts["forward"] > 2 * N  # the pairs did not fit: forward steps recomputed
+    H.settled_rss(model.comm)
+    (full, q), full_peak = peak_since_reset(lambda: products(model, controls, directions))
+    assert q.mode == "store-all" and full_peak > budget  # store-all would not have fitted
+    for got, want in zip(held, full):
+        assert set(got) == set(want) and all(np.array_equal(got[k], want[k]) for k in want)
+
+
+def test_a_budget_no_product_fits_names_the_least(problem):
+    from hpcadj.checkpoint.options import ConfigError
+
+    model, controls, _ = problem
+    with pytest.raises(ConfigError, match=r"cannot hold a Hessian product: .*least budget that would do is"):
+        H.HessianProducts(model, controls, memory=H.settled_rss(model.comm) + 20 * MiB)
+
+
+def test_hesscheck_memory_goes_through_the_same_rule():
+    """``hpcadj hesscheck --memory``: PASSED, the products under the budget, and a budget too small
+    is one line and exit 2."""
+    from hpcadj.cli import main
+
+    def invoke(*argv):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(["hesscheck", "--model", "wave", "--grid", "12x10", "--steps", "20", "--json", *argv])
+        return rc, out.getvalue(), err.getvalue()
+
+    rc, out, err = invoke("--memory", "2GiB")
+    info = json.loads(out)
+    assert rc == 0 and info["passed"], (out, err)
+    assert info["memory"]["budget"] == 2 * 2 ** 30 and info["memory"]["mode"] == "ram"
+    assert info["memory"]["peak_rss_bytes"] <= info["memory"]["budget"]
+    rc, out, err = invoke("--memory", "1MiB")
+    assert rc == 2 and out == "" and "cannot hold" in err and len(err.strip().splitlines()) == 1, err

@@ -22,6 +22,9 @@ def mpi_env(extra: dict | None = None) -> dict:
                OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONUNBUFFERED="1")
     # Two cores, several ranks: let OpenMPI yield instead of spinning in busy-wait.
     env.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+    # No binding: OpenMPI binds the ranks of an `mpirun -n 1` or `-n 2` to cores 0 (and 1), so the
+    # jobs of two pytest workers piled up on core 0 while core 1 idled.
+    env.setdefault("OMPI_MCA_hwloc_base_binding_policy", "none")
     if extra:
         env.update(extra)
     return env

@@ -17,7 +17,8 @@ def test_quick_soak_passes_every_check(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "soak" / "run.py"), "--quick",
                            "--out", str(tmp_path), "--scratch", str(tmp_path)],
                           capture_output=True, text=True, timeout=600, cwd=ROOT,
-                          env=dict(os.environ))  # not the MPI singleton variables in-process tests left
+                          # not the MPI singleton variables in-process tests left; no core binding (mpi_env)
+                          env={**os.environ, "OMPI_MCA_hwloc_base_binding_policy": "none"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with open(tmp_path / "results.csv") as f:
         rows = list(csv.DictReader(f))

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from .cache import EvaluationCache
 from .iterates import IterateError, IterateStore
-from .space import ControlSpace, Tikhonov
+from .space import ControlSpace, Scaling, Tikhonov
 
 #: TAO types the inversion drives; the Newton types get H v through a shell matrix
 TAO_TYPES = ("lmvm", "blmvm", "bqnls", "nls", "bntr")
@@ -86,6 +86,8 @@ class Inversion:
     this solve only (a process whose PETSc was initialised earlier never saw its command line's).
     ``evaluations`` replaces :class:`~.cache.EvaluationCache` (:mod:`.shots` sums shots), and
     ``primary`` False leaves the run directory's writes to another group of ranks (a shot group).
+    ``scaling`` maps inverted controls to positive weights s (:class:`~.space.Scaling`: TAO steps in
+    m / s, a diagonal preconditioner; not with nls or bntr; ``grad_norm`` is then the scaled one's).
     Collective over the model's communicator.
     """
 
@@ -93,7 +95,8 @@ class Inversion:
                  regularization: float = 0.0, reference=None, tao_type: str = "lmvm", max_it: int = 50,
                  gatol=None, grtol=None, gttol=None, run_dir=None, resume: bool = False,
                  should_stop=None, time_limit=None, log=None, policy: str = "keep", on_iteration=None,
-                 tao_options=None, evaluations=None, primary: bool = True, gauss_newton: bool = True):
+                 tao_options=None, evaluations=None, primary: bool = True, gauss_newton: bool = True,
+                 scaling=None):
         self.model, self.comm = model, model.comm
         self.invert = [invert] if isinstance(invert, str) else list(invert)
         self.checkpointing = checkpointing
@@ -110,12 +113,13 @@ class Inversion:
         self.evaluations = evaluations or EvaluationCache  # (model, space, checkpointing, policy=): shots.py's
         self.primary = primary  # False: a shot group mirroring group 0, which alone writes run_dir
         self.gauss_newton = gauss_newton  # nls/bntr: Gauss-Newton products (else the exact Hessian)
+        self.scaling = dict(scaling or {})
 
     def identity(self) -> dict:
         """What makes two inversions the same one (a resume must match it)."""
         return {"model": self.model.describe(), "invert": self.invert, "tao_type": self.tao_type,
                 "bounds": {k: list(v) for k, v in sorted(self.bounds.items())},
-                "regularization": self.weight}
+                "regularization": self.weight, **({"scaling": sorted(self.scaling)} if self.scaling else {})}
 
     def check(self) -> None:
         """InversionError for options no inversion can use, before any work (same on every rank)."""
@@ -137,6 +141,8 @@ class Inversion:
         if self.bounds and self.tao_type not in BOUNDED_TYPES:
             raise InversionError(f"bounds need a bounded method (--tao {' or '.join(BOUNDED_TYPES)}); "
                                  f"{self.tao_type} ignores them")
+        if self.scaling and self.tao_type in NEWTON_TYPES:
+            raise InversionError(f"a scaling needs a quasi-Newton method (lmvm, blmvm, bqnls), not {self.tao_type}")
         if not (isinstance(self.weight, (int, float)) and math.isfinite(self.weight) and self.weight >= 0):
             raise InversionError(f"the regularisation weight must be >= 0, got {self.weight}")
         if not (isinstance(self.max_it, int) and self.max_it >= 0):
@@ -168,6 +174,17 @@ class Inversion:
         except IterateError as exc:
             raise InversionError(str(exc)) from None
         x = space.pack(start)
+        try:
+            scale = Scaling(space, self.scaling) if self.scaling else None
+        except ValueError as exc:
+            raise InversionError(str(exc)) from None
+        m_work = space.new() if scale is not None else None
+
+        def physical(xv):  # TAO's point as the model's controls m (s ⊙ y under a scaling)
+            return scale.to_m(xv, m_work) if scale is not None else xv
+
+        if scale is not None:
+            scale.to_y(x)
         reference = space.pack(self.reference) if self.reference is not None else space.pack(self.controls)
         reg = Tikhonov(float(self.weight), reference)
         cache = self.evaluations(self.model, space, self.checkpointing, policy=self.policy)
@@ -177,22 +194,29 @@ class Inversion:
         stop = self._stop_check(t_start)
 
         def objective(tao, xv):
-            e = cache.objective(xv)
-            f = e.J + reg.value(xv)
+            mv = physical(xv)
+            e = cache.objective(mv)
+            f = e.J + reg.value(mv)
             stop()
             return f
 
         def gradient(tao, xv, g):
-            e = cache.gradient(xv)
+            mv = physical(xv)
+            e = cache.gradient(mv)
             e.gradient.copy(g)
-            reg.add_gradient(xv, g)
+            reg.add_gradient(mv, g)
+            if scale is not None:
+                scale.gradient(g)
             stop()
 
         def objective_gradient(tao, xv, g):
-            e = cache.gradient(xv)
+            mv = physical(xv)
+            e = cache.gradient(mv)
             e.gradient.copy(g)
-            reg.add_gradient(xv, g)
-            f = e.J + reg.value(xv)
+            reg.add_gradient(mv, g)
+            if scale is not None:
+                scale.gradient(g)
+            f = e.J + reg.value(mv)
             stop()
             return f
 
@@ -205,6 +229,9 @@ class Inversion:
         if self.bounds:
             lower = space.fill({k: v[0] for k, v in self.bounds.items() if v[0] is not None}, PETSc.NINFINITY)
             upper = space.fill({k: v[1] for k, v in self.bounds.items() if v[1] is not None}, PETSc.INFINITY)
+            if scale is not None:
+                scale.to_y(lower)
+                scale.to_y(upper)
             tao.setVariableBounds((lower, upper))
         tao.setMaximumIterations(max(self.max_it - done, 0))
         tol = {k: v for k, v in zip(("gatol", "grtol", "gttol"), self.tolerances) if v is not None}
@@ -216,11 +243,11 @@ class Inversion:
             its, f, gnorm, _cnorm, step, _reason = t.getSolutionStatus()
             if resumed_from is not None and its == 0:
                 return  # the stored iterate itself: already recorded and durable
-            record = self._record(done + its, t.getSolution(), f, gnorm, step, reg)
+            record = self._record(done + its, physical(t.getSolution()), f, gnorm, step, reg)
             history.append(record)
             state["last"] = record
             if store is not None and self.primary:
-                controls = space.unpack(t.getSolution())
+                controls = space.unpack(physical(t.getSolution()))
                 store.save(record["iteration"], controls, record, history)
                 for vec in controls.values():
                     vec.destroy()
@@ -259,8 +286,8 @@ class Inversion:
         if last is None:  # stopped before the first iterate was accepted: the start
             last = {"iteration": done, "J": math.nan, "misfit": math.nan, "regularization": math.nan,
                     "grad_norm": math.nan}
-        final = space.unpack(tao.getSolution()) if status != "stopped" else (
-            store.load(self.controls)[1] if store is not None and history else space.unpack(x))
+        final = space.unpack(physical(tao.getSolution())) if status != "stopped" else (
+            store.load(self.controls)[1] if store is not None and history else space.unpack(physical(x)))
         tao.destroy()
         if self._energy is not None:
             self._energy.node_comm.Free()

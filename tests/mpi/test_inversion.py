@@ -134,3 +134,30 @@ def test_stopped_inversion_resumes_as_a_fresh_one_from_its_last_iterate(comm, mo
                       **{**options, "max_it": 7 - k}).solve()
     assert [h["J"] for h in fresh.history] == [h["J"] for h in resumed.history[k:]]
     assert np.array_equal(arrays(fresh.controls["kappa"]), arrays(resumed.controls["kappa"]))
+
+
+def test_a_scaling_steps_in_m_over_s_with_bounds_and_the_log_in_m(comm, model, shared_tmp):
+    """Scaling s: s = 1 is bitwise no scaling; a first blmvm step from m0 moves m along -s^2 g (TAO's
+    y = m / s) under either line search, inside the bounds given in m; bad weights are refused."""
+    options = dict(tao_type="blmvm", bounds={"kappa": (0.5, 3.0)}, gatol=0.0, grtol=0.0, gttol=0.0)
+    start = model.default_controls()
+    start["kappa"].scale(1.1)   # not the controls another test evaluated
+    plain = Inversion(model, ["kappa"], controls=start, max_it=2, **options).solve()
+    ones = model.default_controls()["kappa"]
+    unit = Inversion(model, ["kappa"], controls=start, max_it=2, scaling={"kappa": ones}, **options).solve()
+    assert [h["J"] for h in unit.history] == [h["J"] for h in plain.history]
+    assert np.array_equal(arrays(unit.controls["kappa"]), arrays(plain.controls["kappa"]))
+    y, x = model.grid.node_coordinates()
+    s = np.broadcast_to(0.5 + 2.0 * x * y, model.grid.owned(ones).shape).ravel()   # 4.5-fold range of s^2
+    g = GradientSession(model, controls=start).solve().result.gradient["kappa"].getArray(readonly=True)
+    for search in ("more-thuente", "armijo"):   # f and g together; f at trials, g apart
+        one = Inversion(model, ["kappa"], controls=start, max_it=1, scaling={"kappa": s},
+                        tao_options=["-tao_ls_type", search], **options).solve()
+        step = arrays(one.controls["kappa"]) - arrays(start["kappa"])
+        assert one.iterations == 1 and one.misfit < one.history[0]["misfit"], search
+        ratio = step / (-s * s * g)
+        assert np.allclose(ratio, ratio.flat[0], rtol=1e-9) and ratio.flat[0] > 0, (search, ratio.min(), ratio.max())
+        assert one.controls["kappa"].min()[1] >= 0.5 and one.controls["kappa"].max()[1] <= 3.0
+    for bad, match in (({"u0": ones}, "cannot scale u0"), ({"kappa": 0.0 * s}, "not a positive finite")):
+        with pytest.raises(InversionError, match=match):
+            Inversion(model, ["kappa"], controls=start, max_it=1, scaling=bad, **options).solve()

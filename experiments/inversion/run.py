@@ -1,21 +1,26 @@
 """Inversions on three real problems, analysed with ``hpcadj analyze``: heat (kappa from observed
-intermediate states), Gray-Scott (the initial state from a final-time observation), FWI (a layered
-velocity model with an anomaly from the traces of several shots, started from a smoothed model).
+intermediate states), Gray-Scott (the initial state from a final-time observation, and how its
+recovery depends on the final time), FWI (a layered velocity model with an anomaly from the traces
+of several shots, started from a smoothed model, with a frequency continuation and a depth
+preconditioner).
 
-    .venv/bin/python experiments/inversion/run.py heat|grayscott|fwi|all [--quick]
+    .venv/bin/python experiments/inversion/run.py heat|grayscott|fwi|wave3d|all [--quick]
+        [--config JSON] [--out DIR]
 
-Each problem writes into experiments/inversion/<problem>/: ``log/inversion.jsonl`` (hpcadj invert's
-or the library's log), ``convergence.png`` (``hpcadj analyze --plot``), ``fields.png`` (true,
-initial, recovered) and ``results.json`` (the figures in README.md). Scratch (checkpoint files,
-observations, controls) goes to a temporary directory removed at the end. The solves run under
-mpirun on 2 ranks: heat through ``hpcadj invert``, Gray-Scott and FWI through
-:class:`hpcadj.inversion.Inversion` in this script's ``_solve`` mode (they need a start or a
-misfit the command line does not offer).
+Each problem writes into experiments/inversion/<problem>/ (or DIR/<problem>/): ``log*/inversion.jsonl``
+(hpcadj invert's or the library's log; FWI one per frequency stage), ``convergence.png`` (``hpcadj
+analyze --plot``), ``fields.png`` (true, initial, recovered) and ``results.json`` (the figures in
+README.md). ``--config`` replaces keys of Gray-Scott's or FWI's configuration (the ablations in
+README.md). Scratch (checkpoint files, observations, controls) goes to a temporary directory removed
+at the end. The solves run under mpirun on 2 ranks: heat and wave3d through ``hpcadj invert``,
+Gray-Scott and FWI through :class:`hpcadj.inversion.Inversion` / ``ShotInversion`` in this script's
+``_solve`` mode (they need a start, a misfit or a preconditioner the command line does not offer).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -31,18 +36,25 @@ import _harness as H  # noqa: E402
 
 RANKS = 2
 QUICK = [False]  # set by main(): results.json says whether it holds a --quick run
+OUT = [HERE]  # --out: where the problems' directories go
+OVERRIDES = [{}]  # --config: keys replacing the problem's configuration (the ablations in README.md)
 
 
 # -- shared ---------------------------------------------------------------------------------
-def analyze(out: Path) -> dict:
-    """``hpcadj analyze`` on the problem's log: its JSON figures, and the convergence plot."""
+def analyze(out: Path, logs=None):
+    """``hpcadj analyze`` on the problem's log (or the logs named in ``logs``, one inversion each):
+    its JSON figures (a list with ``logs``), and the convergence plot."""
     import subprocess
 
-    cmd = [str(H.HPCADJ), "analyze", str(out / "log"), "--json", "--plot", str(out / "convergence.png")]
+    dirs = [str(out / name) for name in (logs or ["log"])]
+    cmd = [str(H.HPCADJ), "analyze", *dirs, "--json", "--plot", str(out / "convergence.png")]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=H.mpi_env(), cwd=H.ROOT, timeout=300)
     if proc.returncode:
         raise RuntimeError(proc.stderr)
-    (inv,) = json.loads(proc.stdout)["inversions"]
+    found = json.loads(proc.stdout)["inversions"]
+    if logs:
+        return found
+    (inv,) = found
     return inv
 
 
@@ -84,8 +96,8 @@ def summarise(name: str, out: Path, inv: dict, errors: dict, extra: dict) -> dic
 
 
 def fresh(out: Path) -> None:
-    if (out / "log").exists():
-        shutil.rmtree(out / "log")
+    for old in out.glob("log*"):
+        shutil.rmtree(old)
     out.mkdir(parents=True, exist_ok=True)
 
 
@@ -160,11 +172,15 @@ def heat(quick: bool, scratch: Path) -> dict:
 # -- Gray-Scott: the initial state from the final one -----------------------------------------
 # dt = 1/4 and u0 within [0, 1] (blmvm): the step's Jacobian I - dt (D lap + K) keeps v's diagonal
 # 1 - dt (2 u v - F - k) >= 1/2, where lmvm's trial states (or dt = 1 within the bounds) drove it to
-# zero and BiCGStab/Jacobi failed in the first step (SNES reason -3)
-GS = {"grid": (96, 96), "steps": 160, "dt": 0.25, "max_it": 20, "memory": "700MiB", "tao": "blmvm",
-      "bounds": {"u0": (0.0, 1.0)}}
+# zero and BiCGStab/Jacobi failed in the first step (SNES reason -3).
+# The final time: at t = 40 (160 steps) the reaction saturates and the observed state no longer pins
+# the initial amplitude (v0 went to its bound); at t = 10 (40 steps) the initial state is still
+# determined. GS_HORIZON measures the recovery against the final time (and Tikhonov at t = 40).
+GS = {"grid": (256, 256), "steps": 40, "dt": 0.25, "max_it": 40, "memory": "700MiB", "tao": "blmvm",
+      "bounds": {"u0": (0.0, 1.0)}, "regularization": 0.0}
 GS_QUICK = {"grid": (32, 32), "steps": 40, "dt": 0.25, "max_it": 5, "memory": "700MiB", "tao": "blmvm",
-            "bounds": {"u0": (0.0, 1.0)}}
+            "bounds": {"u0": (0.0, 1.0)}, "regularization": 0.0}
+GS_HORIZON = {"grid": (96, 96), "runs": [[20, 0.0], [40, 0.0], [80, 0.0], [160, 0.0], [160, 1e-5], [160, 1e-4]]}
 
 
 def gs_initial(model, spots):
@@ -227,7 +243,7 @@ def gs_solve(cfg: dict, work: str) -> None:
     start["u0"] = gs_initial(model, GS_START)
     inv = Inversion(model, ["u0"], Checkpointing(memory=cfg["memory"], local_dir=work), controls=start,
                     tao_type=cfg["tao"], bounds={k: tuple(v) for k, v in cfg["bounds"].items()}, max_it=cfg["max_it"],
-                    log=os.path.join(cfg["out"], "log", "inversion.jsonl"))
+                    regularization=cfg.get("regularization", 0.0), log=os.path.join(cfg["out"], "log", "inversion.jsonl"))
     result = inv.solve()
     layout = model.control_layout()["u0"]
     write_fields(os.path.join(work, "u0.h5"), comm, {k: layout for k in ("true", "start", "recovered")},
@@ -240,8 +256,8 @@ def grayscott(quick: bool, scratch: Path) -> dict:
 
     from hpcadj.imports import h5py
 
-    cfg = dict(GS_QUICK if quick else GS)
-    out = HERE / "grayscott"
+    cfg = {**(GS_QUICK if quick else GS), **OVERRIDES[0]}
+    out = OUT[0] / "grayscott"
     fresh(out)
     cfg["out"] = str(out)
     H.mpirun(RANKS, [H.PY, __file__, "_solve", "grayscott", json.dumps(cfg), scratch], timeout=3000)
@@ -249,18 +265,57 @@ def grayscott(quick: bool, scratch: Path) -> dict:
         truth, start, recovered = (np.array(f[k][...]) for k in ("true", "start", "recovered"))
     field_plot(out / "fields.png", [("true v₀", truth[..., 1]), ("initial v₀", start[..., 1]),
                                     ("recovered v₀", recovered[..., 1])], "magma")
-    errors = {"error_initial": rel_error(start, truth), "error_recovered": rel_error(recovered, truth)}
+    errors = {"error_initial": rel_error(start, truth), "error_recovered": rel_error(recovered, truth),
+              "error_v0_initial": rel_error(start[..., 1], truth[..., 1]),
+              "error_v0_recovered": rel_error(recovered[..., 1], truth[..., 1])}
     ny, nx = cfg["grid"]
-    return summarise("grayscott", out, analyze(out), errors,
-                     {"config": {k: v for k, v in cfg.items() if k != "out"}, "ranks": RANKS,
-                      "snapshot_MiB_per_rank": ny * nx * 2 * 8 / RANKS / 2**20})
+    res = summarise("grayscott", out, analyze(out), errors,
+                    {"config": {k: v for k, v in cfg.items() if k != "out"}, "ranks": RANKS, "final_time": cfg["steps"] * cfg["dt"],
+                     "snapshot_MiB_per_rank": ny * nx * 2 * 8 / RANKS / 2**20})
+    if not quick and not OVERRIDES[0]:
+        gs_horizon(cfg, scratch, out / "final-time.csv")
+    return res
+
+
+def gs_horizon(base: dict, scratch: Path, csv_path: Path) -> None:
+    """The recovery against the final time observed (and Tikhonov weight), at GS_HORIZON's grid."""
+    import numpy as np
+
+    from hpcadj.imports import h5py
+
+    rows = []
+    for k, (steps, weight) in enumerate(GS_HORIZON["runs"]):
+        work = scratch / f"horizon-{k}"
+        work.mkdir()
+        cfg = {**base, "grid": GS_HORIZON["grid"], "steps": steps, "regularization": weight, "out": str(work)}
+        H.mpirun(RANKS, [H.PY, __file__, "_solve", "grayscott", json.dumps(cfg), work], timeout=3000)
+        with h5py().File(work / "u0.h5", "r") as f:
+            truth, start, recovered = (np.array(f[key][...]) for key in ("true", "start", "recovered"))
+        log = [json.loads(line) for line in (work / "log" / "inversion.jsonl").read_text().splitlines()]
+        e0, e1 = rel_error(start, truth), rel_error(recovered, truth)
+        v0, v1 = rel_error(start[..., 1], truth[..., 1]), rel_error(recovered[..., 1], truth[..., 1])
+        rows.append({"final_time": steps * base["dt"], "steps": steps, "regularization": weight,
+                     "iterations": log[-1]["iteration"], "misfit_first": log[0]["misfit"], "misfit_last": log[-1]["misfit"],
+                     "error_initial": e0, "error_recovered": e1, "error_reduction": e0 / e1,
+                     "error_v0_initial": v0, "error_v0_recovered": v1, "error_v0_reduction": v0 / v1,
+                     "v0_max_true": float(truth[..., 1].max()), "v0_max_recovered": float(recovered[..., 1].max())})
+        H.log(json.dumps(rows[-1]))
+    H.write_csv(csv_path, rows)
 
 
 # -- FWI: a layered model with an anomaly, several shots -------------------------------------
-FWI = {"grid": (192, 192), "shots": 8, "max_it": 20, "c_bounds": (0.9, 2.4), "smooth": 0.06, "memory": "1GiB",
-       "t_final": 1.0}
-FWI_QUICK = {"grid": (40, 40), "shots": 2, "max_it": 4, "c_bounds": (0.9, 2.4), "smooth": 0.06, "memory": "1GiB",
-             "t_final": 0.6}
+# What FWI practice does, each piece switchable for the ablations in README.md: a record long enough
+# for the deepest layer's reflections to come back (t_final), a frequency continuation (one
+# inversion per peak frequency, each started from the last one's model), and a depth preconditioner
+# (hpcadj.inversion.space.Scaling: TAO steps in c / s, so an update moves c by s^2 times the
+# gradient; s^2 rises from ~0 at the sources' and receivers' depth to 1 at the depth "deep").
+# dt is `cfl` times the leapfrog's limit h / (c_max sqrt 2) at the upper bound c_max.
+FWI = {"grid": (192, 192), "shots": 8, "c_bounds": (0.9, 2.4), "smooth": 0.06, "memory": "1GiB",
+       "t_final": 1.6, "cfl": 0.8, "stages": [[3.0, 6], [5.0, 6], [8.0, 6], [12.0, 6]],
+       "scaling": {"top": 0.22, "deep": 0.7, "floor": 0.01}, "regularization": 0.0}
+FWI_QUICK = {"grid": (40, 40), "shots": 2, "c_bounds": (0.9, 2.4), "smooth": 0.06, "memory": "1GiB",
+             "t_final": 1.2, "cfl": 0.8, "stages": [[3.0, 2], [5.0, 2]],
+             "scaling": {"top": 0.22, "deep": 0.7, "floor": 0.01}, "regularization": 0.0}
 
 
 def marmousi_like(n0: int, n1: int):
@@ -286,89 +341,144 @@ def smoothed(c, sigma_frac: float):
     return gaussian_filter(c, sigma=sigma_frac * c.shape[0], mode="nearest")
 
 
+def depth_weight(n0: int, n1: int, top: float, deep: float, floor: float):
+    """s on the (depth, x) grid: s^2 = floor above ``top`` (the acquisition's depth, where a raw
+    gradient is largest), rising linearly to 1 at ``deep`` and 1 below."""
+    import numpy as np
+
+    z = ((np.arange(n0) + 1) / (n0 + 1))[:, None]
+    ramp = np.clip((z - top) / (deep - top), 0.0, 1.0)
+    return np.broadcast_to(np.sqrt(floor + (1.0 - floor) * ramp), (n0, n1)).copy()
+
+
+def shot_misfit(layout, problem, c_g, block) -> float:
+    """The misfit summed over every shot at the (depth, x) model ``c_g``: one forward sweep per shot."""
+    from hpcadj.imports import petsc
+
+    J = 0.0
+    for shot in layout.shots:
+        model = problem.models[shot]
+        controls = model.default_controls()
+        controls["c"].destroy()
+        controls["c"] = block(model, c_g)
+        model.set_controls(controls)
+        u = model.initial_state()
+        J += model.objective(0, u)
+        for i in range(model.n_steps):
+            u = model.step(i, u)
+            J += model.objective(i + 1, u)
+            petsc().garbage_cleanup(problem.comm)  # the state just left: back to the model's pool
+        u.destroy()
+        for vec in controls.values():
+            vec.destroy()
+        petsc().garbage_cleanup(problem.comm)
+    return layout.cross_comm.allreduce(J if layout.member == 0 else 0.0)
+
+
 def fwi_solve(cfg: dict, work: str) -> None:
-    """(under mpirun) FWI: observed traces of every shot from the layered model, c from a smoothed start."""
+    """(under mpirun) FWI: observed traces of every shot from the layered model, c from a smoothed
+    start, one inversion per stage (peak frequency, iterations), each from the last one's c."""
     from hpcadj import Checkpointing
-    from hpcadj.fieldio import write_fields
-    from hpcadj.imports import mpi
+    from hpcadj.imports import mpi, petsc
+    from hpcadj.inversion.shots import ShotInversion, ShotLayout, ShotProblem, shot_positions
     from hpcadj.models.wave import WaveModel
 
     comm = mpi().COMM_WORLD
     n0, n1 = cfg["grid"]
     truth_g = marmousi_like(n0, n1)
-    start_g = smoothed(truth_g, cfg["smooth"])
+    current_g = smoothed(truth_g, cfg["smooth"])
     h = 1.0 / (max(n0, n1) + 1)
-    dt = 0.5 * h / (cfg["c_bounds"][1] * math.sqrt(2.0))
+    dt = cfg["cfl"] * h / (cfg["c_bounds"][1] * math.sqrt(2.0))
     steps = int(math.ceil(cfg["t_final"] / dt))
-    freq = 1.0 / (12.0 * h)
+    positions = shot_positions(cfg["shots"])
+    layout = ShotLayout(comm, cfg["shots"], 1)  # one rank per shot: every rank holds the whole grid
+    options = Checkpointing(memory=cfg["memory"], local_dir=work)
+    weight = depth_weight(n0, n1, **cfg["scaling"]) if cfg.get("scaling") else None
 
     def block(model, g):
         sl = tuple(slice(s, s + m) for s, m in zip(model.field.start, model.field.shape))
         return model.field.vec_from(g[sl])
 
-    def observed_model(shot_comm, source_x):
-        model = WaveModel(shot_comm, grid=(n0, n1), n_steps=steps, dt=dt, frequency=freq, source_x=source_x)
-        truth = model.default_controls()
-        truth["c"].destroy()
-        truth["c"] = block(model, truth_g)
-        model.observed = model.traces(truth)  # the layered model's traces, not the built-in anomaly's
-        return model
+    results = []
+    for stage, (freq, max_it) in enumerate(cfg["stages"]):
+        def observed_model(shot_comm, k, freq=freq):
+            model = WaveModel(shot_comm, grid=(n0, n1), n_steps=steps, dt=dt, frequency=freq,
+                              source_x=positions[k])
+            truth = model.default_controls()
+            truth["c"].destroy()
+            truth["c"] = block(model, truth_g)
+            model.observed = model.traces(truth)  # the layered model's traces, not the built-in anomaly's
+            return model
 
-    options = Checkpointing(memory=cfg["memory"], local_dir=work)
-    log = os.path.join(cfg["out"], "log", "inversion.jsonl")
-    settings = dict(tao_type="blmvm", bounds={"c": tuple(cfg["c_bounds"])}, max_it=cfg["max_it"], log=log)
-    try:
-        from hpcadj.inversion.shots import ShotInversion, ShotLayout, ShotProblem, shot_positions
-    except ImportError:
-        ShotInversion = None
-    if ShotInversion is not None and cfg["shots"] > 1:
-        positions = shot_positions(cfg["shots"])
-        inv = ShotInversion(comm, lambda c, k: observed_model(c, positions[k]), cfg["shots"], ["c"], options,
-                            ranks_per_shot=1, **settings)
-        inv.layout = ShotLayout(comm, cfg["shots"], 1)
-        inv.problem = ShotProblem(inv.layout, inv.factory)
-        model = inv.problem
+        log = os.path.join(cfg["out"], f"log-{stage + 1}", "inversion.jsonl")
+        inv = ShotInversion(comm, observed_model, cfg["shots"], ["c"], options, ranks_per_shot=1,
+                            tao_type="blmvm", bounds={"c": tuple(cfg["c_bounds"])}, max_it=max_it, log=log,
+                            regularization=cfg.get("regularization", 0.0))
+        inv.layout = layout
+        inv.problem = model = ShotProblem(layout, observed_model)
         start = model.default_controls()
-        start["c"] = block(model, start_g)
+        start["c"] = block(model, current_g)
         inv.options["controls"] = start
+        if weight is not None:
+            inv.options["scaling"] = {"c": block(model, weight)}
+        if stage == len(cfg["stages"]) - 1:  # the last frequency's misfit of the smoothed start, for the table
+            first_misfit = shot_misfit(layout, model, smoothed(truth_g, cfg["smooth"]), block)
         result = inv.solve()
-        writer, shots = inv.layout.group == 0, cfg["shots"]
-    else:
-        from hpcadj.inversion import Inversion
+        current_g = model.control_arrays(result.controls)["c"].reshape(n0, n1)
+        results.append({"stage": stage + 1, "frequency": freq, "status": result.status,
+                        "iterations": result.iterations})
+        del inv, model, start, result
+        gc.collect()  # this stage's shot models and their pools, before the next stage's
+        petsc().garbage_cleanup(comm)
+    results.append({"misfit_start_last_frequency": first_misfit})
+    if comm.rank == 0:  # a whole grid on every rank (one rank per shot)
+        import numpy as np
 
-        model = observed_model(comm, 0.5)
-        start = model.default_controls()
-        start["c"] = block(model, start_g)
-        result = Inversion(model, ["c"], options, controls=start, **settings).solve()
-        writer, shots = True, 1
-    if writer:
-        write_fields(os.path.join(work, "c.h5"), model.comm, {"recovered": model.control_layout()["c"]},
-                     {"recovered": model.control_arrays(result.controls)["c"]},
-                     attrs={"status": result.status, "steps": steps, "dt": dt, "shots": shots})
-
-
+        np.save(os.path.join(work, "c.npy"), current_g)
+        with open(os.path.join(work, "c.json"), "w") as fh:
+            json.dump({"steps": steps, "dt": dt, "shots": cfg["shots"], "stages": results}, fh)
 def fwi(quick: bool, scratch: Path) -> dict:
     import numpy as np
 
-    from hpcadj.imports import h5py
-
-    cfg = dict(FWI_QUICK if quick else FWI)
-    out = HERE / "fwi"
+    cfg = {**(FWI_QUICK if quick else FWI), **OVERRIDES[0]}
+    out = OUT[0] / "fwi"
     fresh(out)
     cfg["out"] = str(out)
     H.mpirun(RANKS, [H.PY, __file__, "_solve", "fwi", json.dumps(cfg), scratch], timeout=3000)
-    with h5py().File(scratch / "c.h5", "r") as f:
-        recovered = np.array(f["recovered"][...])
-        steps, dt, shots = int(f.attrs["steps"]), float(f.attrs["dt"]), int(f.attrs["shots"])
+    recovered = np.load(scratch / "c.npy")
+    meta = json.loads((scratch / "c.json").read_text())
     truth = marmousi_like(*cfg["grid"])
     start = smoothed(truth, cfg["smooth"])
-    field_plot(out / "fields.png", [("true c", truth), ("initial c (smoothed)", start), ("recovered c", recovered)],
+    field_plot(out / "fields.png", [("true c", truth), ("initial c (smoothed)", start),
+                                    (f"recovered c ({', '.join(str(f) for f, _ in cfg['stages'])} Hz)", recovered)],
                "jet", extent="depth", vrange=(0.9, 2.3))
-    errors = {"error_initial": rel_error(start, truth), "error_recovered": rel_error(recovered, truth)}
+    below = slice(int(0.25 * cfg["grid"][0]), None)  # under the acquisition: the layers, lens and fault
+    errors = {"error_initial": rel_error(start, truth), "error_recovered": rel_error(recovered, truth),
+              "error_below_initial": rel_error(start[below], truth[below]),
+              "error_below_recovered": rel_error(recovered[below], truth[below])}
+    stages = [inv for inv in analyze(out, [f"log-{k + 1}" for k in range(len(cfg["stages"]))])]
     n0, n1 = cfg["grid"]
-    return summarise("fwi", out, analyze(out), errors,
-                     {"config": {k: v for k, v in cfg.items() if k != "out"}, "ranks": RANKS, "steps": steps, "shots_run": shots,
-                      "dt": dt, "snapshot_MiB_per_rank": n0 * n1 * 2 * 8 / (1 if shots > 1 else RANKS) / 2**20})
+    return summarise("fwi", out, combine(stages, meta["stages"][-1]["misfit_start_last_frequency"]), errors,
+                     {"config": {k: v for k, v in cfg.items() if k != "out"}, "ranks": RANKS, "steps": meta["steps"],
+                      "shots_run": meta["shots"], "dt": meta["dt"], "stages": meta["stages"][:-1],
+                      "stage_figures": [{k: inv[k] for k in ("misfit_first", "misfit_last", "misfit_reduction",
+                                                               "misfit_monotone", "last_iteration")} for inv in stages],
+                      "snapshot_MiB_per_rank": n0 * n1 * 2 * 8 / 2**20})
+
+
+def combine(stages: list[dict], misfit_start: float) -> dict:
+    """One row's figures from the stages' ``hpcadj analyze`` results: iterations, steps, wall and RSS
+    summed or maxed; the misfit from the smoothed start's at the last frequency to the last stage's
+    last; monotone if every stage is."""
+    its = sum(inv["last_iteration"] for inv in stages)
+    total = {k: sum(inv[k] for inv in stages) for k in ("forward_steps", "naive_forward_steps", "wall_seconds")}
+    per_it = {k: sum(inv[k] * inv["last_iteration"] for inv in stages) / its for k in
+              ("forward_steps_per_iteration", "naive_forward_steps_per_iteration", "seconds_per_iteration")}
+    joules = [inv["joules"] for inv in stages]
+    return {"last_iteration": its, "misfit_first": misfit_start, "misfit_last": stages[-1]["misfit_last"],
+            "misfit_reduction": misfit_start / stages[-1]["misfit_last"],
+            "misfit_monotone": all(inv["misfit_monotone"] for inv in stages), **total, **per_it,
+            "joules": None if None in joules else sum(joules), "max_rss_MiB": max(inv["max_rss_MiB"] for inv in stages)}
 
 
 # -- FWI 3-D at real size: two shots under --memory, through hpcadj invert -------------------
@@ -466,8 +576,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("problem", choices=[*PROBLEMS, "all"])
     p.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test of the script)")
+    p.add_argument("--config", default="{}", help="JSON object of grayscott's or fwi's configuration keys to replace")
+    p.add_argument("--out", type=Path, default=HERE, help="where <problem>/ goes (default: beside this script)")
     args = p.parse_args()
-    QUICK[0] = args.quick
+    QUICK[0], OUT[0], OVERRIDES[0] = args.quick, args.out, json.loads(args.config)
     for name in PROBLEMS if args.problem == "all" else [args.problem]:
         scratch = Path(tempfile.mkdtemp(prefix=f"hpcadj-inversion-{name}-"))
         try:

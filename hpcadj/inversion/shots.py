@@ -13,7 +13,10 @@ another and added in order, on every rank of every group, and TAO moves alike in
 
 Each shot's session has its own levels: node-local files under ``<local dir>/shot-KKK/`` and its
 own HDF5 file ``<pfs file stem>-shotKKK.h5``; the plan comes from one cost profile shared by all,
-calibrated once (by shot 0) when none is given. Only group 0 writes the run directory and the log.
+calibrated once (by shot 0) when none is given. Under the ``"keep"`` policy an objective-only
+evaluation keeps, in each group, one shot's first-sweep levels for the gradient at the same
+controls. Only group 0 writes the run directory and the log; the energy and peak memory it logs
+are the whole job's.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .cache import Evaluation, EvaluationCache
+from .cache import Evaluation, EvaluationCache, control_hash
 from .driver import Inversion, InversionError
 
 
@@ -140,18 +143,49 @@ class ShotProblem:
         return getattr(self.template, name)
 
 
+class KeptShots:
+    """What an objective-only evaluation under the ``"keep"`` policy keeps in one shot group: its
+    last shot's paused session (levels and held states) with the forward steps of its first sweep,
+    and the controls (destroyed with it)."""
+
+    def __init__(self, controls: dict):
+        self.controls = controls
+        self.sessions: dict[int, tuple[object, int]] = {}  # shot -> (paused GradientSession, steps)
+        self.dirs: list[str] = []  # the shots' own node-local directories, removed when left empty
+
+    def close(self) -> None:
+        """Discard every kept session's levels and states, then the controls."""
+        sessions, self.sessions = self.sessions, {}
+        for session, _steps in sessions.values():
+            session.close()
+        for vec in self.controls.values():
+            vec.destroy()
+        self.controls = {}
+        for path in self.dirs:
+            try:
+                os.rmdir(path)
+            except OSError:
+                pass
+        self.dirs = []
+
+
 class ShotEvaluations(EvaluationCache):
     """J and dJ/dm summed over the shots, at the packed controls of ``space``: an
     :class:`~.cache.EvaluationCache` (one entry, keyed by the controls' bytes and the configuration)
     whose entries are computed over every shot.
 
-    Objective-only requests run the gradient sessions (policy ``"forward"``: forward sweeps only).
-    ``forward_steps``, ``adjoint_steps`` and the counts are totals over all shots. Collective over the
-    layout's whole communicator.
+    The objective-only policies are the single shot's, per shot group: ``"keep"`` runs the group's
+    last shot's first sweep and keeps its levels (its own node-local directory and HDF5 file), the
+    group's other shots forward sweeps first, so a group holds one shot's levels, as one session
+    would, and a gradient at the same key runs that shot's reverse sweep (first, freeing them) and
+    the other shots' whole sessions; ``"gradient"`` runs the whole sessions; ``"forward"`` forward
+    sweeps only. Any other key discards every group's kept levels first.
+    ``forward_steps``, ``adjoint_steps`` and the counts are totals over all shots. Collective over
+    the layout's whole communicator.
     """
 
-    def __init__(self, problem: ShotProblem, space, checkpointing=None, *, policy: str = "gradient"):
-        super().__init__(problem, space, checkpointing, policy="forward" if policy == "forward" else "gradient")
+    def __init__(self, problem: ShotProblem, space, checkpointing=None, *, policy: str = "keep"):
+        super().__init__(problem, space, checkpointing, policy=policy)
         self.problem, self.layout = problem, problem.layout
         self._session_steps = 0
 
@@ -160,32 +194,94 @@ class ShotEvaluations(EvaluationCache):
 
     # -- one evaluation over every shot ----------------------------------------------------------
     def _compute(self, x, key: str, gradient: bool) -> Evaluation:
-        t0 = time.perf_counter()
+        mode = "gradient" if gradient else "keep" if self.policy == "keep" else "forward"
+        return self._over_shots(x, key, mode)
+
+    def _reverse(self, x, entry: Evaluation) -> Evaluation:
+        """The gradient at the kept entry's key: the kept shots' reverse sweeps from their levels.
+
+        The kept controls are hashed again first, in every group: if any group's changed in place
+        since the first sweeps, every group's levels are discarded and whole sessions run."""
+        from ..collective import any_rank
+
+        kept = entry.session
+        changed = control_hash(self.comm, kept.controls, self.configuration) != entry.key
+        if any_rank(self.layout.comm, changed):
+            self.drop()
+            self.notes.append("a kept first sweep's controls changed in place: its levels were discarded")
+            self.entry = self._over_shots(x, entry.key, "gradient")
+            return self.entry
+        entry.session, self.entry = None, None
+        try:
+            self.entry = self._over_shots(x, entry.key, "reverse", kept, seconds=entry.seconds)
+        finally:
+            kept.close()
+        return self.entry
+
+    def _discard(self, entry: Evaluation) -> None:
+        kept, entry.session = entry.session, None
+        kept.close()
+
+    def _over_shots(self, x, key: str, mode: str, kept: KeptShots | None = None,
+                    seconds: float = 0.0) -> Evaluation:
+        """Every shot of this group evaluated as ``mode`` says ("gradient": whole sessions; "keep":
+        the last shot's first sweep kept, forward sweeps for the others; "reverse": the reverse sweep
+        of ``kept`` and whole sessions for the others; "forward": forward sweeps), then J and the
+        gradient summed over all groups in shot order."""
+        t0 = time.perf_counter() - seconds
         layout = self.layout
+        gradient = mode in ("gradient", "reverse")
         n_local = int(self.space.offsets[-1])
         values = np.zeros((layout.slots, n_local)) if gradient else None
-        mine = {"J": [], "forward": 0, "adjoint": 0, "sessions": 0, "problem": None, "notes": []}
-        controls = self.space.unpack(x)
+        shots = layout.shots
+        mine = {"J": [None] * len(shots), "forward": 0, "adjoint": 0, "session_forward": 0, "problem": None,
+                "notes": [], "runs": dict.fromkeys(("session", "kept", "reverse", "forward"), 0)}
+        controls = self.space.unpack(x) if mode != "reverse" else kept.controls
+        keeping = KeptShots(controls) if mode == "keep" else None
+        # "keep": the group's last shot is kept, the others' sweeps run first and hold nothing;
+        # "reverse": the kept shot's reverse sweep first, freeing its levels before whole sessions
+        order = list(enumerate(shots))
+        if mode == "reverse":
+            order.sort(key=lambda item: item[1] not in kept.sessions)
         try:
-            session = self._calibrate(controls) if gradient and self.checkpointing.costs is None else None
-            for slot, shot in enumerate(layout.shots):
-                if gradient:
-                    J, fwd, adj = self._shot_gradient(shot, controls, values[slot], session if slot == 0 else None)
+            session = None
+            if mode in ("gradient", "keep") and self.checkpointing.costs is None:
+                session = self._calibrate(controls)
+                if session is not None and mode == "keep" and len(shots) > 1:
+                    session.close()  # shot 0 is not the group's kept shot: a forward sweep serves it
+                    session = None
+            for slot, shot in order:
+                first = session if slot == 0 else None
+                if mode == "gradient" or (mode == "reverse" and shot not in kept.sessions):
+                    J, fwd, adj = self._shot_gradient(shot, controls, values[slot], first)
+                    mine["session_forward"] += fwd
+                    run = "session"
+                elif mode == "reverse":
+                    session_of, counted = kept.sessions.pop(shot)
+                    J, fwd, adj = self._shot_gradient(shot, controls, values[slot], session_of)
+                    mine["session_forward"] += fwd
+                    fwd -= counted
+                    run = "reverse"
+                elif mode == "keep" and slot == len(shots) - 1:
+                    (J, fwd), adj, run = self._shot_kept(shot, controls, keeping, first), 0, "kept"
                 else:
-                    J, fwd, adj = self._shot_forward(shot, controls), self.problem.n_steps, 0
-                mine["J"].append(J)
+                    J, fwd, adj, run = self._shot_forward(shot, controls), self.problem.n_steps, 0, "forward"
+                mine["J"][slot] = J
                 mine["forward"] += fwd
                 mine["adjoint"] += adj
-                mine["sessions"] += int(gradient)
+                mine["runs"][run] += 1
         except Exception as exc:  # noqa: BLE001 - agreed below, raised alike on every rank of every group
             mine["problem"] = exc
         finally:
-            for vec in controls.values():
-                vec.destroy()
+            if mode not in ("keep", "reverse"):
+                for vec in controls.values():
+                    vec.destroy()
         mine["notes"] = list(self.notes)
         gathered = layout.cross_comm.allgather({**mine, "problem": _describe_error(mine["problem"])})
         failed = [g["problem"] for g in gathered if g["problem"]]
         if failed:
+            if keeping is not None:
+                keeping.close()
             _raise_agreed(mine["problem"], failed)
         J = None
         for k in range(layout.n_shots):
@@ -202,16 +298,18 @@ class ShotEvaluations(EvaluationCache):
             packed.getArray()[:] = total
         fwd = sum(g["forward"] for g in gathered)
         adj = sum(g["adjoint"] for g in gathered)
+        runs = {k: sum(g["runs"][k] for g in gathered) for k in mine["runs"]}
         for g in gathered:
             self.notes.extend(n for n in g["notes"] if n not in self.notes)
         if gradient:
-            self.sessions += sum(g["sessions"] for g in gathered)
-            self._session_steps = fwd
-        else:
-            self.forward_sweeps += layout.n_shots
+            self.sessions += runs["session"] + runs["reverse"]
+            self._session_steps = sum(g["session_forward"] for g in gathered)
+        self.forward_sweeps += runs["forward"]
+        self.kept_sweeps += runs["kept"]
+        self.reverse_from_kept += runs["reverse"]
         self.forward_steps += fwd
         self.adjoint_steps += adj
-        return Evaluation(key, J, packed, fwd, adj, time.perf_counter() - t0)
+        return Evaluation(key, J, packed, fwd, adj, time.perf_counter() - t0, session=keeping)
 
     def _calibrate(self, controls):
         """Shot 0's session planned first (calibrating the costs when its plan needs them) and its
@@ -280,6 +378,30 @@ class ShotEvaluations(EvaluationCache):
                 pass
         return result.J, result.forward_steps, result.adjoint_steps
 
+    def _shot_kept(self, shot: int, controls: dict, keeping: KeptShots, session=None) -> tuple[float, int]:
+        """Shot ``shot``'s first sweep with its plan's stores, the session kept in ``keeping`` for a
+        reverse sweep; (J, forward steps)."""
+        from ..adjoint.session import GradientSession
+        from ..models.base import SolverError
+        from ..models.kernels import release_idle_buffers
+
+        ck = self._checkpointing(shot)
+        if ck.local_dir and ck.local_dir != self.checkpointing.local_dir:
+            keeping.dirs.append(ck.local_dir)
+        if session is None:
+            release_idle_buffers()  # as before every session (see _shot_gradient)
+            session = GradientSession(self.problem.models[shot], ck, controls=controls)
+        try:
+            outcome = session.forward()
+        except BaseException:
+            session.close()
+            raise
+        if outcome.status != "paused":
+            raise SolverError(f"shot {shot}: gradient session {outcome.status}: {outcome.message}")
+        keeping.sessions[shot] = (session, outcome.result.forward_steps)
+        self.notes.extend(n for n in session.notes if n not in self.notes)
+        return outcome.result.J, outcome.result.forward_steps
+
     def _shot_forward(self, shot: int, controls: dict) -> float:
         """Shot ``shot``'s J from one forward sweep, accumulated as the session accumulates it."""
         from ..imports import petsc
@@ -315,6 +437,34 @@ def _raise_agreed(own, found: list) -> None:
     kinds = {"ConfigError": ConfigError, "SolverError": SolverError, "InversionError": InversionError,
              "ValueError": ValueError, "MemoryError": MemoryError}
     raise kinds.get(kind, RuntimeError)(text)
+
+
+class GroupInversion(Inversion):
+    """One shot group's :class:`~.driver.Inversion` whose telemetry is the whole job's: the energy
+    meter spans every group's ranks (one reader per node, the nodes' counters combined in one
+    ``allgather``: a node's RAPL counts every group on it once), and ``max_rss_bytes`` is the
+    largest of all ranks. Collective over the layout's whole communicator, as TAO moves alike in
+    every group."""
+
+    def __init__(self, problem: ShotProblem, *args, **kwargs):
+        super().__init__(problem, *args, **kwargs)
+        self.job_comm = problem.layout.comm
+
+    def _meter(self):
+        from ..telemetry.energy import EnergyMeter
+
+        if getattr(self, "_energy", None) is None:
+            self._energy = EnergyMeter(self.job_comm, interval_s=None, nvml=False)
+        self._energy.start()
+        return self._energy
+
+    def _record(self, *args, **kwargs) -> dict:
+        from ..imports import mpi
+
+        record = super()._record(*args, **kwargs)
+        record["ranks"] = self.job_comm.size
+        record["max_rss_bytes"] = self.job_comm.allreduce(record["max_rss_bytes"], op=mpi().MAX)
+        return record
 
 
 class ShotInversion:
@@ -356,10 +506,10 @@ class ShotInversion:
             return any_rank(layout.comm, asked or late)
 
         primary = layout.group == 0
-        inversion = Inversion(problem, self.invert, self.checkpointing, run_dir=self.run_dir, resume=self.resume,
-                              should_stop=should_stop, log=self.log if primary else None,
-                              on_iteration=self.on_iteration if primary else None,
-                              evaluations=self._evaluations, primary=primary, **self.options)
+        inversion = GroupInversion(problem, self.invert, self.checkpointing, run_dir=self.run_dir,
+                                   resume=self.resume, should_stop=should_stop, log=self.log if primary else None,
+                                   on_iteration=self.on_iteration if primary else None,
+                                   evaluations=self._evaluations, primary=primary, **self.options)
         return inversion.solve()
 
     def _evaluations(self, *args, **kwargs) -> ShotEvaluations:

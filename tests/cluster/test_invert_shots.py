@@ -1,11 +1,14 @@
 """jobs/invert.sbatch on the private 3-node SLURM cluster (tests/slurm_cluster.py): 6 shots of 2 ranks
 over 3 nodes give the gradient of the 6 shots run one after another on one rank and added in shot
-order. Run by `make test-cluster` (HPCADJ_TEST_CLUSTER=1), not by `make test`."""
+order, and each iterate's joules are every node's (a fake RAPL counter per node, advanced by the
+test at its own rate). Run by `make test-cluster` (HPCADJ_TEST_CLUSTER=1), not by `make test`."""
 
 from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -52,7 +55,7 @@ def cluster():
         ensure_installed()
     except SlurmUnavailable as exc:
         pytest.skip(f"SLURM cannot be installed here: {exc}")
-    c = SlurmCluster(nodes=3, cpus=6)
+    c = SlurmCluster(nodes=3, cpus=6, powercap=True)
     try:
         try:
             c.start()
@@ -63,6 +66,38 @@ def cluster():
         yield c
     finally:
         c.stop()  # cancels the jobs, stops every slurmd, slurmctld and munged by pid
+
+
+#: watts of each node's fake package counter: any one node's (a shot group's) share is far from the sum
+WATTS = {"node1": 1.0, "node2": 10.0, "node3": 100.0}
+
+
+class Power:
+    """Advances every node's fake RAPL counter at WATTS[node] of wall time (atomic rewrites, every 5 ms)
+    while the job runs."""
+
+    def __init__(self, cluster):
+        self.files = {n: cluster.node_powercap(n) / "intel-rapl:0" / "energy_uj" for n in WATTS}
+        self.base = {n: int(f.read_text()) for n, f in self.files.items()}
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        t0 = time.monotonic()
+        while not self.done.wait(0.005):
+            dt = time.monotonic() - t0
+            for node, path in self.files.items():
+                tmp = path.with_name("energy_uj.tmp")
+                tmp.write_text(f"{self.base[node] + int(WATTS[node] * dt * 1e6)}\n")
+                os.replace(tmp, path)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join()
 
 
 def batch_output(submit_dir: Path) -> str:
@@ -84,7 +119,8 @@ def test_six_shots_over_three_nodes_are_the_shots_in_turn_summed(cluster, tmp_pa
     env = {k: v for k, v in env.items() if not k.startswith("SLURM_") or k == "SLURM_TMPDIR"}
     job = cluster.sbatch(["--nodes=3", "--ntasks=6", "--ntasks-per-node=2", str(ROOT / "jobs" / "invert.sbatch")],
                          env=env, cwd=tmp_path)
-    records = cluster.wait(job, WAIT)
+    with Power(cluster):
+        records = cluster.wait(job, WAIT)
     assert [r.get("JobState") for r in records] == ["COMPLETED"], batch_output(tmp_path) + cluster.log_tails(30)
 
     job_dir = tmp_path / "hpcadj-jobs" / f"invert-{job}"
@@ -108,3 +144,9 @@ def test_six_shots_over_three_nodes_are_the_shots_in_turn_summed(cluster, tmp_pa
     assert g.tobytes() == ref["g"].tobytes(), np.abs(g - ref["g"]).max()
     assert J == pytest.approx(float(ref["J"]), rel=1e-13, abs=0)
     assert result["misfit"] == J
+
+    # joules of every node, read once each over all groups: the sum of the three rates, not one node's
+    log = [json.loads(line) for line in (job_dir / "inversion.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in log] == [0, 1] and all(r["energy_source"] == "rapl" for r in log), log
+    watts = [r["joules"] / r["seconds"] for r in log]
+    assert all(0.7 * sum(WATTS.values()) < w < 1.3 * sum(WATTS.values()) for w in watts), watts

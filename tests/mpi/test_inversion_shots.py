@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from hpcadj.adjoint.session import Checkpointing, GradientSession
+from hpcadj.checkpoint.schedules import CostProfile
 from hpcadj.cli import main
 from hpcadj.imports import mpi
 from hpcadj.inversion import ControlSpace
@@ -58,13 +59,28 @@ def test_shot_parallel_gradient_is_the_shots_in_turn_summed_bitwise(comm, shared
                        schedule="multilevel")
     ev = ShotEvaluations(problem, space, ck)
     ev.gradient(scaled(space, problem.default_controls(), 1.01))  # m1: calibrates, then moves on
+    session, rest = divmod(ev.forward_steps, n_shots)
+    assert rest == 0 and session > N, ev.counts()
     profile = ev.checkpointing.costs
     assert profile is not None and profile.source == "calibrated"
     assert len({repr(p) for p in comm.allgather(profile)}) == 1, "the shots' groups planned with different costs"
     x2 = scaled(space, problem.default_controls(), 0.98)
-    ev.objective(x2)
-    e = ev.gradient(x2)
-    assert ev.hits == 1 and ev.sessions == 2 * n_shots  # the gradient at m2 came with its objective
+    groups = min(comm.size, n_shots)
+    last = [max(k for k in range(n_shots) if k % comm.size == g) for g in range(groups)]
+    before = ev.forward_steps
+    ev.objective(x2)  # "keep": each group's last shot's first sweep kept (its own HDF5 file), the others swept
+    assert ev.forward_steps - before == N * n_shots and ev.kept_sweeps == groups, ev.counts()
+    assert ev.forward_sweeps == n_shots - groups, ev.counts()
+    comm.Barrier()
+    if comm.rank == 0:
+        files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(shared_tmp, "ck-shot*.h5")))
+        assert files == [f"ck-shot{k:03d}.h5" for k in sorted(last)], files
+    e = ev.gradient(x2)  # the kept shots' reverse sweeps, the others' whole sessions
+    assert ev.hits == 0 and ev.reverse_from_kept == groups and ev.sessions == 2 * n_shots, ev.counts()
+    # S forward steps a session (one plan for all shots): S - N more for a kept shot, S for the others
+    assert ev.forward_steps - before == N * n_shots + n_shots * session - groups * N, ev.counts()
+    comm.Barrier()
+    assert not glob.glob(os.path.join(shared_tmp, "ck-shot*.h5")) and not glob.glob(os.path.join(local, "shot-*"))
 
     J, g = one_after_another(n_shots, 0.98)
     assert e.J == J, (e.J, J)
@@ -97,6 +113,37 @@ def test_shot_groups_move_alike_under_tao(comm):
     assert len(set(inversion.layout.cross_comm.allgather(mine))) == 1
     assert result.counts["shots"] == 3 and result.counts["shot_groups"] == comm.size
     inversion.close()
+
+
+def test_kept_levels_per_group_cost_their_count_and_tao_moves_as_with_the_gradient_policy(comm, shared_tmp):
+    """Armijo asks f at its trials and g at the accepted one: under "keep" every group keeps its
+    last shot's first sweep for that gradient (the others: forward sweeps). lmvm's iterates (new
+    controls each) are bitwise those of the "gradient" policy, and the forward steps are exactly the
+    sessions' plus the sweeps no gradient followed; nothing is left on disk."""
+    runs = {}
+    for policy in ("keep", "gradient"):
+        local = os.path.join(shared_tmp, f"local-{policy}")
+        ck = Checkpointing(ram=2, disk=2, local_dir=local, schedule="multilevel", costs=CostProfile.default(2))
+        inversion = ShotInversion(comm, factory(3), 3, ["c"], ck, tao_type="lmvm", max_it=3, gatol=0.0,
+                                  grtol=0.0, gttol=0.0, policy=policy,
+                                  tao_options=["-tao_ls_type", "armijo", "-tao_ls_stepinit", "4"])
+        runs[policy] = inversion.solve()
+        inversion.close()
+        comm.Barrier()
+        assert not glob.glob(os.path.join(local, "shot-*")), policy
+    keep, grad = runs["keep"], runs["gradient"]
+    assert keep.iterations == 3 and [h["J"] for h in keep.history] == [h["J"] for h in grad.history]
+    assert keep.controls["c"].getArray(readonly=True).tobytes() == grad.controls["c"].getArray(readonly=True).tobytes()
+    c, g = keep.counts, grad.counts
+    session = g["forward_steps"] // g["sessions"]  # one plan for every shot's session: S steps each
+    assert g["forward_steps"] == g["sessions"] * session and g["kept_sweeps"] == 0, g
+    groups = min(comm.size, 3)
+    assert c["reverse_from_kept"] >= 3 * groups and c["kept_sweeps"] > c["reverse_from_kept"], c  # trials rejected
+    assert c["forward_sweeps"] == c["kept_sweeps"] // groups * (3 - groups), c
+    unfollowed = c["kept_sweeps"] - c["reverse_from_kept"] + c["forward_sweeps"]
+    assert c["forward_steps"] == c["sessions"] * session + unfollowed * N, c
+    assert c["forward_steps"] < g["forward_steps"] and c["forward_steps"] < c["naive_forward_steps"], (c, g)
+    assert c["adjoint_steps"] < g["adjoint_steps"], (c, g)
 
 
 def invert_cli(shots, ranks_per_shot, capfd):

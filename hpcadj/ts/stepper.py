@@ -6,10 +6,12 @@ in the TS what that step reads: u_{i+1} in the solution Vec, the method's stages
 dt and the step number. PETSc's trajectory is never filled; hpcadj's plans and levels hold the states.
 
 Stages: for θ-endpoint methods (Crank–Nicolson, backward Euler) they are u_i and u_{i+1}, which the
-driver holds: they are copied in (``TSGetStages``), nothing is recomputed. For the others (RK,
-θ-midpoint) the step is recomputed from u_i before the adjoint step, so an adjoint step costs one
-forward step more; the cost the planner uses comes from timing :meth:`TSStepper.adjoint_step`
-itself (``hpcadj calibrate``), recomputation included.
+driver holds: they are copied in (``TSGetStages``), nothing is recomputed. θ-midpoint's one stage X
+is the Newton solution from which TSStep made u_{i+1} = u_i + (X - u_i)/θ: it is reconstructed as
+u_i + θ (u_{i+1} - u_i), equal to X up to round-off (the gradient to ~1e-13 relative, not bitwise).
+RK methods recompute the step from u_i before the adjoint step, so an adjoint step costs one forward
+step more; the cost the planner uses comes from timing :meth:`TSStepper.adjoint_step` itself
+(``hpcadj calibrate``), recomputation included.
 """
 
 from __future__ import annotations
@@ -101,7 +103,9 @@ class TSStepper(AdaptiveSteps, Stepper):
         self._claim_dm()                    # before this TS is touched: a second TS on a DM breaks the first
         self.ts_type = ts.getType()
         self._endpoint = self._theta_endpoint()
-        self.adjoint_reads_next = self._endpoint
+        self._midpoint = self.ts_type in ("theta", "cn", "beuler") and not self._endpoint
+        self._theta = float(ts.getTheta()) if self._midpoint else None
+        self.adjoint_reads_next = self._endpoint or self._midpoint
         ts.setErrorIfStepFails(False)
         ts.setExactFinalTime(PETSc.TS.ExactFinalTime.MATCHSTEP)
         # TSAdjointStep segfaults without a trajectory; ts.step() never fills it, so it stores nothing,
@@ -177,8 +181,15 @@ class TSStepper(AdaptiveSteps, Stepper):
 
     @property
     def recomputes_in_adjoint(self) -> bool:
-        """True where an adjoint step re-runs the forward step for its stages (RK, θ-midpoint)."""
-        return not self._endpoint
+        """True where an adjoint step re-runs the forward step for its stages (RK and other non-θ types)."""
+        return not (self._endpoint or self._midpoint)
+
+    @property
+    def adjoint_stages(self) -> str:
+        """How an adjoint step gets its stages: 'filled' (θ-endpoint: u_i and u_{i+1} copied in),
+        'reconstructed' (θ-midpoint: X = u_i + θ (u_{i+1} - u_i), round-off from TSStep's X) or
+        'recomputed' (the step re-run from u_i)."""
+        return "filled" if self._endpoint else "reconstructed" if self._midpoint else "recomputed"
 
     # -- controls ----------------------------------------------------------------------------
     def default_controls(self):
@@ -287,6 +298,13 @@ class TSStepper(AdaptiveSteps, Stepper):
             ts.setSolution(self._sol)
             stages = _capi.stage_handles(ts)
             _capi.vec_copy_into(u, stages[0])
+        elif self._midpoint:
+            # TSAdjointStep_Theta (midpoint) reads the stage X and u_{i+1} only: it recovers u_i from them
+            u_next.copy(self._sol)
+            ts.setSolution(self._sol)
+            stage = u_next.copy()
+            stage.axpby(1.0 - self._theta, self._theta, u)      # θ u_{i+1} + (1 - θ) u_i
+            _capi.vec_copy_into(stage, _capi.stage_handles(ts)[0])
         else:
             u.copy(self._sol)
             self._take_step(i, self._sol, self._dt(i))
@@ -349,7 +367,7 @@ class TSStepper(AdaptiveSteps, Stepper):
     # -- description -------------------------------------------------------------------------
     def describe(self) -> dict:
         info = {"model": self.name, "steps": self.n_steps, "ts_type": self.ts_type, "dt": self.dt,
-                "adjoint_stages": "filled" if self._endpoint else "recomputed",
+                "adjoint_stages": self.adjoint_stages,
                 "petsc": _version_text(_version())}
         if self.ts_type == "rk":
             info["rk_type"] = self.ts.getRKType()

@@ -311,7 +311,7 @@ def gs_horizon(base: dict, scratch: Path, csv_path: Path) -> None:
 # gradient; s^2 rises from ~0 at the sources' and receivers' depth to 1 at the depth "deep").
 # dt is `cfl` times the leapfrog's limit h / (c_max sqrt 2) at the upper bound c_max.
 FWI = {"grid": (192, 192), "shots": 8, "c_bounds": (0.9, 2.4), "smooth": 0.06, "memory": "1GiB",
-       "t_final": 1.6, "cfl": 0.8, "stages": [[3.0, 6], [5.0, 6], [8.0, 6], [12.0, 6]],
+       "t_final": 1.6, "cfl": 0.8, "stages": [[4.0, 10], [10.0, 16]],
        "scaling": {"top": 0.22, "deep": 0.7, "floor": 0.01}, "regularization": 0.0}
 FWI_QUICK = {"grid": (40, 40), "shots": 2, "c_bounds": (0.9, 2.4), "smooth": 0.06, "memory": "1GiB",
              "t_final": 1.2, "cfl": 0.8, "stages": [[3.0, 2], [5.0, 2]],

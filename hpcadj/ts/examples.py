@@ -22,6 +22,23 @@ from ..imports import petsc
 from .stepper import TSStepper
 
 
+def _fresh_preconditioner(ts, comm) -> None:
+    """On more than one rank, a Jacobi preconditioner and tight Krylov tolerances for a dense Jacobian.
+
+    PETSc's default there, block Jacobi, factors the diagonal block that ``MatGetDiagonalBlock`` of a
+    MATMPIDENSE makes once, sharing the matrix's array; its state never changes with the values (PETSc
+    3.18 mpidense.c), so the factor stays the first matrix's. GMRES then iterates with a stale
+    preconditioner down to its tolerance, and the result depends on which matrix came first: the
+    gradient differs from ``TSAdjointSolve``'s on another TS by the Krylov tolerance (2e-4 relative
+    for van der Pol at GMRES's default 1e-5). Jacobi reads the diagonal at every set-up. Options
+    given by the user (``setFromOptions``, after this) still win.
+    """
+    if comm.size > 1:
+        ksp = ts.getSNES().getKSP()
+        ksp.getPC().setType("jacobi")
+        ksp.setTolerances(rtol=1e-14, atol=1e-16)
+
+
 def _half_norm2(u) -> float:
     return 0.5 * u.dot(u)
 
@@ -72,6 +89,7 @@ class VanDerPol:
         ts.setMaxSteps(50)
         ts.setExactFinalTime(PETSc.TS.ExactFinalTime.MATCHSTEP)
         ts.getSNES().setTolerances(rtol=1e-14, atol=1e-14)
+        _fresh_preconditioner(ts, comm)
         ts.setFromOptions()
         self.ts = ts
 
@@ -166,6 +184,7 @@ class MassODE:
         ts.setMaxSteps(int(round(t_final / dt)))
         ts.setExactFinalTime(PETSc.TS.ExactFinalTime.MATCHSTEP)
         ts.getSNES().setTolerances(rtol=1e-14, atol=1e-14)
+        _fresh_preconditioner(ts, comm)
         ts.setFromOptions()
         self.ts = ts
 

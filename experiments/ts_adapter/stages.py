@@ -1,19 +1,24 @@
 """Stages stored with the snapshot, or the step recomputed before each adjoint step? (issue 29)
 
-For a method whose adjoint reads stages other than u_i and u_{i+1} (RK, θ-midpoint) the adapter
-re-runs the forward step from u_i before ``TSAdjointStep``. The alternative keeps the s stage
+For a method whose adjoint reads stages other than u_i and u_{i+1} (RK) the adapter re-runs the
+forward step from u_i before ``TSAdjointStep``; θ-midpoint's one stage it reconstructs from u_i and
+u_{i+1} (X = u_i + θ (u_{i+1} - u_i)). The alternative keeps the s stage
 vectors with each snapshot: an adjoint step then copies them in and runs ``TSAdjointStep`` alone,
 but every slot is (s + 1) states. Measured here per method on ex5adj (Gray–Scott) at a size where a
 state is 8 MiB per rank, in one process, alternated:
 
 - ``forward_s``: one ``TSStep`` (restarted) from a restored state;
-- ``adjoint_recompute_s``: :meth:`TSStepper.adjoint_step` as it runs (the step re-run, then the adjoint);
+- ``adjoint_recompute_s``: the step re-run from u_i, then ``TSAdjointStep`` (RK's adjoint step as it runs);
+- ``adjoint_reconstructed_s`` (θ-midpoint): :meth:`TSStepper.adjoint_step` as it runs (the stage
+  reconstructed, then ``TSAdjointStep``), and ``reconstructed_vs_recompute``, the largest difference
+  of the two variants' λ_0 relative to its largest entry;
 - ``adjoint_stored_s``: the stored-stage variant, timed for real: the s stages and u_{i+1} copied in
   from held copies (``VecCopy``), then ``TSAdjointStep``.
 
 Then, per memory budget of B states per rank, the time of a gradient of n steps with revolve under
 each variant: recompute has B slots (forward evaluations ``min_forward_steps(n, B)``, each adjoint
-step ``adjoint_recompute_s``); stored stages has B // (s + 1) slots and ``adjoint_stored_s``.
+step ``adjoint_recompute_s``), reconstructed the same slots and ``adjoint_reconstructed_s``; stored
+stages has B // (s + 1) slots and ``adjoint_stored_s``.
 
     mpirun -n 2 python experiments/ts_adapter/stages.py --grid 1024 --steps 100
 """
@@ -53,28 +58,42 @@ def measure(comm, kind, grid, repeats):
         gs.ts.setTheta(arg)
         gs.ts.setThetaEndpoint(False)
     stepper = gs.stepper(10)
-    assert stepper.recomputes_in_adjoint
+    assert stepper.recomputes_in_adjoint == (ts_type == "rk")
     controls = stepper.default_controls()
     stepper.set_controls(controls)
     u0 = stepper.initial_state()
     u1 = stepper.step(0, u0)
-    lam0 = stepper.objective_gradient(1, u1) or u1.duplicate()
+    lam0 = stepper._final[1](u1)                          # a λ that is not zero: J's derivative at u_1
     grad = {k: v.duplicate() for k, v in controls.items()}
 
     def forward():
         stepper.step(0, u0)
 
+    ts = stepper.ts
+    sol = u1.duplicate()
+
+    def adjoint_from(x):
+        ts.setSolution(x)
+        ts.setTime(stepper.time(1))
+        ts.setTimeStep(-stepper._dt(0))
+        ts.setStepNumber(1)
+        ts.setCostGradients([lam0.copy()], [grad["gamma"]])
+        ts.adjointStep()
+
     def adjoint_recompute():
+        u0.copy(sol)
+        stepper._take_step(0, sol, stepper._dt(0))       # leaves u_1 in sol and the step's stages in the TS
+        adjoint_from(sol)
+
+    def adjoint_reconstructed():
         stepper.adjoint_step(0, u0, u1, lam0, grad)
 
     # the stored variant: the stages of step 0 as they were after the step, held as copies
     stepper.step(0, u0)
-    ts = stepper.ts
     handles = _capi.stage_handles(ts)
     held = [u1.duplicate() for _ in handles]
     for h, v in zip(handles, held):
         _capi.vec_copy_into_vec(h, v)
-    sol = u1.duplicate()
 
     def adjoint_stored():
         for v, h in zip(held, handles):
@@ -93,14 +112,26 @@ def measure(comm, kind, grid, repeats):
 
     import numpy as np
 
-    assert np.array_equal(result(adjoint_recompute), result(adjoint_stored)), "the variants' λ_0 differ"
+    recomputed = result(adjoint_recompute)
+    assert np.array_equal(recomputed, result(adjoint_stored)), "the variants' λ_0 differ"
     out = {"method": kind, "stages": len(handles), "state_mib": u0.getLocalSize() * 8 / 2 ** 20}
+    if not stepper.recomputes_in_adjoint:
+        diff = comm.allreduce(float(np.abs(result(adjoint_reconstructed) - recomputed).max()), op=_max())
+        out["reconstructed_vs_recompute"] = diff / comm.allreduce(float(np.abs(recomputed).max()), op=_max())
     for _ in range(2):       # alternated: each measured twice, the medians of the last round kept
         out["forward_s"] = _timed(comm, forward, repeats)
         out["adjoint_recompute_s"] = _timed(comm, adjoint_recompute, repeats)
+        if not stepper.recomputes_in_adjoint:
+            out["adjoint_reconstructed_s"] = _timed(comm, adjoint_reconstructed, repeats)
         out["adjoint_stored_s"] = _timed(comm, adjoint_stored, repeats)
     petsc().garbage_cleanup(comm)
     return out
+
+
+def _max():
+    from hpcadj.imports import mpi
+
+    return mpi().MAX
 
 
 def gradient_times(row, n, budgets):
@@ -114,8 +145,13 @@ def gradient_times(row, n, budgets):
         slots = b // (s + 1)
         sto = (min_forward_steps(n, min(slots, n)) * row["forward_s"] + n * row["adjoint_stored_s"]
                if slots >= 1 else None)
-        out.append({"budget_states": b, "recompute_s": rec, "stored_s": sto,
-                    "stored_over_recompute": None if sto is None else sto / rec})
+        row_b = {"budget_states": b, "recompute_s": rec, "stored_s": sto,
+                 "stored_over_recompute": None if sto is None else sto / rec}
+        if "adjoint_reconstructed_s" in row:
+            row_b["reconstructed_s"] = (min_forward_steps(n, min(b, n)) * row["forward_s"]
+                                        + n * row["adjoint_reconstructed_s"])
+            row_b["reconstructed_over_recompute"] = row_b["reconstructed_s"] / rec
+        out.append(row_b)
     return out
 
 

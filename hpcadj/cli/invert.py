@@ -51,9 +51,13 @@ def add_parser(subparsers) -> None:
                    help="cap on accepted iterates, resumes included (default 20)")
     for name in ("gatol", "grtol", "gttol"):
         o.add_argument(f"--{name}", type=float, default=None, help=f"TAO's {name} (default TAO's)")
-    o.add_argument("--policy", default="gradient", choices=POLICIES,
-                   help="an objective-only request at a new control runs the whole gradient (kept for "
-                        "the gradient request that follows: default) or one forward sweep")
+    o.add_argument("--policy", default="keep", choices=POLICIES,
+                   help="what an objective-only request at a new control (a line search's trial) runs: "
+                        "keep (default): the gradient's first sweep, its checkpoint levels held until the "
+                        "next evaluation, so a gradient at that control costs only the reverse sweep; "
+                        "gradient: the whole gradient session, a reverse sweep wasted on every rejected "
+                        "trial; forward: one forward sweep without snapshots, a gradient there then pays a "
+                        "whole session. Every policy gives the same iterates, bit for bit")
     o.add_argument("--controls-out", metavar="FILE.h5", default=None,
                    help="write the final controls as global datasets (parallel HDF5)")
     o.add_argument("--gradient-out", metavar="FILE.h5", default=None,

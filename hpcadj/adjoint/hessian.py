@@ -557,14 +557,15 @@ def settled_rss(comm) -> int:
     return process_rss_bytes() or 0
 
 
-def product_memory(model, memory, *, gauss_newton: bool = False, local_dir=None, baseline=None):
+def product_memory(model, memory, *, gauss_newton: bool = False, local_dir=None, baseline=None, reserve: int = 0):
     """How Hessian products of ``model`` fit the whole-process budget ``memory`` per rank (bytes, or
     text such as ``"3GiB"``): the one rule ``hpcadj invert``'s Newton types and ``hpcadj hesscheck``
     share (:func:`hpcadj.checkpoint.memory.plan_products` over the composite's working set, one
     state's and the controls' bytes, the largest rank's each, and the settled resident set plus the
     planner's allocator slack). ``baseline``: the resident set to count from (default
-    :func:`settled_rss` now). Returns the ProductMemory; ConfigError (one line, naming the least
-    budget that would do) when no mode fits. Collective."""
+    :func:`settled_rss` now); ``reserve`` bytes per rank kept for what the caller allocates while
+    the products live (an optimiser's Krylov and quasi-Newton vectors). Returns the ProductMemory;
+    ConfigError (one line, naming the least budget that would do) when no mode fits. Collective."""
     from ..checkpoint.memory import plan_products
     from ..checkpoint.options import ConfigError, fmt_bytes, memory_bytes
     from ..checkpoint.provision import ALLOCATOR_SLACK_BYTES
@@ -575,7 +576,7 @@ def product_memory(model, memory, *, gauss_newton: bool = False, local_dir=None,
     comm, MAX = model.comm, mpi().MAX
     if baseline is None:
         baseline = settled_rss(comm)
-    baseline = comm.allreduce(int(baseline), op=MAX) + ALLOCATOR_SLACK_BYTES
+    baseline = comm.allreduce(int(baseline) + int(reserve), op=MAX) + ALLOCATOR_SLACK_BYTES
     state = comm.allreduce(layout_bytes(model.snapshot_layout()), op=MAX)
     controls = comm.allreduce(layout_bytes(model.control_layout()), op=MAX)
     composite = 2.0 * SecondOrderStepper(model, gauss_newton=gauss_newton).working_set_states()
@@ -610,7 +611,8 @@ class HessianProducts:
 
     ``memory`` (a whole-process budget per rank, bytes or text such as ``"2GiB"``) chooses the mode
     and the slots instead, by :func:`product_memory` counted from ``baseline`` (default: the settled
-    resident set now); ``ram`` then caps the slots. ConfigError when no mode fits.
+    resident set now) plus ``reserve`` bytes; ``ram`` then caps the slots. ConfigError when no mode
+    fits.
 
     :meth:`hessian_action` with other ``controls`` runs a new forward sweep (nothing is reused).
     ``counts`` tallies the model's forward and tangent steps, the second-order adjoint steps
@@ -621,7 +623,7 @@ class HessianProducts:
     MIN_SLOTS = 2
 
     def __init__(self, model, controls, *, gauss_newton: bool = False, ram=None, local_dir=None,
-                 schedule: str = "revolve", memory=None, baseline=None):
+                 schedule: str = "revolve", memory=None, baseline=None, reserve: int = 0):
         check_model(model, gauss_newton)
         self.model, self.gauss_newton = model, gauss_newton
         self.local_dir, self.schedule_name = local_dir, schedule
@@ -637,7 +639,8 @@ class HessianProducts:
                 raise ValueError(f"ram={ram}: a product needs at least {self.MIN_SLOTS} slots of one state "
                                  f"({state_bytes} bytes per rank)")
         if memory is not None:
-            fit = product_memory(model, memory, gauss_newton=gauss_newton, local_dir=local_dir, baseline=baseline)
+            fit = product_memory(model, memory, gauss_newton=gauss_newton, local_dir=local_dir, baseline=baseline,
+                                 reserve=reserve)
             self.memory = fit.memory
             cap = None if self.slots is None else (self.slots // 2 if fit.mode == "recompute" else self.slots)
             self.mode, self.plan_slots = fit.mode, fit.slots if cap is None else max(1, min(fit.slots, cap))

@@ -24,6 +24,9 @@ from .space import ControlSpace, Scaling, Tikhonov
 TAO_TYPES = ("lmvm", "blmvm", "bqnls", "nls", "bntr")
 NEWTON_TYPES = ("nls", "bntr")
 BOUNDED_TYPES = ("blmvm", "bqnls", "bntr")
+#: packed control vectors a Newton type allocates beside the products (bntr's L-BFGS preconditioner
+#: keeps 5 pairs, the Krylov solver and the trust region some 6 more): kept free of a budget's slots
+TAO_VECTORS = 16
 
 
 def option_pairs(tokens) -> list[tuple[str, str]]:
@@ -302,11 +305,13 @@ class Inversion:
         from ..adjoint.hessian import HessianShell, budget_options, check_model, product_memory
 
         options = budget_options(self.checkpointing, self.comm)
+        if "memory" in options:  # TAO's Krylov and quasi-Newton vectors grow while the products live
+            options["reserve"] = TAO_VECTORS * space.vec.getLocalSize() * space.vec.getArray().itemsize
         try:
             check_model(self.model, self.gauss_newton)
             if "memory" in options:  # a budget no product fits is refused before TAO starts
                 product_memory(self.model, options["memory"], gauss_newton=self.gauss_newton,
-                               local_dir=options.get("local_dir"))
+                               local_dir=options.get("local_dir"), reserve=options["reserve"])
         except ValueError as exc:
             raise InversionError(f"-tao_type {tao.getType()}: {exc}") from None
         cache, budgeted = self._cache, "memory" in options

@@ -1,19 +1,20 @@
-"""Inversions on three real problems, analysed with ``hpcadj analyze``: heat (kappa from observed
+"""Inversions on real problems, analysed with ``hpcadj analyze``: heat (kappa from observed
 intermediate states), Gray-Scott (the initial state from a final-time observation, and how its
-recovery depends on the final time), FWI (a layered velocity model with an anomaly from the traces
-of several shots, started from a smoothed model, with a frequency continuation and a depth
-preconditioner).
+recovery depends on the final time; grayscott-ts the same inversion on PETSc's ex5 TS through
+hpcadj.ts.TSStepper), FWI (a layered velocity model with an anomaly from the traces of several
+shots, started from a smoothed model, with a frequency continuation and a depth preconditioner),
+wave3d (two 3-D shots at 32 MiB a snapshot per rank).
 
-    .venv/bin/python experiments/inversion/run.py heat|grayscott|fwi|wave3d|all [--quick]
+    .venv/bin/python experiments/inversion/run.py heat|grayscott|grayscott-ts|fwi|wave3d|all [--quick]
         [--config JSON] [--out DIR]
 
 Each problem writes into experiments/inversion/<problem>/ (or DIR/<problem>/): ``log*/inversion.jsonl``
 (hpcadj invert's or the library's log; FWI one per frequency stage), ``convergence.png`` (``hpcadj
 analyze --plot``), ``fields.png`` (true, initial, recovered) and ``results.json`` (the figures in
-README.md). ``--config`` replaces keys of Gray-Scott's or FWI's configuration (the ablations in
-README.md). Scratch (checkpoint files, observations, controls) goes to a temporary directory removed
+README.md). ``--config`` replaces keys of either Gray-Scott's or FWI's configuration (the
+ablations in README.md). Scratch (checkpoint files, observations, controls) goes to a temporary directory removed
 at the end. The solves run under mpirun on 2 ranks: heat and wave3d through ``hpcadj invert``,
-Gray-Scott and FWI through :class:`hpcadj.inversion.Inversion` / ``ShotInversion`` in this script's
+Gray-Scott (both) and FWI through :class:`hpcadj.inversion.Inversion` / ``ShotInversion`` in this script's
 ``_solve`` mode (they need a start, a misfit or a preconditioner the command line does not offer).
 """
 
@@ -303,6 +304,137 @@ def gs_horizon(base: dict, scratch: Path, csv_path: Path) -> None:
     H.write_csv(csv_path, rows)
 
 
+# -- Gray-Scott through the TS adapter: PETSc's ex5 as a user's TS, ex5opt_ic's inversion ------
+# hpcadj.ts.examples.GrayScott is PETSc's ex5adj (Crank-Nicolson on a periodic DMDA with dof 2, the
+# assembled AIJ Jacobian, GMRES with PETSc's default preconditioner) wrapped as a TSStepper: every
+# evaluation is a checkpointed session replaying the user's TS step by step and PETSc's own
+# TSAdjointStep backwards. The inversion is ex5opt_ic's: (u0, v0) from the final state, here with
+# the built-in problem's spots (one wide spot as the start), J = h^2/2 |w_n - d|^2, blmvm in [0, 1].
+GS_TS = {"grid": (512, 512), "steps": 10, "dt": 1.0, "ts_type": "cn", "max_it": 25, "memory": "1GiB", "ram": 4,
+         "tao": "blmvm", "bounds": {"u0": (0.0, 1.0)}, "petsc_options": {}}
+GS_TS_QUICK = {"grid": (32, 32), "steps": 6, "dt": 1.0, "ts_type": "cn", "max_it": 4, "memory": "700MiB", "ram": 3,
+               "tao": "blmvm", "bounds": {"u0": (0.0, 1.0)}, "petsc_options": {}}
+
+
+def gsts_spots(gs, spots):
+    """The TS's (u, v) = (1 - g/2, g/4) on this rank's block of ex5's DMDA (side 2.5, nodes j h)."""
+    import numpy as np
+
+    side, m = 2.5, gs.m
+    h = side / m
+    y = (np.arange(gs.ys, gs.ys + gs.ym) * h)[:, None]
+    x = (np.arange(gs.xs, gs.xs + gs.xm) * h)[None, :]
+    g = sum(np.exp(-((x - cx * side) ** 2 + (y - cy * side) ** 2) / (2 * (w * side) ** 2)) for cx, cy, w in spots)
+    vec = gs.u0.duplicate()
+    a = vec.getArray().reshape(gs.ym, gs.xm, 2)
+    a[..., 0] = 1.0 - 0.5 * g
+    a[..., 1] = 0.25 * g
+    return vec
+
+
+def gsts_solve(cfg: dict, work: str) -> None:
+    """(under mpirun) (u0, v0) of ex5's TS from the final state of the true (u0, v0)'s run."""
+    from hpcadj import Checkpointing
+    from hpcadj.fieldio import write_fields
+    from hpcadj.imports import mpi, petsc
+    from hpcadj.inversion import Inversion
+    from hpcadj.inversion.cache import EvaluationCache
+    from hpcadj.ts import TSStepper
+    from hpcadj.ts.examples import GrayScott
+
+    comm = mpi().COMM_WORLD
+    database = petsc().Options()
+    for key, value in cfg.get("petsc_options", {}).items():  # read by the TS's setFromOptions
+        database.setValue(key, value)
+    m = cfg["grid"][0]
+    gs = GrayScott(comm, m=m, dt=cfg["dt"], ts_type=cfg["ts_type"])
+    h2 = (2.5 / m) ** 2
+    target = gs.u0.duplicate()
+
+    def value(u):
+        d = u.copy()
+        d.axpy(-1.0, target)
+        return 0.5 * h2 * d.dot(d)
+
+    def gradient(u):
+        g = u.copy()
+        g.axpy(-1.0, target)
+        g.scale(h2)
+        return g
+
+    stepper = TSStepper(gs.ts, gs.u0, cfg["steps"], final=(value, gradient), name="ex5opt_ic",
+                        working_set_extra=24.0)
+    truth = {"u0": gsts_spots(gs, GS_TRUE)}
+    stepper.set_controls(truth)
+    u = stepper.initial_state()
+    for i in range(cfg["steps"]):
+        u = stepper.step(i, u)
+    u.copy(target)
+    start = {"u0": gsts_spots(gs, GS_START)}
+    plans = []
+
+    class Recorded(EvaluationCache):
+        """The inversion's cache, noting each session's plan (levels, RAM slots, predicted memory)."""
+
+        def _calibrated(self, session):
+            super()._calibrated(session)
+            run, mem = session.planned, session.planned.memory
+            plan = {"levels": [[p.kind, p.slots] for p in run.plans], "schedule": type(run.schedule).__name__,
+                    "forward_steps": getattr(run.summary, "forward_steps", None)}
+            if mem is not None:
+                plan.update({"baseline_MiB": mem.baseline_bytes / 2**20, "fixed_MiB": mem.fixed_bytes / 2**20,
+                             "predicted_peak_MiB": mem.peak_bytes / 2**20, "ram_slots_fit": mem.ram_slots_fit})
+            same = ("levels", "schedule", "forward_steps")
+            if not plans or any(plan[k] != plans[-1][k] for k in same):
+                plans.append({**plan, "sessions": 0})
+            plans[-1]["sessions"] += 1  # a run of sessions with the same plan: its first one's figures
+
+    checkpointing = Checkpointing(memory=cfg["memory"], ram=cfg.get("ram"), local_dir=work)
+    inv = Inversion(stepper, ["u0"], checkpointing, controls=start,
+                    tao_type=cfg["tao"], bounds={k: tuple(v) for k, v in cfg["bounds"].items()},
+                    max_it=cfg["max_it"], log=os.path.join(cfg["out"], "log", "inversion.jsonl"),
+                    evaluations=Recorded)
+    result = inv.solve()
+    layout = stepper.control_layout()["u0"]
+    write_fields(os.path.join(work, "u0.h5"), comm, {k: layout for k in ("true", "start", "recovered")},
+                 {"true": stepper.control_arrays(truth)["u0"], "start": stepper.control_arrays(start)["u0"],
+                  "recovered": stepper.control_arrays(result.controls)["u0"]},
+                 attrs={"status": result.status, "describe": json.dumps(stepper.describe(), default=str),
+                        "working_set_states": stepper.working_set_states(),
+                        "counts": json.dumps(result.counts), "plans": json.dumps(plans)})
+
+
+def grayscott_ts(quick: bool, scratch: Path) -> dict:
+    import numpy as np
+
+    from hpcadj.imports import h5py
+
+    cfg = {**(GS_TS_QUICK if quick else GS_TS), **OVERRIDES[0]}
+    out = OUT[0] / "grayscott-ts"
+    fresh(out)
+    cfg["out"] = str(out)
+    load_start = round(os.getloadavg()[0], 2)
+    H.mpirun(RANKS, [H.PY, __file__, "_solve", "grayscott-ts", json.dumps(cfg), scratch], timeout=3000)
+    with h5py().File(scratch / "u0.h5", "r") as f:
+        truth, start, recovered = (np.array(f[k][...]) for k in ("true", "start", "recovered"))
+        status, describe = str(f.attrs["status"]), json.loads(f.attrs["describe"])
+        working = float(f.attrs["working_set_states"])
+        counts, plans = json.loads(f.attrs["counts"]), json.loads(f.attrs["plans"])
+    field_plot(out / "fields.png", [("true v₀", truth[..., 1]), ("initial v₀", start[..., 1]),
+                                    ("recovered v₀", recovered[..., 1])], "magma")
+    errors = {"error_initial": rel_error(start, truth), "error_recovered": rel_error(recovered, truth),
+              "error_v0_initial": rel_error(start[..., 1], truth[..., 1]),
+              "error_v0_recovered": rel_error(recovered[..., 1], truth[..., 1])}
+    ny, nx = cfg["grid"]
+    state = ny * nx * 2 * 8 / RANKS / 2**20
+    return summarise("grayscott-ts", out, analyze(out), errors,
+                     {"config": {k: v for k, v in cfg.items() if k != "out"}, "ranks": RANKS, "status": status,
+                      "final_time": cfg["steps"] * cfg["dt"], "ts": describe, "loadavg_1m_start": load_start,
+                      "working_set_states": working, "working_set_MiB_per_rank": working * state,
+                      "counts": counts, "plans": plans,
+                      "snapshot_MiB_per_rank": state})
+
+
 # -- FWI: a layered model with an anomaly, several shots -------------------------------------
 # What FWI practice does, each piece switchable for the ablations in README.md: a record long enough
 # for the deepest layer's reflections to come back (t_final), a frequency continuation (one
@@ -535,7 +667,7 @@ def wave3d(quick: bool, scratch: Path) -> dict:
                       "snapshot_MiB_per_rank": n ** 3 * 2 * 8 / 2**20})
 
 
-PROBLEMS = {"heat": heat, "grayscott": grayscott, "fwi": fwi, "wave3d": wave3d}
+PROBLEMS = {"heat": heat, "grayscott": grayscott, "grayscott-ts": grayscott_ts, "fwi": fwi, "wave3d": wave3d}
 
 
 def report() -> str:
@@ -568,7 +700,7 @@ def main() -> None:
         heat_observe(json.loads(sys.argv[2]), sys.argv[3])
         return
     if len(sys.argv) > 1 and sys.argv[1] == "_solve":
-        {"grayscott": gs_solve, "fwi": fwi_solve}[sys.argv[2]](json.loads(sys.argv[3]), sys.argv[4])
+        {"grayscott": gs_solve, "grayscott-ts": gsts_solve, "fwi": fwi_solve}[sys.argv[2]](json.loads(sys.argv[3]), sys.argv[4])
         return
     if len(sys.argv) > 1 and sys.argv[1] == "report":
         sys.stdout.write(report())
@@ -576,7 +708,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("problem", choices=[*PROBLEMS, "all"])
     p.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test of the script)")
-    p.add_argument("--config", default="{}", help="JSON object of grayscott's or fwi's configuration keys to replace")
+    p.add_argument("--config", default="{}", help="JSON object of grayscott's, grayscott-ts's or fwi's configuration keys to replace")
     p.add_argument("--out", type=Path, default=HERE, help="where <problem>/ goes (default: beside this script)")
     args = p.parse_args()
     QUICK[0], OUT[0], OVERRIDES[0] = args.quick, args.out, json.loads(args.config)

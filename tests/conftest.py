@@ -68,6 +68,9 @@ def _tier(item) -> str:
 WORKER_GROUPS = {"test_restart.py": "restart", "test_compression_restart.py": "restart"}
 #: files whose tests are independent runs, each worth a worker of its own (one mpirun per test)
 SPREAD_FILES = {"test_mpi_suites.py"}
+#: but their multi-rank runs go to one worker, one after another: two oversubscribed jobs at once
+#: (six ranks on 2 cores) spend their time yielding to each other; beside serial tests they do not
+SERIAL_MPI_GROUP = "mpi-suites-multi-rank"
 #: the order units are handed to workers: the dearest first, so no long run starts last
 _TIER_ORDER = {"mpi": 0, "cluster": 1, "cli": 2, "unit": 3}
 
@@ -81,24 +84,29 @@ def _nranks(item) -> int:
 def pytest_collection_modifyitems(config, items):
     """Give every test its tier marker unless it declares one itself, and lay the suite out for
     pytest-xdist (``-n 2 --dist loadgroup``, scripts/run-tests.sh): a file's tests stay on one worker
-    (its module fixtures run once), the MPI suites' runs spread over the workers, dearest first: files
-    with a ``slow`` test, then by tier and rank count."""
+    (its module fixtures run once), the MPI suites' one-rank runs spread over the workers and their
+    multi-rank runs on one worker in turn; dearest first: the multi-rank runs, files with a ``slow``
+    test, then by tier and rank count."""
     unit_of, cost = {}, {}
     for item in items:
         if not any(item.get_closest_marker(t) for t in TIERS):
             item.add_marker(getattr(pytest.mark, _tier(item)))
         unit = item.nodeid
-        if item.path.name not in SPREAD_FILES:
+        if item.path.name in SPREAD_FILES and _nranks(item) > 1:
+            unit = SERIAL_MPI_GROUP
+            item.add_marker(pytest.mark.xdist_group(unit))
+        elif item.path.name not in SPREAD_FILES:
             unit = WORKER_GROUPS.get(item.path.name, item.path.name)
             item.add_marker(pytest.mark.xdist_group(unit))
         tier = next(t for t in TIERS if item.get_closest_marker(t))
         unit_of[item] = unit
         slow = 0 if item.get_closest_marker("slow") else 1
         cost[unit] = min(cost.get(unit, (1, 9, 0)), (slow, _TIER_ORDER[tier], -_nranks(item)))
+    cost[SERIAL_MPI_GROUP] = (-1, 0, 0)  # the longest unit: handed out first
     first = {}
     for index, item in enumerate(items):
         first.setdefault(unit_of[item], index)
-    items.sort(key=lambda item: (cost[unit_of[item]], first[unit_of[item]]))
+    items.sort(key=lambda item: (cost[unit_of[item]], first[unit_of[item]], -_nranks(item)))
 
 
 #: what a unit-tier test may not launch: MPI jobs, the hpcadj command, Python, shells

@@ -310,7 +310,7 @@ def gs_horizon(base: dict, scratch: Path, csv_path: Path) -> None:
 # evaluation is a checkpointed session replaying the user's TS step by step and PETSc's own
 # TSAdjointStep backwards. The inversion is ex5opt_ic's: (u0, v0) from the final state, here with
 # the built-in problem's spots (one wide spot as the start), J = h^2/2 |w_n - d|^2, blmvm in [0, 1].
-GS_TS = {"grid": (384, 384), "steps": 10, "dt": 1.0, "ts_type": "cn", "max_it": 20, "memory": "600MiB", "ram": 4,
+GS_TS = {"grid": (384, 384), "steps": 10, "dt": 1.0, "ts_type": "cn", "max_it": 30, "memory": "600MiB", "ram": 4,
          "tao": "blmvm", "bounds": {"u0": (0.0, 1.0)}, "petsc_options": {}}
 GS_TS_QUICK = {"grid": (32, 32), "steps": 6, "dt": 1.0, "ts_type": "cn", "max_it": 4, "memory": "700MiB", "ram": 3,
                "tao": "blmvm", "bounds": {"u0": (0.0, 1.0)}, "petsc_options": {}}

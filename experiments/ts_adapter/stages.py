@@ -99,12 +99,7 @@ def measure(comm, kind, grid, repeats):
         for v, h in zip(held, handles):
             _capi.vec_copy_into(v, h)
         u1.copy(sol)
-        ts.setSolution(sol)
-        ts.setTime(stepper.time(1))
-        ts.setTimeStep(-stepper._dt(0))
-        ts.setStepNumber(1)
-        ts.setCostGradients([lam0.copy()], [grad["gamma"]])
-        ts.adjointStep()
+        adjoint_from(sol)
 
     def result(variant):
         variant()

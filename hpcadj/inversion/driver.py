@@ -203,23 +203,22 @@ class Inversion:
             stop()
             return f
 
-        def gradient(tao, xv, g):
+        def gradient_into(xv, g):
+            """g = the gradient at TAO's point xv (in y under a scaling); returns the objective there."""
             mv = physical(xv)
             e = cache.gradient(mv)
             e.gradient.copy(g)
             reg.add_gradient(mv, g)
             if scale is not None:
                 scale.gradient(g)
+            return e.J + reg.value(mv)
+
+        def gradient(tao, xv, g):
+            gradient_into(xv, g)
             stop()
 
         def objective_gradient(tao, xv, g):
-            mv = physical(xv)
-            e = cache.gradient(mv)
-            e.gradient.copy(g)
-            reg.add_gradient(mv, g)
-            if scale is not None:
-                scale.gradient(g)
-            f = e.J + reg.value(mv)
+            f = gradient_into(xv, g)
             stop()
             return f
 

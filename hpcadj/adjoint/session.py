@@ -20,7 +20,6 @@ was made durable.
 from __future__ import annotations
 
 import math
-import resource
 import time
 from dataclasses import dataclass, field
 
@@ -483,12 +482,12 @@ class GradientSession:
     def _finish(self, outcome: Outcome) -> None:
         """Phase totals, peak memory, the gradient file and the log's summary."""
         from ..imports import mpi
+        from ..telemetry.jsonlog import peak_rss_bytes
 
         comm, info, result = self.comm, outcome.info, outcome.result
         phase_s = self.telemetry.phase_seconds()
         info["phase_s"] = {k: comm.allreduce(phase_s.get(k, 0.0), op=mpi().MAX) for k in PHASES}
-        info["peak_rss_bytes"] = comm.allreduce(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                                                op=mpi().MAX)
+        info["peak_rss_bytes"] = comm.allreduce(peak_rss_bytes(), op=mpi().MAX)
         if self.notes:
             info["notes"] = list(self.notes)
         if self.gradient_out:

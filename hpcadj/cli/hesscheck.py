@@ -6,6 +6,7 @@ import json
 import math
 
 from ..models.base import SolverError
+from ..telemetry.jsonlog import peak_rss_bytes
 from .common import add_model_arguments, build_model, int_in, positive_float, solver_failure, world
 
 MIN_RATE = 2.9
@@ -74,7 +75,7 @@ def main(args) -> int:
     except ConfigError as exc:
         raise CliError(str(exc)) from None
     if budget is not None:
-        budget["peak_rss_bytes"] = comm.allreduce(_peak_rss_bytes(), op=_max_op())
+        budget["peak_rss_bytes"] = comm.allreduce(peak_rss_bytes(), op=_max_op())
     sym = abs(a - b) / max(abs(a), abs(b), 1e-300)
     passed = sym <= args.sym_tol
     fd_rate = None
@@ -117,12 +118,6 @@ def _budgeted_products(H, model, controls, v, w, gauss_newton: bool, memory):
     return hv, hw, {"budget": plan.budget_bytes, "mode": products.mode, "slots": products.plan_slots,
                     "predicted_peak_bytes": plan.peak_bytes, "forward_steps": products.counts["forward"],
                     "tangent_steps": products.counts["tangent"]}
-
-
-def _peak_rss_bytes() -> int:
-    import resource
-
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def _max_op():

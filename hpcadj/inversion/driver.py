@@ -16,6 +16,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from ..telemetry.jsonlog import peak_rss_bytes
 from .cache import EvaluationCache
 from .iterates import IterateError, IterateStore
 from .space import ControlSpace, Scaling, Tikhonov
@@ -360,7 +361,7 @@ class Inversion:
                   "seconds": now - mark["t"], "joules": energy.get("joules"),
                   "energy_source": energy.get("source", "unavailable"), "controls_hash": key,
                   "ranks": self.comm.size * int(cache.counts().get("shot_groups", 1)),
-                  "max_rss_bytes": self.comm.allreduce(_peak_rss_bytes(), op=_max_op())}
+                  "max_rss_bytes": self.comm.allreduce(peak_rss_bytes(), op=_max_op())}
         self._mark = {"t": now, "forward": cache.forward_steps, "adjoint": cache.adjoint_steps,
                       "naive": cache.naive_forward_steps, "meter": self._meter()}
         return record
@@ -397,13 +398,6 @@ def _release_before_evaluations(cache, shell) -> None:
                 shell.release()
             return _evaluate(x)
         setattr(cache, name, released)
-
-
-def _peak_rss_bytes() -> int:
-    """This process's peak resident set size so far (Linux's ``ru_maxrss`` is in KiB)."""
-    import resource
-
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def _max_op():

@@ -110,7 +110,7 @@ def write_json_atomic(path: str, obj) -> None:
             os.unlink(tmp)
 
 
-def _peak_rss_bytes() -> int:
+def peak_rss_bytes() -> int:
     """This process's peak resident set size (Linux reports ``ru_maxrss`` in KiB)."""
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
@@ -180,7 +180,7 @@ class RunLog:
         ``"result"``. Returns the summary dict written (the same on every rank).
         """
         wall = time.monotonic() - self._mono0
-        rss = _peak_rss_bytes()
+        rss = peak_rss_bytes()
         with self._lock:
             self.closed = True
             self._fh.write(dumps({"type": "end", "run_id": self.run_id, "rank": self.rank,
@@ -215,7 +215,7 @@ class RunLog:
             self.closed = True
             self._fh.write(dumps({"type": "end", "run_id": self.run_id, "rank": self.rank,
                                   "events": self.events, "wall_seconds": time.monotonic() - self._mono0,
-                                  "max_rss_bytes": _peak_rss_bytes(), "time": iso_time(time.time()),
+                                  "max_rss_bytes": peak_rss_bytes(), "time": iso_time(time.time()),
                                   "error": str(error)}) + "\n")
             self._fh.close()
 

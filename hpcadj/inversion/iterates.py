@@ -7,7 +7,8 @@ Layout of ``run_dir``:
   write_fields`), written to a ``.partial`` file and renamed when complete;
 - ``inversion.json``: written atomically after the controls file: the inversion's identity (model,
   inverted controls, bounds, weight, TAO type), the last accepted iterate (K, J, misfit,
-  regularisation, ‖g‖, the controls file and its SHA-256) and every accepted iterate's record.
+  regularisation, ‖g‖, the controls file and its SHA-256) and every accepted iterate's record, with
+  the CRC-32 of its canonical JSON (``crc32``): an edited or damaged state is refused on resume.
 
 The previous iterate's file is removed only once ``inversion.json`` names the new one, so a crash at
 any point leaves one complete, checksummed iterate. petsc4py 3.18 exposes no LMVM history, so the
@@ -80,11 +81,12 @@ class IterateStore:
                      attrs={"iteration": iteration, "J": record["J"]})
         previous = self._read_state(quiet=True) if self.comm.rank == 0 else None
         if self.comm.rank == 0:
-            from ..telemetry.jsonlog import write_json_atomic
+            from ..restart.rundir import json_crc32
+            from ..telemetry.jsonlog import dumps, write_json_atomic
 
-            state = {"identity": self.identity, "iteration": iteration, "controls_file": name,
-                     "controls_sha256": _sha256(path), "last": record, "history": history}
-            write_json_atomic(self.state_path, state)
+            state = json.loads(dumps({"identity": self.identity, "iteration": iteration, "controls_file": name,
+                                      "controls_sha256": _sha256(path), "last": record, "history": history}))
+            write_json_atomic(self.state_path, {**state, "crc32": json_crc32(state)})
             old = (previous or {}).get("controls_file")
             if old and old != name:
                 try:
@@ -107,11 +109,16 @@ class IterateStore:
         """(the state, the controls of the last accepted iterate as new Vecs shaped like ``like``);
         IterateError on every rank if anything is missing, corrupt or another inversion's."""
         from ..fieldio import CorruptFile, verify_fields
+        from ..restart.rundir import json_crc32
 
         state, problem = None, None
         if self.comm.rank == 0:
             try:
                 state = self._read_state()
+                if not isinstance(state, dict) or state.get("crc32") != json_crc32(
+                        {k: v for k, v in state.items() if k != "crc32"}):
+                    raise IterateError(f"--resume: {self.state_path} fails its checksum (edited or damaged): "
+                                       f"restore it, or choose another --run-dir")
                 if state.get("identity") != self.identity:
                     raise IterateError(f"--resume: {self.path} holds another inversion ({_differences(state.get('identity'), self.identity)}): "
                                        f"resume with the same options, or choose another --run-dir")

@@ -306,7 +306,7 @@ class RunDirectory:
             body = {k: v for k, v in self.manifest.items() if k != "crc32"}
             try:
                 with open(tmp, "w") as f:
-                    json.dump({**body, "crc32": _manifest_crc(body)}, f, indent=1)
+                    json.dump({**body, "crc32": json_crc32(body)}, f, indent=1)
                     f.flush()
                     os.fsync(f.fileno())
                 if os.path.exists(self.manifest_path):
@@ -383,7 +383,8 @@ class RunDirectory:
         return step, model.restore(snapshot), grad
 
 
-def _manifest_crc(body: dict) -> int:
+def json_crc32(body: dict) -> int:
+    """The CRC-32 of ``body``'s canonical JSON (sorted keys): what a durable JSON state carries."""
     return zlib.crc32(json.dumps(body, sort_keys=True).encode())
 
 
@@ -404,7 +405,7 @@ def _load_manifest(path: str):
     if version != FORMAT:
         return None, f"{path}: not an hpcadj manifest (format {FORMAT})"
     body = {k: v for k, v in manifest.items() if k != "crc32"}
-    if manifest.get("crc32") != _manifest_crc(body):
+    if manifest.get("crc32") != json_crc32(body):
         return None, f"{path} fails its checksum"
     return manifest, None
 

@@ -40,7 +40,7 @@ from . import kernels
 from .adaptive import AdaptiveSteps, StepSequence
 from .base import Stepper
 from .common import ComponentSnapshots, scalar_add, scalar_array, scalar_layout, scalar_value, scalar_vec
-from .kernels import burgers as kern
+kern = kernels.lazy("burgers")
 
 
 class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):

@@ -67,7 +67,7 @@ from .base import SolverError, Stepper
 from . import kernels
 from .common import ComponentSnapshots, scalar_add, scalar_array, scalar_layout, scalar_value, scalar_vec
 from .dmda import Grid
-from .kernels import grayscott as gs_kernels
+gs_kernels = kernels.lazy("grayscott")
 
 
 class _AssembledJacobian:

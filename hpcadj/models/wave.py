@@ -46,7 +46,7 @@ from . import kernels
 from .adaptive import AdaptiveSteps, StepSequence
 from .base import Stepper
 from .common import laplacian
-from .kernels import wave as kern
+kern = kernels.lazy("wave")
 
 
 _NO_FACE = kernels.readonly(np.zeros((1, 1)))

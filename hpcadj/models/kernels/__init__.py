@@ -16,6 +16,7 @@ an on-disk cache so a run after the first pays tens of milliseconds, not seconds
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import weakref
 
@@ -27,6 +28,21 @@ from ..dmda import Grid
 
 # numba's cache goes next to the source (__pycache__) when that is writable and to the user's cache
 # directory otherwise (read-only installs); NUMBA_CACHE_DIR overrides both.
+
+
+def lazy(name: str):
+    """The kernel module ``name`` (``"wave"``), executed at its first attribute access: numba (about
+    55 MiB a process and half a second) loads when a model first runs a kernel, so importing a model,
+    the command line's start-up and a TS model's run never load it."""
+    fullname = f"{__name__}.{name}"
+    module = sys.modules.get(fullname)
+    if module is None:
+        spec = importlib.util.find_spec(fullname)
+        spec.loader = importlib.util.LazyLoader(spec.loader)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[fullname] = module
+        spec.loader.exec_module(module)
+    return module
 
 
 class Halo:

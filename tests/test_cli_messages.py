@@ -71,3 +71,18 @@ def test_whole_float_steps_are_accepted(tmp_path):
     rc, out, err = invoke(["run", "--model", "heat", "--grid", "8x8", "--steps", "4", "--observations", path,
                            "--json", "--quiet"])
     assert rc == 0 and json.loads(out)["J"] > 0, err
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly():
+    """``hpcadj plan --actions | head -1``: no BrokenPipeError traceback, as Unix tools do."""
+    import subprocess
+
+    from .helpers import HPCADJ, mpi_env
+
+    proc = subprocess.Popen([HPCADJ, "plan", "--steps", "20000", "--ram", "5", "--actions"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=mpi_env())
+    first = proc.stdout.readline()
+    proc.stdout.close()  # the reader leaves, as head -1 does
+    err = proc.stderr.read().decode()
+    status = proc.wait(timeout=300)
+    assert first.startswith(b"Store(") and err == "" and status == 141, (first, status, err)

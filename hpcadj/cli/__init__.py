@@ -235,6 +235,8 @@ def console() -> int:
         status = main()
     except SystemExit:
         raise
+    except BrokenPipeError:
+        status = _reader_gone()
     except BaseException:  # noqa: BLE001 - reported, then the job must end on every rank
         traceback.print_exc()
         sys.stderr.flush()
@@ -244,6 +246,18 @@ def console() -> int:
 
     finalize()
     return status
+
+
+def _reader_gone() -> int:
+    """stdout's reader left (``hpcadj plan --actions | head -1``): end quietly, with the status of a
+    process that SIGPIPE ended, as Unix tools do (stdout goes to /dev/null, so the exit's flush
+    fails no more)."""
+    import signal
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 def _abort_job(status: int) -> None:

@@ -3,6 +3,7 @@ gradient a checkpointed session, accepted iterates durable in --run-dir for --re
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -11,6 +12,30 @@ from . import CliError
 from .common import add_model_arguments, build_model, positive_float, step_count, world
 from .options import add_checkpoint_arguments, checkpointing
 from .run import EXIT_FAILED, EXIT_STOPPED, StopFlag
+
+
+#: TAO's iteration cap is a PetscInt: the largest one of a 32-bit-index build
+PETSC_INT_MAX = 2**31 - 1
+
+
+def iteration_cap(text: str) -> int:
+    """An argparse ``type=``: --max-it, a whole number from 0 to PETSc's largest int."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= value <= PETSC_INT_MAX:
+        raise argparse.ArgumentTypeError(f"must be between 0 and {PETSC_INT_MAX} (PETSc's int), got {value}")
+    return value
+
+
+def inverted_controls(text: str) -> list[str]:
+    """--invert's names, each once (CliError for a name given twice)."""
+    names = [n for n in text.split(",") if n]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise CliError(f"--invert {text}: {', '.join(twice)} {'is' if len(twice) == 1 else 'are'} named twice")
+    return names
 
 
 def bound_spec(text: str) -> tuple[str, tuple[float | None, float | None]]:
@@ -47,7 +72,7 @@ def add_parser(subparsers) -> None:
                    help="bounds on an inverted control, e.g. kappa:0.5:3 (a side left empty: unbounded)")
     o.add_argument("--regularization", type=float, default=0.0, metavar="W",
                    help="Tikhonov weight w >= 0 of w/2 |m - m0|^2, m0 the starting controls (default 0)")
-    o.add_argument("--max-it", type=int, default=20, metavar="K",
+    o.add_argument("--max-it", type=iteration_cap, default=20, metavar="K",
                    help="cap on accepted iterates, resumes included (default 20)")
     for name in ("gatol", "grtol", "gttol"):
         o.add_argument(f"--{name}", type=float, default=None, help=f"TAO's {name} (default TAO's)")
@@ -154,6 +179,7 @@ def main(args) -> int:
     if args.resume and not args.run_dir:
         raise CliError("--resume needs --run-dir DIR (the inversion to continue)")
     check_shot_options(args)
+    invert = inverted_controls(args.invert)
     if args.gradient_out and args.shots is None:
         raise CliError("--gradient-out needs --shots K (hpcadj run writes a single run's gradient)")
     comm = world(args)
@@ -167,7 +193,6 @@ def main(args) -> int:
                         resume=args.resume, should_stop=stop, time_limit=args.time_limit,
                         log=os.path.join(args.log_dir, "inversion.jsonl") if args.log_dir else None,
                         policy=args.policy, tao_options=args.petsc_options)
-        invert = [n for n in args.invert.split(",") if n]
         writes = True
         if args.shots is None:
             model = build_model(args, comm)

@@ -1,8 +1,8 @@
 """Import the MPI/PETSc/HDF5 stack the same way everywhere.
 
-Debian's petsc4py finds PETSc through ``/usr/lib/petsc``, which only ``petsc-dev`` creates; without
-it we point ``PETSC_DIR`` at the installed ``/usr/lib/petscdir/petsc*/*-real`` (found by glob, never
-a hard-coded version). Debian's h5py picks its MPI build only under mpirun unless
+Debian's petsc4py finds PETSc through ``/usr/lib/petsc``, which only ``petsc-dev`` and
+``scripts/setup.sh`` (run as root) create; without it we point ``PETSC_DIR`` at the newest installed
+``/usr/lib/petscdir/petsc*/*-real`` holding petsc4py (found by glob, never a hard-coded version). Debian's h5py picks its MPI build only under mpirun unless
 ``H5PY_ALWAYS_USE_MPI`` is set, so we set it: the parallel HDF5 level needs the MPI build even on one
 rank.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import sys
 
 os.environ.setdefault("H5PY_ALWAYS_USE_MPI", "1")
@@ -19,9 +20,15 @@ os.environ.setdefault("HDF5_USE_FILE_LOCKING", "FALSE")
 _petsc = None
 
 
+def _version(petsc_dir: str) -> tuple[int, ...]:
+    """(3, 18) of ``/usr/lib/petscdir/petsc3.18/x86_64-linux-gnu-real``: 3.18 sorts after 3.9."""
+    return tuple(int(part) for part in re.findall(r"\d+", petsc_dir.split("/")[4]))
+
+
 def _debian_petsc_dir() -> str | None:
-    candidates = sorted(glob.glob("/usr/lib/petscdir/petsc*/*-real"))
-    return candidates[-1] if candidates else None
+    candidates = [d for d in glob.glob("/usr/lib/petscdir/petsc[0-9]*/*-real")
+                  if os.path.isdir(os.path.join(d, "lib", "python3", "dist-packages", "petsc4py"))]
+    return max(candidates, key=_version) if candidates else None
 
 
 def petsc(options: list[str] | None = None):

@@ -23,6 +23,28 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# Debian's petsc4py.pth adds /usr/lib/petsc/lib/python3/dist-packages to sys.path, and /usr/lib/petsc
+# is an alternative only PETSc's -dev package (and its ~340 build dependencies) registers. Register it
+# for the newest installed real-scalar PETSc whose petsc4py is there (found by glob), so a user's
+# unchanged `import petsc4py; petsc4py.init(sys.argv)` works in the venv and in /usr/bin/python3.
+# Same name and link as the -dev package's, at a lower priority: installing that package later wins.
+if [ ! -d /usr/lib/petsc/lib/python3/dist-packages/petsc4py ]; then
+  petsc_real=$(for d in /usr/lib/petscdir/petsc[0-9]*/*-real; do
+                 [ -d "$d/lib/python3/dist-packages/petsc4py" ] && echo "$d"
+               done | sort -V | tail -n 1)
+  if [ -z "$petsc_real" ]; then
+    echo "setup: no petsc4py under /usr/lib/petscdir/petsc*/*-real; 'import petsc4py' needs PETSC_DIR" >&2
+  elif [ "$(id -u)" -ne 0 ]; then
+    echo "setup: /usr/lib/petsc is missing, so 'import petsc4py' needs PETSC_DIR=$petsc_real;" \
+         "run 'make setup' as root to register it (update-alternatives)" >&2
+  elif [ -e /usr/lib/petsc ] && [ ! -L /usr/lib/petsc ]; then
+    echo "setup: /usr/lib/petsc exists and is not Debian's alternative; left alone" >&2
+  else
+    update-alternatives --quiet --install /usr/lib/petsc petsc "$petsc_real" 10
+    echo "setup: registered /usr/lib/petsc -> $petsc_real (update-alternatives 'petsc')"
+  fi
+fi
+
 stamp=.venv/.hpcadj-setup
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   [ -x .venv/bin/python ] || /usr/bin/python3 -m venv --system-site-packages .venv

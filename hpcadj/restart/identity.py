@@ -112,31 +112,60 @@ _TRAJECTORY_PARTS = (("u1", "its first step u_1 = step(0, u_0) differs"),
                      ("lambda0", "its adjoint step differs"),
                      ("grad", "its parameter gradient from one adjoint step differs"),
                      ("objective", "its objective differs"))
+#: a difference across rank counts up to this (relative) is what a solve stopped at a loose tolerance
+#: leaves (GMRES at its default rtol 1e-5 gave 1e-6 in u_1), not another setting
+LOOSE_SOLVE_RTOL = 1e-3
 
 
-def trajectory_mismatch(saved: dict, now: dict, same_ranks: bool) -> str | None:
-    """Which part of the trajectory fingerprint differs (None: none): bitwise on the same rank count,
-    to rounding (TRAJECTORY_RTOL of sum |x|) on another."""
-    def close(a, b, scale):
-        return a == b or abs(a - b) <= TRAJECTORY_RTOL * scale
+def _relative(a: list, b: list, scale: float) -> float:
+    return max((abs(x - y) for x, y in zip(a, b)), default=0.0) / max(scale, 1e-300)
 
-    for part, what in _TRAJECTORY_PARTS:
+
+def trajectory_difference(saved: dict, now: dict, same_ranks: bool) -> tuple[str, str, float | None] | None:
+    """The first part of the trajectory fingerprint that differs, as (part, field, relative
+    difference), or None: bitwise on the same rank count, to rounding (TRAJECTORY_RTOL of sum |x|)
+    on another. The relative difference is the largest of the layout-independent sums' (None when
+    the fields themselves differ); on the same rank count it can be 0 for bits no sum resolves."""
+    for part, _ in _TRAJECTORY_PARTS:
         a, b = saved.get(part), now.get(part)
         if part == "objective":
-            same = len(a) == len(b) and all(
-                (x == y) if same_ranks else close(x, y, max(abs(x), abs(y), 1e-300)) for x, y in zip(a, b))
-        elif set(a) != set(b):
-            same = False
-        elif same_ranks:
-            same = all(a[k]["crc32"] == b[k]["crc32"] for k in a)
-        else:
-            same = all(all(close(x, y, max(a[k]["sums"][0], b[k]["sums"][0], 1e-300))
-                           for x, y in zip(a[k]["sums"], b[k]["sums"])) for k in a)
-        if not same:
-            return what
+            if len(a) != len(b):
+                return part, "J", None
+            for x, y in zip(a, b):
+                rel = _relative([x], [y], max(abs(x), abs(y)))
+                if (x != y) if same_ranks else rel > TRAJECTORY_RTOL:
+                    return part, "J", rel
+            continue
+        if set(a) != set(b):
+            return part, ", ".join(sorted(set(a) ^ set(b))), None
+        for field in sorted(a):
+            rel = _relative(a[field]["sums"], b[field]["sums"], max(a[field]["sums"][0], b[field]["sums"][0]))
+            if (a[field]["crc32"] != b[field]["crc32"]) if same_ranks else rel > TRAJECTORY_RTOL:
+                return part, field, rel
     return None
 
 
+def trajectory_refusal(path, saved: dict, now: dict, saved_ranks: int, ranks: int) -> str | None:
+    """The one-line refusal of a resume whose trajectory fingerprint is not the recorded one (None
+    when it is): what differs, by how much, and what to do. Across rank counts a small difference
+    is a loose solver tolerance, not another configuration."""
+    found = trajectory_difference(saved, now, saved_ranks == ranks)
+    if found is None:
+        return None
+    part, field, rel = found
+    what = dict(_TRAJECTORY_PARTS)[part]
+    by = f"in {field}" if rel is None else f"in {field} by {rel:.1e} relative"
+    if saved_ranks != ranks and rel is not None and rel <= LOOSE_SOLVE_RTOL:
+        def ranks_of(n):
+            return f"{n} rank{'s' if n != 1 else ''}"
+        return (f"run directory {path} was run on {ranks_of(saved_ranks)} and cannot resume on {ranks}: "
+                f"{what} {by}, more than the {TRAJECTORY_RTOL:.0e} of rounding allowed across rank counts; "
+                f"a solve stopped at a loose tolerance (GMRES at its default -ksp_rtol 1e-5, say) gives "
+                f"states that depend on the rank count: resume on {ranks_of(saved_ranks)}, or start afresh "
+                f"with tight tolerances (-ksp_rtol 1e-12 -snes_rtol 1e-12) to resume on any rank count")
+    return (f"run directory {path} belongs to another configuration: {what} {by} (a setting the "
+            f"model's describe() does not list, e.g. a coefficient, a velocity or a solver tolerance, "
+            f"is not the run's): resume with the run's settings, or use another run directory")
 
 
 def identity_mismatch(saved: dict, current: dict) -> str | None:

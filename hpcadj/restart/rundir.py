@@ -17,7 +17,7 @@ import numpy as np
 from ..collective import agree_or_raise
 from ..fieldio import verify_fields, write_fields
 from ..imports import h5py
-from .identity import identity_mismatch, trajectory_mismatch
+from .identity import identity_mismatch, trajectory_refusal
 
 MANIFEST = "manifest.json"
 PREVIOUS = "manifest.prev.json"
@@ -259,13 +259,8 @@ class RunDirectory:
 
     def check_trajectory(self, trajectory: dict) -> None:
         """RunDirError on every rank when this run's :func:`trajectory_fingerprint` is not the recorded one."""
-        saved = self.manifest.get("trajectory") or {}
-        why = trajectory_mismatch(saved, trajectory, self.manifest["ranks"] == self.comm.size)
-        if why is not None:
-            why = (f"run directory {self.path} belongs to another configuration: {why} (a setting the "
-                   f"model's describe() does not list, e.g. a coefficient or a velocity, is not the "
-                   f"run's): resume with the run's settings, or use another run directory")
-        self._agree_error(why)
+        self._agree_error(trajectory_refusal(self.path, self.manifest.get("trajectory") or {}, trajectory,
+                                             self.manifest["ranks"], self.comm.size))
 
     def open(self, identity: dict) -> dict:
         """Load the manifest of the run to resume; refuse one from another configuration.

@@ -36,3 +36,52 @@ def test_an_edited_state_is_refused_on_resume(tmp_path, edit):
     assert len(lines) == 1 and lines[0].startswith("hpcadj: error:") and "checksum" in lines[0], again.stderr
     assert path.read_bytes() == edited and again.stdout == ""
     assert sorted(os.listdir(run_dir)) == files
+
+
+FRAGILE = '''
+from hpcadj.imports import mpi
+from hpcadj.models.base import SolverError
+from hpcadj.models.heat import HeatModel
+
+
+class Fragile(HeatModel):
+    """Heat whose solver fails at every kappa but the start's (everywhere 1), or everywhere if ALWAYS."""
+
+    ALWAYS = {always}
+
+    def set_controls(self, controls):
+        super().set_controls(controls)
+        moved = bool((controls["kappa"].getArray(readonly=True) != 1.0).any())
+        self.moved = self.ALWAYS or self.comm.allreduce(moved, op=mpi().LOR)
+
+    def step(self, i, u):
+        if self.moved:
+            raise SolverError("fragile: KSP diverged (reason -8)")
+        return super().step(i, u)
+
+
+def build(comm, args):
+    return Fragile(comm, (10, 8), n_steps=4, dt=1e-3)
+'''
+
+
+def test_a_failed_trial_is_an_infinite_objective_and_tao_backtracks():
+    """heat 24x24: lmvm's first trial makes kappa negative and CG diverges there; TAO backtracks."""
+    proc = hpcadj_in_process(["invert", "--grid", "24x24", "--steps", "10", "--invert", "kappa", "--max-it", "5",
+                              "--json"])
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["status"] == "max_it" and info["iterations"] == 5 and info["failed_evaluations"] >= 1, info
+
+
+@pytest.mark.parametrize("always, status, words", [(False, 1, "diverged"), (True, 2, "a smaller --dt may help")])
+def test_tao_failing_after_failed_trials_exits_1_a_failing_start_2(tmp_path, monkeypatch, always, status, words):
+    import sys
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    path = tmp_path / "fragile.py"
+    path.write_text(FRAGILE.format(always=always))
+    proc = hpcadj_in_process(["invert", "--model", f"{path}:build", "--invert", "kappa", "--max-it", "3",
+                              "--ram", "2"])
+    assert proc.returncode == status, (proc.stdout, proc.stderr)
+    assert words in proc.stdout + proc.stderr and "Traceback" not in proc.stderr, (proc.stdout, proc.stderr)

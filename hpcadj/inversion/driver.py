@@ -196,18 +196,22 @@ class Inversion:
         t_start = time.perf_counter()
         self._mark = {"t": t_start, "forward": 0, "adjoint": 0, "naive": 0, "meter": self._meter()}
         stop = self._stop_check(t_start)
+        trials = _Trials(cache)
 
         def objective(tao, xv):
             mv = physical(xv)
-            e = cache.objective(mv)
-            f = e.J + reg.value(mv)
+            e = trials.evaluate(cache.objective, mv)
+            f = e.J + reg.value(mv) if e is not None else math.inf
             stop()
             return f
 
         def gradient_into(xv, g):
             """g = the gradient at TAO's point xv (in y under a scaling); returns the objective there."""
             mv = physical(xv)
-            e = cache.gradient(mv)
+            e = trials.evaluate(cache.gradient, mv)
+            if e is None:  # a failed trial: TAO backtracks from an infinite objective
+                g.set(math.nan)
+                return math.inf
             e.gradient.copy(g)
             reg.add_gradient(mv, g)
             if scale is not None:
@@ -298,6 +302,7 @@ class Inversion:
         return InversionResult(status, reason, last["iteration"], last["J"], last["misfit"],
                                last["regularization"], last["grad_norm"], final, history,
                                {**cache.counts(), **(shell.counts() if shell else {}),
+                                "failed_evaluations": trials.failed,
                                 "seconds": time.perf_counter() - t_start}, resumed_from)
 
     def _hessian(self, tao, space):
@@ -375,6 +380,31 @@ class Inversion:
         os.makedirs(parent, exist_ok=True)
         with open(self.log, "a") as fh:
             fh.write(dumps({"time": iso_time(time.time()), **record}) + "\n")
+
+
+class _Trials:
+    """Evaluations as TAO sees them: a solver that fails at a control after the start's evaluation
+    succeeded (a line-search trial that made κ negative, say) is an infinite objective there, so TAO
+    backtracks; a failure at the start is the configuration's and is raised."""
+
+    def __init__(self, cache):
+        self.cache, self.started, self.failed = cache, False, 0
+
+    def evaluate(self, request, x):
+        """``request(x)``'s Evaluation, or None for a failed trial (agreed: a model's solver failure
+        is raised on every rank alike)."""
+        from ..models.base import SolverError
+
+        try:
+            e = request(x)
+        except SolverError:
+            if not self.started:
+                raise
+            self.cache.drop()
+            self.failed += 1
+            return None
+        self.started = True
+        return e
 
 
 def _drop_kept(cache) -> None:

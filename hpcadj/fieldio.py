@@ -23,17 +23,6 @@ from .snapshot import Snapshot, SnapshotLayout
 from .imports import h5py
 
 
-def check_writable(path: str) -> None:
-    """Raise ValueError unless a file can be created at ``path``."""
-    parent = os.path.dirname(os.path.abspath(path)) or "."
-    if not os.path.isdir(parent):
-        raise ValueError(f"cannot write {path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"cannot write {path}: directory {parent} is not writable")
-    if os.path.isdir(path):
-        raise ValueError(f"cannot write {path}: it is a directory")
-
-
 def _write_block(dset, slices, block) -> None:
     """Write this rank's block inside a collective context; an empty block (a scalar owned by another
     rank) still joins the collective call, which h5py's ``dset[...] = `` skips and so would deadlock."""

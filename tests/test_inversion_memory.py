@@ -13,7 +13,7 @@ from hpcadj.checkpoint.memory import process_rss_bytes
 from hpcadj.imports import mpi, petsc
 from hpcadj.inversion import ControlSpace, EvaluationCache
 from hpcadj.inversion.shots import ShotEvaluations, ShotLayout, ShotProblem, shot_positions
-from hpcadj.models import kernels
+from hpcadj import buffers
 from hpcadj.models.wave import WaveModel
 
 #: 144 KiB a snapshot, 169 MiB for every step: far more than the budget's room, however much the
@@ -28,7 +28,7 @@ def budget() -> int:
     measured after what earlier tests of this process left is freed (else it falls later)."""
     gc.collect()
     petsc().garbage_cleanup(mpi().COMM_SELF)
-    kernels.release_idle_buffers()
+    buffers.release_idle_buffers()
     ctypes.CDLL(None).malloc_trim(0)
     return process_rss_bytes() + 40 * 2**20
 

@@ -26,6 +26,7 @@ from ..checkpoint.storage.survey import survey
 from ..collective import any_rank, detail, problems
 from ..telemetry import Telemetry
 from ..models.base import SolverError
+from ..runstate import ResumePoint
 from ..snapshot import layout_bytes
 from .guards import InputModified, NonFinite, checksum, finite
 
@@ -60,45 +61,12 @@ def _where(where: str):
         raise
 
 
-class RunObserver:
-    """What the driver tells an observer as the run goes (every rank, same points of the plan).
-
-    ``J`` is the objective accumulated so far. The base class ignores everything.
-    """
-
-    def stored(self, step: int, level, J: float) -> None:
-        """A snapshot of the first sweep's frontier state ``step`` was written to ``level``."""
-
-    def moved(self, step: int, level) -> None:
-        """During the first sweep the snapshot of ``step`` was moved to ``level``."""
-
-    def advanced(self, step: int, state, J: float) -> None:
-        """The first sweep reached ``step`` (``state`` is u_step; do not change it)."""
-
-    def adjoint(self, step: int, lam, grad: dict, J: float) -> None:
-        """The reverse sweep computed ``lam`` = lambda_step; ``grad`` holds the gradient so far."""
-
-    def stopping(self, step: int | None, lam, grad: dict, J: float) -> None:
-        """A stop was requested; ``step`` is the adjoint step reached (None: still forward)."""
-
-
 class StopRequested(Exception):
     """The run was asked to stop (SIGTERM/SIGUSR1); its state was made durable first."""
 
 
 class Unrecoverable(RuntimeError):
     """A storage fault left no way to finish the gradient (nothing fits): a clear error, no result."""
-
-
-@dataclass
-class ResumePoint:
-    """Where a resumed run starts: the forward frontier and J there, and lambda_m if reverse had begun."""
-
-    frontier: int
-    J: float
-    lam_step: int | None = None
-    lam: object = None            # PETSc Vec, lambda at lam_step
-    grad: dict | None = None      # control name -> PETSc Vec, gradient accumulated so far
 
 
 @dataclass

@@ -399,7 +399,7 @@ class _StateStore:
         self.model = model
         self.vecs, self.level, self.cache = [], None, {}
         if local_dir is not None:
-            from ..checkpoint.storage.local import LocalLevel
+            from ..checkpoint.storage import LocalLevel
 
             self.level = LocalLevel(model.n_steps + 1, model.snapshot_layout(), model.comm,
                                     local_dir=local_dir, async_io=False, name="hessian-states")
@@ -549,7 +549,7 @@ def settled_rss(comm) -> int:
 
     from ..checkpoint.memory import process_rss_bytes
     from ..imports import petsc
-    from ..models.kernels import release_idle_buffers
+    from ..buffers import release_idle_buffers
 
     gc.collect()
     petsc().garbage_cleanup(comm)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..snapshot import layout_bytes
-from .levels import LEVEL_NAMES
+from ..levelkinds import LEVEL_NAMES
 from .storage.codec import Codec, parse_codec
 from .storage.compressed import CompressedLevel, PooledLevel, framed_nbytes
 

@@ -1,6 +1,6 @@
 """The multi-level checkpoint manager's parts: budgets -> slots, levels from their plans, the plan.
 
-Levels (:mod:`hpcadj.checkpoint.levels`) are always ordered fastest first. A budget in bytes
+Levels (:mod:`hpcadj.levelkinds`) are always ordered fastest first. A budget in bytes
 becomes slots through the largest rank's snapshot block (or the global snapshot for a whole-file
 budget), so every rank derives the same slot counts and hence the same plan. The order in which a
 run uses these parts is :func:`hpcadj.checkpoint.provision.provision`.
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ..snapshot import layout_bytes, layout_global_bytes
 from .budget import parse_budget
-from .levels import LEVEL_KINDS
+from ..levelkinds import LEVEL_KINDS
 from .schedules import CostProfile, ScheduleError, make_schedule, store_all_slots
 from .storage.factory import make_level
 

@@ -135,11 +135,20 @@ def agreed(comm, check, *args) -> None:
     agree_or_raise(comm, error, ConfigError, first=True)
 
 
+def check_writable(path: str) -> None:
+    """Raise ValueError unless a file can be created at ``path``."""
+    parent = os.path.dirname(os.path.abspath(path)) or "."
+    if not os.path.isdir(parent):
+        raise ValueError(f"cannot write {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot write {path}: directory {parent} is not writable")
+    if os.path.isdir(path):
+        raise ValueError(f"cannot write {path}: it is a directory")
+
+
 def check_can_create(path: str, flag: str | None = None) -> None:
     """ConfigError unless a file can be created beside ``path`` (tried for real: root passes every
     permission check, yet cannot create files under /proc or on a read-only mount)."""
-    from ..fieldio import check_writable
-
     try:
         check_writable(path)
         parent = os.path.dirname(os.path.abspath(path)) or "."

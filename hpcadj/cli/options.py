@@ -7,7 +7,7 @@ arguments into the library's :class:`~hpcadj.adjoint.session.Checkpointing`.
 
 from __future__ import annotations
 
-from ..checkpoint.levels import LEVEL_NAMES
+from ..levelkinds import LEVEL_NAMES
 
 #: ``hpcadj invert`` takes the checkpoint options as ``hpcadj run`` does, with the same help
 _WORDED_AS = {"invert": "run"}

@@ -119,7 +119,7 @@ def capacities_from(args) -> tuple[list[str], list[int]]:
     """Level names and slots from --ram/--disk/--pfs (levels up to the slowest one given), the RAM
     level's slots from --memory when it is given."""
     from ..checkpoint.budget import parse_budget
-    from ..checkpoint.levels import LEVEL_NAMES
+    from ..levelkinds import LEVEL_NAMES
 
     given = [(name, getattr(args, name)) for name in LEVEL_NAMES]
     args.slot_bytes = compressed_slot(args)

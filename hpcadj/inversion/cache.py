@@ -153,7 +153,7 @@ class EvaluationCache:
 
     def _session(self, x):
         from ..adjoint.session import GradientSession
-        from ..models.kernels import release_idle_buffers
+        from ..buffers import release_idle_buffers
 
         release_idle_buffers()  # the last session's RAM slots, still pooled, are no baseline of this one
         return GradientSession(self.model, self.checkpointing, controls=self.space.unpack(x))

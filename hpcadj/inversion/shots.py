@@ -315,7 +315,7 @@ class ShotEvaluations(EvaluationCache):
         """Shot 0's session planned first (calibrating the costs when its plan needs them) and its
         profile handed to every group: one profile, one plan for all shots. Shot 0's session, to run."""
         from ..adjoint.session import GradientSession
-        from ..models.kernels import release_idle_buffers
+        from ..buffers import release_idle_buffers
 
         layout, session, profile, problem = self.layout, None, None, None
         if layout.group == 0:
@@ -337,7 +337,7 @@ class ShotEvaluations(EvaluationCache):
 
     def _checkpointing(self, shot: int):
         """Shot ``shot``'s own levels: node-local files under ``shot-KKK/``, its own HDF5 file."""
-        from ..checkpoint.storage.local import resolve_local_dir
+        from ..checkpoint.storage import resolve_local_dir
 
         ck = self.checkpointing
         changes = {}
@@ -353,7 +353,7 @@ class ShotEvaluations(EvaluationCache):
         adjoint steps)."""
         from ..adjoint.session import GradientSession
         from ..models.base import SolverError
-        from ..models.kernels import release_idle_buffers
+        from ..buffers import release_idle_buffers
 
         ck = self._checkpointing(shot)
         if session is None:
@@ -383,7 +383,7 @@ class ShotEvaluations(EvaluationCache):
         reverse sweep; (J, forward steps)."""
         from ..adjoint.session import GradientSession
         from ..models.base import SolverError
-        from ..models.kernels import release_idle_buffers
+        from ..buffers import release_idle_buffers
 
         ck = self._checkpointing(shot)
         if ck.local_dir and ck.local_dir != self.checkpointing.local_dir:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from ..adjoint.driver import RunObserver
-from ..checkpoint.levels import DURABLE_KINDS
+from ..runstate import RunObserver
+from ..levelkinds import DURABLE_KINDS
 from .rundir import RunDirectory
 
 #: the mean time between failures ``--durable-interval auto`` assumes for a job (seconds)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..fieldio import CorruptFile
-from ..adjoint.driver import ResumePoint
+from ..runstate import ResumePoint
 from ..checkpoint.schedules.resume import Residual
 from ..checkpoint.storage.base import LevelError
 from ..checkpoint.storage.survey import survey

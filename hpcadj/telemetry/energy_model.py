@@ -30,7 +30,7 @@ import os
 import tomllib
 from dataclasses import dataclass, field, replace
 
-from ..checkpoint.levels import STORAGE_KINDS as LEVEL_KINDS
+from ..levelkinds import STORAGE_KINDS as LEVEL_KINDS
 
 #: the phases of the log schema, in report order. The model costs every phase's seconds as compute;
 #: ``store`` and ``restore`` also pay per byte on their level.

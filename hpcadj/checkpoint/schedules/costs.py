@@ -33,7 +33,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..levels import LEVEL_NAMES
+from ...levelkinds import LEVEL_NAMES
 from .actions import Advance, Move, Restore, Store
 
 #: default seconds per snapshot (write, read) for the standard levels, fastest first

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...snapshot import SnapshotLayout
-from ..levels import STORAGE_KINDS as KINDS
+from ...levelkinds import STORAGE_KINDS as KINDS
 from .base import Level
 from .local import LocalLevel
 from .pfs import PfsLevel

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-import weakref
 
 import numpy as np
 
+from ...buffers import register_pool, release_free_memory
 from ...snapshot import mapped_empty
 from ...imports import petsc
 from ..dmda import Grid
@@ -309,31 +309,6 @@ class SplitPair:
         return vec
 
 
-def release_free_memory() -> None:
-    """Give the heap's free pages back to the system (glibc ``malloc_trim``; elsewhere nothing).
-
-    A model's construction makes full-size transients (coordinates, the true model, index maps
-    for the halos) that glibc keeps resident once freed, as holes below live allocations: 2.5
-    state-equivalents per rank for wave 128^3 on 2 ranks, counted in every later peak."""
-    if _libc is not None:
-        _libc.malloc_trim(0)
-
-
-def _glibc():
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-        return libc if libc is not None and hasattr(libc, "malloc_trim") else None
-    except OSError:
-        return None
-
-
-_libc = _glibc()
-
-
 def kept_copy(array: np.ndarray) -> np.ndarray:
     """A read-only C-order copy of ``array`` in a mapping of its own, for model data kept for the
     run (c, the sponge): freed whole when dropped, not left as a hole in the heap."""
@@ -382,7 +357,7 @@ class VecPool:
         self.grid = grid
         self._n = int(np.prod(grid.shape)) * grid.dof
         self._buffers: list[np.ndarray] = []
-        _POOLS.add(self)
+        register_pool(self)
 
     def trim(self) -> int:
         """Drop the buffers no one but the pool refers to (their mappings go back to the system);
@@ -429,19 +404,6 @@ class VecPool:
                 if at == buf.__array_interface__["data"][0] + buf.nbytes:
                     return _vec_over(self.grid, buf)
         return None
-
-
-#: every VecPool alive in this process (weakly), for release_idle_buffers
-_POOLS: "weakref.WeakSet[VecPool]" = weakref.WeakSet()
-
-
-def release_idle_buffers() -> int:
-    """Trim every model's buffer pool in this process (:meth:`VecPool.trim`) and give the heap's free
-    pages back (:func:`release_free_memory`); the number of buffers dropped. Collective over
-    nothing: what a rank holds is its own."""
-    dropped = sum(pool.trim() for pool in list(_POOLS))
-    release_free_memory()
-    return dropped
 
 
 def _vec_over(grid, buf: np.ndarray):

@@ -27,7 +27,7 @@ def test_bytes_become_slots_rounding_down():
 
 @pytest.mark.parametrize("text, reason", [
     ("", "not slots"), ("abc", "not slots"), ("2XB", "unknown unit"), ("1.5", "whole number"),
-    ("-3", "not slots"), (-1, "non-negative"), (True, "slots or bytes"),
+    ("-3", "must be positive"), ("-1GiB", "must be positive"), (-1, "must be positive"), (True, "slots or bytes"),
 ])
 def test_bad_budgets_say_why(text, reason):
     with pytest.raises(ValueError, match=reason):

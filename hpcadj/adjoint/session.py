@@ -444,7 +444,7 @@ class GradientSession:
             info["run_dir_check"] = {"forward_steps": 1, "adjoint_steps": 1}
         if self.memory is not None:
             info["memory"] = {**self.memory.as_dict(), "source": self.memory.detail["source"]}
-        info.update(schedule=planned.schedule.name, minimize=ck.minimize, predicted_s=self._predicted(planned),
+        info.update(schedule=planned.schedule.name, minimize=ck.minimize, **profile.predicted(self._predicted(planned)),
                     costs_source=profile.source, levels=level_summary(comm, planned.plans, levels),
                     resumed=self.resuming)
         if planned.probes:

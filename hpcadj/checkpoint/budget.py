@@ -48,9 +48,14 @@ def parse_budget(text: str | int) -> Budget:
         raise ValueError(f"budget must be slots or bytes, got {text!r}")
     if isinstance(text, int):
         if text < 0:
-            raise ValueError(f"budget must be non-negative, got {text}")
+            raise ValueError(f"{text} is negative: a budget must be positive (slots such as 8, "
+                             "bytes such as 2GiB), or 0 for no such level")
         return Budget(slots=text)
     match = _PATTERN.match(str(text))
+    negative = _PATTERN.match(str(text).strip()[1:]) if str(text).strip().startswith("-") else None
+    if negative and negative.group(1).strip("0.") and negative.group(2).lower() in {"", *_UNITS}:
+        raise ValueError(f"{str(text).strip()} is negative: a budget must be positive (slots such as 8, "
+                         "bytes such as 2GiB), or 0 for no such level")
     if not match:
         raise ValueError(f"{text!r} is not slots (a whole number such as 8) nor bytes "
                          "(a number with a unit such as 2GiB, 512MB or 1.5e9B)")

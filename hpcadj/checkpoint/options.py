@@ -108,6 +108,8 @@ def memory_bytes(text, flag: str) -> int:
         if text <= 0:
             raise ConfigError(f"{flag} must be a positive number of bytes, got {text}")
         return text
+    if str(text).strip().startswith("-"):
+        raise ConfigError(f"{flag} {str(text).strip()}: must be positive (bytes per rank, e.g. 3GiB)")
     try:
         budget = parse_budget(text)
     except ValueError as exc:

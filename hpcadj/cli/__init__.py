@@ -89,7 +89,12 @@ def _single_dash_options(parser: argparse.ArgumentParser) -> set[str]:
 
 def _is_petsc_option(token: str, ours: set[str]) -> bool:
     return (token.startswith("-") and not token.startswith("--") and len(token) > 1
-            and token not in ours and not _is_number(token))
+            and token not in ours and not _is_number(token) and not _is_negative_value(token))
+
+
+def _is_negative_value(token: str) -> bool:
+    """``-1GiB``, ``-3``, ``-.5``: a value with a minus sign (no option name starts with a digit)."""
+    return len(token) > 1 and token[0] == "-" and (token[1].isdigit() or token[1] == ".")
 
 
 def take_petsc_options(argv: list[str], parser: argparse.ArgumentParser) -> tuple[list[str], list[str]]:
@@ -116,6 +121,9 @@ def take_petsc_options(argv: list[str], parser: argparse.ArgumentParser) -> tupl
                     and (command_seen or nxt not in SUBCOMMANDS)):
                 petsc.append(nxt)
                 i += 1
+        elif (_is_negative_value(token) and not _is_number(token) and mine and mine[-1].startswith("--")
+              and "=" not in mine[-1]):
+            mine[-1] += f"={token}"  # argparse reads "-1GiB" as an option, "--memory=-1GiB" as a value
         else:
             command_seen = command_seen or token in SUBCOMMANDS
             mine.append(token)

@@ -244,7 +244,7 @@ def main(args) -> int:
         "recompute_factor": summary.recompute_factor, "adjoint_steps": summary.adjoint_steps,
         "levels": [{"name": name, "slots": s, "writes": w, "reads": r, "peak": p}
                    for name, s, w, r, p in zip(names, slots, summary.writes, summary.reads, summary.peak)],
-        "predicted_s": profile.predicted_seconds(summary), "minimize": args.minimize,
+        **profile.predicted(profile.predicted_seconds(summary)), "minimize": args.minimize,
         "costs_source": profile.source,
         "costs_file": args.costs, "planning_s": planning_s,
         "predicted_unit": "s" if args.costs else "relative",
@@ -277,7 +277,7 @@ def print_human(info: dict) -> None:
     else:  # the documented default profile: forward step 1, adjoint step 2, ... (no unit)
         time_unit = energy_unit = "relative units"
         source = "default costs: forward step 1, give --costs PROFILE.json for seconds"
-    print(f"  predicted makespan {info['predicted_s']:.6g} {time_unit} ({source})")
+    print(f"  predicted makespan {_makespan(info):.6g} {time_unit} ({source})")
     if "predicted_j" in info:
         print(f"  predicted energy {info['predicted_j']:.6g} {energy_unit}")
     if "memory" in info:
@@ -291,3 +291,8 @@ def print_human(info: dict) -> None:
         print(f"  compression {c['codec']}{' (LOSSY)' if c['lossy'] else ''}: slot {c['slot_bytes']} B, "
               f"{c['slot_ratio']:.2f}x smaller than a raw snapshot")
     print(f"  planned in {info['planning_s']:.3f} s")
+
+
+def _makespan(info: dict) -> float:
+    """The predicted makespan, in seconds or (default costs) relative units."""
+    return info["predicted_relative"] if info["predicted_s"] is None else info["predicted_s"]

@@ -196,8 +196,9 @@ def print_human(info: dict) -> None:
     print(f"  forward steps {info['forward_steps']} ({info['recomputed_steps']} recomputed, "
           f"factor {info['forward_steps'] / info['steps']:.3f}), adjoint steps {info['adjoint_steps']}, "
           f"wall {info['wall_s']:.3f} s")
-    unit = "relative units: default costs" if info["costs_source"] == "model" else "s"
-    print(f"  predicted makespan {info['predicted_s']:.3f} ({unit}, minimising {info['minimize']})")
+    unit = "s" if info["predicted_s"] is not None else "relative units: default costs"
+    print(f"  predicted makespan {_makespan(info):.3f} ({unit}, "
+          f"minimising {info['minimize']})")
     for lv in info["levels"]:
         print(f"  level {lv['name']:<4} ({lv['kind']:<5}) slots {lv['slots']:>6}  peak {lv['peak_slots']:>6}  "
               f"writes {lv['writes']:>6}  reads {lv['reads']:>6}  "
@@ -241,3 +242,8 @@ class StopFlag:
     def install(self) -> None:
         for sig in self.SIGNALS:
             signal.signal(sig, self._handle)
+
+
+def _makespan(info: dict) -> float:
+    """The predicted makespan, in seconds or (default costs) relative units."""
+    return info["predicted_relative"] if info["predicted_s"] is None else info["predicted_s"]

@@ -102,6 +102,8 @@ class CostProfile:
     forward_j: float | None = None
     adjoint_j: float | None = None
     source: str = "model"
+    #: the documented default profile: its "seconds" are relative units (a forward step is 1), not measured
+    relative: bool = False
 
     @classmethod
     def default(cls, n_levels: int = 3) -> "CostProfile":
@@ -109,7 +111,7 @@ class CostProfile:
         if not 1 <= n_levels <= len(LEVEL_NAMES):
             raise ValueError(f"default profile has 1 to {len(LEVEL_NAMES)} levels, asked {n_levels}")
         levels = [LevelCost(name, *DEFAULT_LEVEL_SECONDS[name]) for name in LEVEL_NAMES[:n_levels]]
-        return cls(levels=levels, source="model")
+        return cls(levels=levels, source="model", relative=True)
 
     def vector(self, minimize: str = "time") -> OpCosts:
         """Per-operation costs in seconds (``time``) or joules (``energy``), overlap applied to writes."""
@@ -136,6 +138,12 @@ class CostProfile:
         """A simulated plan's predicted makespan (a PlanSummary): its priced operations in seconds
         plus the first touch of every slot it fills."""
         return summary.cost(self.vector("time")) + self.fill_seconds(summary.peak)
+
+    def predicted(self, makespan: float) -> dict:
+        """A predicted makespan as reported (``run --json``, ``plan --json``): ``predicted_s`` in seconds,
+        or null and ``predicted_relative`` (units of a default forward step) for the default profile."""
+        return {"predicted_s": None if self.relative else makespan,
+                "predicted_relative": makespan if self.relative else None}
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -4,9 +4,15 @@ Parallel code that checks something per rank (a file opens, a directory is writa
 reads back) must not let one rank raise while the others go on into the next collective call:
 they would wait for it forever. These helpers gather each rank's verdict and turn it into the
 same outcome on every rank. ``comm`` may be None (one process, no MPI).
+
+A rank that failed where the others may already be inside another collective call (a model's
+constructor creating its DMDA) cannot wait for them unboundedly: :class:`Agreement` agrees on a
+communicator of its own, and a rank with a problem waits for the others only so long.
 """
 
 from __future__ import annotations
+
+import time
 
 
 def allgather(comm, value) -> list:
@@ -29,7 +35,8 @@ def agree_or_raise(comm, problem: str | None, error_type: type[Exception], messa
     """Raise the same ``error_type`` on every rank if ``problem`` is set on any rank; else return.
 
     In ``message``, ``{detail}`` becomes each failing rank's problem (``"rank r: ..."`` joined by
-    ``"; "``; with ``first``, the first failing rank's problem as it is) and ``{ranks}`` the failing
+    ``"; "``; with ``first``, the first failing rank's problem, as it is when every rank failed, else
+    as ``"rank r: ..."``: a problem of some ranks only names them) and ``{ranks}`` the failing
     ranks, comma-separated (plain replacement, so paths with braces are safe). ``cleanup()`` runs
     on every rank before the raise; ``cause`` becomes the error's ``__cause__``. Collective.
     """
@@ -38,7 +45,10 @@ def agree_or_raise(comm, problem: str | None, error_type: type[Exception], messa
         return
     if cleanup is not None:
         cleanup()
-    text = failed[0][1] if first else detail(failed)
+    if first:
+        text = failed[0][1] if len(failed) == (1 if comm is None else comm.size) else detail(failed[:1])
+    else:
+        text = detail(failed)
     ranks = ", ".join(str(r) for r, _ in failed)
     error = error_type(message.replace("{detail}", text).replace("{ranks}", ranks))
     raise error from cause
@@ -59,3 +69,53 @@ def common_steps(comm, steps) -> set[int]:
     for other in allgather(comm, sorted(common)):
         common &= set(other)
     return common
+
+
+def one_line(failed: list[tuple[int, str]], size: int) -> str:
+    """The failing ranks' problems in one line: the problem alone when every rank had the same one,
+    else ``"rank 1: why"``, ranks with the same problem together (``"ranks 1, 2: why"``)."""
+    texts = list(dict.fromkeys(p for _, p in failed))
+    if len(failed) == size and len(texts) == 1:
+        return texts[0]
+    parts = []
+    for text in texts:
+        ranks = [r for r, p in failed if p == text]
+        parts.append(f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: {text}")
+    return "; ".join(parts)
+
+
+class Unreachable(Exception):
+    """This rank has a problem and the other ranks did not come to agree on it in time: they are
+    elsewhere (in a collective call this rank will never join), so only ending the job is left."""
+
+
+class Agreement:
+    """Agreement on problems over a duplicate of ``comm`` kept for it alone, bounded in time.
+
+    :meth:`problems` is :func:`problems` where a rank *with* a problem waits at most ``timeout``
+    seconds for every rank to arrive (then raises :class:`Unreachable`); a rank without one waits
+    as long as it takes. Any two calls match each other, so a rank that failed at one point and
+    ranks that arrive at another (the end of the command, say) still learn each other's problems.
+    The duplicate keeps these calls from being matched with any other collective. Creating one is
+    collective over ``comm``.
+    """
+
+    #: the longest pause between two polls of the barrier (seconds)
+    POLL_S = 0.05
+
+    def __init__(self, comm, timeout: float):
+        self.comm = comm.Dup()
+        self.size = comm.size
+        self.timeout = timeout
+
+    def problems(self, problem: str | None) -> list[tuple[int, str]]:
+        """``(rank, problem)`` of every rank with one, the same list everywhere (see the class)."""
+        request = self.comm.Ibarrier()
+        deadline = time.monotonic() + self.timeout if problem else None
+        pause = 0.001
+        while not request.Test():  # polled, not Wait(): a waiting rank leaves the cores to the others
+            if deadline is not None and time.monotonic() > deadline:
+                raise Unreachable(problem)
+            time.sleep(pause)
+            pause = min(2 * pause, self.POLL_S)
+        return problems(self.comm, problem)

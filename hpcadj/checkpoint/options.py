@@ -82,6 +82,8 @@ class Checkpointing:
             agreed(comm, check_usable_directory, self.local_dir, "--local-dir")
         if self.memory is not None:
             memory_bytes(self.memory, "--memory")
+        if self.costs is not None:  # a profile some ranks cannot read
+            agreed(comm, load_costs, self.costs)
         self.codecs()
 
     def config(self) -> CheckpointConfig:

@@ -1,7 +1,10 @@
 """The ``hpcadj`` command: one subcommand per module in this package.
 
 Bad input never shows a traceback: a :class:`CliError` (or an argparse error) prints one line on
-stderr (rank 0 only under MPI) and exits with status 2; so does memory running out. Arguments with a
+stderr (rank 0 only under MPI) and exits with status 2; so does memory running out. An error on some
+ranks only is agreed on (:func:`agree`): every rank exits 2 and rank 0's one line names the failing
+ranks; where the others went on into a collective call and cannot come to agree, the failing rank
+prints its line and ends the job (MPI_Abort), so nothing hangs. Arguments with a
 single leading dash that hpcadj does not define (``-log_view``, ``-heat_ksp_type cg``) are PETSc's:
 they are taken out of the command line before argparse sees it, because argparse would read
 ``-heat_ksp_type`` as ``-h`` followed by ``eat_ksp_type``.
@@ -10,9 +13,12 @@ they are taken out of the command line before argparse sees it, because argparse
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
+
+from ..collective import Agreement, Unreachable, one_line
 
 #: subcommand modules, in ``--help`` order; each has ``add_parser(subparsers)`` and ``main(args)``.
 SUBCOMMANDS = ["run", "gradcheck", "hesscheck", "check", "plan", "calibrate", "analyze", "invert"]
@@ -24,6 +30,9 @@ EXIT_USAGE = 2
 
 class CliError(Exception):
     """Bad input from the user: reported as one line on stderr, exit status 2."""
+
+    #: every rank raised it, with this message (:func:`agree`): reported without agreeing again
+    agreed = False
 
 
 class Parser(argparse.ArgumentParser):
@@ -53,6 +62,71 @@ def _rank() -> int:
         if value.isdigit():
             return int(value)
     return 0
+
+
+#: seconds a rank that failed waits for the others to agree before it ends the job
+#: ($HPCADJ_AGREE_TIMEOUT overrides it)
+AGREE_TIMEOUT_S = 10.0
+_AGREEMENT: Agreement | None = None
+
+
+def start_agreement() -> None:
+    """Initialise MPI and set aside the communicator failures are agreed on (on more than one rank).
+
+    Collective over COMM_WORLD: call it where every rank is, before anything that may fail on some
+    ranks only (a command's start); later calls do nothing.
+    """
+    global _AGREEMENT
+    from ..imports import mpi
+
+    world = mpi().COMM_WORLD
+    if _AGREEMENT is None and world.size > 1:
+        try:
+            timeout = float(os.environ.get("HPCADJ_AGREE_TIMEOUT", AGREE_TIMEOUT_S))
+        except ValueError:
+            timeout = AGREE_TIMEOUT_S
+        _AGREEMENT = Agreement(world, timeout if timeout > 0 else AGREE_TIMEOUT_S)
+
+
+def agree(problem: str | None, comm=None) -> None:
+    """The one rule for an error on some ranks: if ``problem`` is set on any rank, raise the same
+    CliError on every rank, its message naming the failing ranks (none when all failed alike);
+    else return. A rank whose problem the others do not come to agree on in time (they went on into
+    a collective call) prints it, naming its rank, and ends the job. ``comm``: the ranks concerned;
+    a communicator smaller than the world's is not agreed on here (the error is raised as it is).
+    """
+    if _AGREEMENT is None or (comm is not None and comm.size != _AGREEMENT.size):
+        if problem:
+            raise CliError(problem)
+        return
+    try:
+        failed = _AGREEMENT.problems(problem)
+    except Unreachable:
+        print(f"hpcadj: error: rank {_rank()}: {problem}", file=sys.stderr, flush=True)
+        _abort_job(EXIT_USAGE)
+        raise SystemExit(EXIT_USAGE) from None  # Abort ended the job; kept for a static reader
+    if failed:
+        error = CliError(one_line(failed, _AGREEMENT.size))
+        error.agreed = True
+        raise error
+
+
+@contextlib.contextmanager
+def together(comm=None, errors=(CliError,), raise_as=CliError):
+    """Run the block on every rank; one of ``errors`` it raises on any rank becomes :func:`agree`'s
+    error on all (as ``raise_as``). Use it around what may fail on some ranks only (reading a file,
+    building the model), before the next collective call."""
+    problem = None
+    try:
+        yield
+    except errors as exc:
+        problem = str(exc)
+    try:
+        agree(problem, comm)
+    except CliError as exc:
+        if raise_as is CliError:
+            raise
+        raise raise_as(str(exc)) from None
 
 
 def report_error(message: str) -> int:
@@ -164,10 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec = models.spec_in_argv(list(argv))
         if spec is not None:  # before the parser: the model may add options of its own
-            try:
-                models.plug(spec)
-            except ValueError as exc:
-                raise CliError(str(exc)) from None
+            start_agreement()  # a file some ranks cannot read must not leave the others waiting
+            with together():
+                try:
+                    models.plug(spec)
+                except ValueError as exc:
+                    raise CliError(str(exc)) from None
         parser = build_parser()
         argv, petsc_opts = take_petsc_options(list(argv), parser)
         args, unknown = parser.parse_known_args(argv)
@@ -176,13 +252,24 @@ def main(argv: list[str] | None = None) -> int:
             raise CliError(f"{args.command} runs no PETSc solver, so it takes no PETSc option "
                            f"(got {' '.join(petsc_opts)})")
         args.petsc_options = petsc_opts
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        agree(None)  # the ranks that finished meet any that failed late, and exit 2 with them
+        return status
     except CliError as exc:
-        return report_error(str(exc))
+        return report_error(str(exc) if exc.agreed else _agreed_message(str(exc)))
     except BaseException as exc:  # noqa: BLE001 - anything but memory running out is re-raised
         if not out_of_memory(exc):
             raise
         return memory_exhausted(exc)
+
+
+def _agreed_message(message: str) -> str:
+    """``message`` as every rank agrees on it (see :func:`agree`)."""
+    try:
+        agree(message)
+    except CliError as exc:
+        return str(exc)
+    return message
 
 
 def out_of_memory(exc: BaseException | None) -> bool:

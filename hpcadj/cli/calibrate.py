@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from . import CliError
+from . import CliError, together
 from ..models.base import SolverError
 from .common import (add_model_arguments, build_model, check_can_create, check_usable_directory, int_in,
                      solver_failure, world)
@@ -31,12 +31,13 @@ def main(args) -> int:
 
     if args.repeats < 1:
         raise CliError(f"--repeats must be >= 1, got {args.repeats}")
-    for path, flag in ((args.out, "--out"), (args.pfs_file, "--pfs-file")):  # before measuring
-        if path:
-            check_can_create(path, flag)
-    if args.local_dir:
-        check_usable_directory(args.local_dir, "--local-dir")
     comm = world(args)
+    with together():  # before measuring; a path may be unusable on some ranks only
+        for path, flag in ((args.out, "--out"), (args.pfs_file, "--pfs-file")):
+            if path:
+                check_can_create(path, flag)
+        if args.local_dir:
+            check_usable_directory(args.local_dir, "--local-dir")
     baseline = memory_baseline(args, comm)  # as hpcadj run measures it
     model = build_model(args, comm)
     if model.n_steps is None:

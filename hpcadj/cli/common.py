@@ -7,7 +7,7 @@ import math
 
 from ..models import registered_models
 from ..models.base import SolverError
-from . import CliError
+from . import CliError, start_agreement, together
 from .models import SPEC_FORMS, is_spec, model_cli, model_names
 
 
@@ -132,7 +132,7 @@ def _build_user_model(adapter, spec: str, comm, args):
         raise ValueError(f"--model {spec}: {exc}") from exc
     except SolverError:
         raise
-    except Exception as exc:  # noqa: BLE001 - the user's code: one line, not a traceback
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code: one line, not a traceback
         if out_of_memory(exc):
             raise
         raise ValueError(f"--model {spec}: building the model failed: {user_error(exc)}") from None
@@ -160,17 +160,18 @@ def build_model(args, comm):
     if args.dt is not None and not args.dt > 0:
         raise CliError(f"--dt must be positive, got {args.dt}")
     tracked = _ReadTracker(args)
-    try:
-        adapter = model_cli(args.model)
-        model = _build_user_model(adapter, args.model, comm, tracked) if is_spec(args.model) else \
-            adapter.build(comm, tracked)
-    except ValueError as exc:
-        from . import out_of_memory
+    with together(comm):  # a user's factory, an observations file: either may fail on some ranks only
+        try:
+            adapter = model_cli(args.model)
+            model = _build_user_model(adapter, args.model, comm, tracked) if is_spec(args.model) else \
+                adapter.build(comm, tracked)
+        except ValueError as exc:
+            from . import out_of_memory
 
-        if out_of_memory(exc.__context__):  # e.g. the DMDA's own allocation, reported as "cannot split"
-            raise MemoryError(f"PETSc could not allocate the {args.grid or 'default'} grid over "
-                              f"{comm.size} rank(s)") from exc.__context__
-        raise CliError(str(exc)) from None
+            if out_of_memory(exc.__context__):  # e.g. the DMDA's own allocation, reported as "cannot split"
+                raise MemoryError(f"PETSc could not allocate the {args.grid or 'default'} grid over "
+                                  f"{comm.size} rank(s)") from exc.__context__
+            raise CliError(str(exc)) from None
     unused = unused_model_options(args, object.__getattribute__(tracked, "_read"))
     if unused:
         one = len(unused) == 1
@@ -209,6 +210,7 @@ def world(args):
     from ..imports import mpi, petsc
 
     petsc(args.petsc_options)
+    start_agreement()
     return mpi().COMM_WORLD
 
 

@@ -152,9 +152,13 @@ class HeatCLI:
         from ..models.heat import HeatModel as cls
         from ..models.observations import Observations
 
+        from . import together
+
         sizes = parse_grid(args.grid or "64x64")
         n_steps = args.steps if args.steps is not None else cls.default_steps
-        observations = Observations.from_file(args.observations) if args.observations else None
+        observations = None
+        with together(comm, errors=ValueError, raise_as=ValueError):  # before the collective set-up
+            observations = Observations.from_file(args.observations) if args.observations else None
         return cls(comm, sizes, n_steps=n_steps, dt=args.dt if args.dt is not None else cls.default_dt,
                    theta=args.theta if args.theta is not None else 0.5, observations=observations,
                    adaptive=args.adaptive, t_final=_t_final(args), tolerance=args.tolerance)
@@ -326,7 +330,7 @@ def _load_file(spec: str, path: str):
     sys.modules[module_name] = module
     try:
         loader_spec.loader.exec_module(module)
-    except Exception as exc:  # noqa: BLE001 - the user's code: reported as one line
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code: reported as one line
         sys.modules.pop(module_name, None)
         raise ValueError(f"--model {spec}: {user_error(exc)}") from None
     return module
@@ -340,7 +344,7 @@ def _import_module(spec: str, dotted: str):
             raise ValueError(f"--model {spec}: no module named {exc.name!r} (is its directory on "
                              f"PYTHONPATH?)") from None
         raise ValueError(f"--model {spec}: {user_error(exc)}") from None
-    except Exception as exc:  # noqa: BLE001 - the user's code: reported as one line
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code: reported as one line
         raise ValueError(f"--model {spec}: {user_error(exc)}") from None
 
 

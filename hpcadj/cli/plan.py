@@ -13,7 +13,7 @@ import json
 import sys
 import time
 
-from . import CliError
+from . import CliError, together
 from .common import add_model_arguments, build_model, byte_count, step_count, world
 from .options import add_checkpoint_options
 
@@ -220,7 +220,8 @@ def main(args) -> int:
     if args.steps < 1:
         raise CliError(f"--steps must be >= 1, got {args.steps}")
     names, slots = capacities_from(args)
-    profile = load_costs(args, len(names))
+    with together():  # with --model on several ranks: a profile some of them cannot read
+        profile = load_costs(args, len(names))
     costs = profile.vector(args.minimize).for_levels(len(names))
     time_costs = profile.vector("time").for_levels(len(names))
     schedule_name = args.schedule or "auto"  # the library's default once a budget is given

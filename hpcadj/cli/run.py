@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 
-from . import CliError
+from . import CliError, together
 from .common import add_model_arguments, build_model, world
 from .options import add_checkpoint_arguments, checkpointing
 
@@ -117,7 +117,8 @@ def main(args) -> int:
         args.memory_baseline = memory_baseline(args, comm)  # before the model: its working set is predicted
         options, resumable = checkpointing(args), restart(args)
         check_configuration(comm, options, resumable, args.gradient_out)
-        energy_model = load_energy_model(args)
+        with together():
+            energy_model = load_energy_model(args)
         model = build_model(args, comm)
         return solve(args, comm, model, options, resumable, energy_model, stop)
     except ConfigError as exc:

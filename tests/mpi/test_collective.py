@@ -7,7 +7,7 @@ must let every rank go on; the step survey must agree on the steps valid everywh
 import pytest
 from mpi4py import MPI
 
-from hpcadj.collective import agree_or_raise, any_rank, common_steps, problems
+from hpcadj.collective import agree_or_raise, any_rank, common_steps, one_line, problems
 
 
 class Boom(RuntimeError):
@@ -40,6 +40,19 @@ def test_every_rank_failing_lists_every_rank_and_first_keeps_only_one(comm):
     with pytest.raises(Boom) as info:
         agree_or_raise(comm, f"bad {comm.rank}", Boom, first=True)
     assert str(info.value) == "bad 0"
+
+
+def test_first_names_the_rank_of_a_problem_some_ranks_only_have(comm):
+    last = comm.size - 1
+    with pytest.raises(Boom) as info:
+        agree_or_raise(comm, "no such file" if comm.rank == last else None, Boom, first=True)
+    assert str(info.value) == ("no such file" if comm.size == 1 else f"rank {last}: no such file")
+
+
+def test_one_line_groups_ranks_and_drops_them_when_all_failed_alike():
+    assert one_line([(0, "x"), (1, "x")], 2) == "x"
+    assert one_line([(1, "x")], 2) == "rank 1: x"
+    assert one_line([(0, "a"), (1, "b"), (2, "b")], 4) == "rank 0: a; ranks 1, 2: b"
 
 
 def test_cause_is_chained(comm):

@@ -26,13 +26,7 @@ others in a collective call for ever), and the level takes no more writes. Closi
 With ``keep`` (restartable runs) the file is flushed (``H5Fflush``) after every write, so a killed
 run leaves a file whose step links and CRC tables describe complete snapshots.
 
-Attach (``attach=True``, a restart with the same run id and path): the file is reopened, its
-format, run id and fields checked (another run's file is refused), and every linked snapshot
-verified against the per-rank CRC-32 table stored with each dataset, on any rank count: old rank
-block ``r`` is checked by new rank ``r % size`` and verdicts are agreed, so a snapshot is held only
-if every old block checks out. Invalid links are removed. When the rank layout differs, each rank
-records the CRC of its new block, and a slot written again gets the new rank tables. A file that
-cannot be opened at all is replaced by an empty one (``attach_note`` says so).
+Attach (a restart with the same run id and path) is :mod:`.pfs_attach`.
 
 :class:`H5File` is the transport: every operation is an HDF5 call, so none runs on an I/O thread.
 :class:`PfsLevel` composes it with a synchronous I/O queue: every call on the caller's thread, in
@@ -54,9 +48,9 @@ from .aio import QueuedLevel, Transport
 from ...collective import agree_or_raise
 from .base import CorruptSnapshot, LevelError, WriteFailed, agree_run_id
 from .checksum import ALGORITHM, block_checksum
+from .pfs_attach import FORMAT, attach_file
 from .space import METADATA_MARGIN, reserve
 
-FORMAT = "hpcadj-checkpoints-1"
 
 def contiguous_in_file(global_shape, start, shape) -> bool:
     """Whether a block is one contiguous run of the C-ordered global array (or empty)."""
@@ -171,7 +165,7 @@ class H5File(Transport):
     def start(self, attach: bool) -> str | None:
         """Create (or attach) the file; this rank's problem, or None (the caller agrees on it)."""
         try:
-            self.attach_file() if attach else self.create()
+            attach_file(self) if attach else self.create()
         except Exception as exc:  # noqa: BLE001 - agreed by the caller
             return f"{type(exc).__name__}: {exc}" if not isinstance(exc, LevelError) else str(exc)
         return None
@@ -406,149 +400,6 @@ class H5File(Transport):
             del self._file["snapshots"][link]
         self.groups[slot].attrs["step"] = -1
         self.return_slot(slot)
-
-    # -- attach ------------------------------------------------------------------------------
-
-    def attach_file(self) -> None:
-        """Reopen the file of this run, verify every linked snapshot, hold the valid ones."""
-        h5 = h5py()
-        exists = self.comm.bcast(os.path.isfile(self.path) if self.rank == 0 else None, root=0)
-        if not exists:
-            self.create()
-            self.attach_note = f"no file {self.path} to attach: started empty"
-            return
-        f, problem = None, None
-        try:
-            f = h5.File(self.path, "r+", driver="mpio", comm=self.comm)
-            fmt = f.attrs.get("format")
-            run_id = f.attrs.get("run_id")
-            fmt = fmt.decode() if isinstance(fmt, bytes) else fmt
-            run_id = run_id.decode() if isinstance(run_id, bytes) else run_id
-            fields = sorted(x.decode() if isinstance(x, bytes) else str(x)
-                            for x in f.attrs.get("fields", []))
-            if fmt != FORMAT or "slots" not in f or "snapshots" not in f:
-                problem = "broken"
-            elif run_id != self.run_id:
-                problem = f"the file belongs to run {run_id}, not {self.run_id}"
-            elif fields != self.fields:
-                problem = f"the file holds fields {fields}, this run has {self.fields}"
-        except Exception as exc:  # noqa: BLE001 - an unreadable file after a crash: start over
-            problem = f"broken ({type(exc).__name__}: {exc})"
-        problems = self.comm.allgather(problem)
-        problem = next((p for p in problems if p), None)
-        if problem is not None:
-            if f is not None:
-                f.close()
-            if not problem.startswith("broken"):
-                raise LevelError(problem)
-            self.create(replace=True)  # the manifest names it: this run's own file, unreadable
-            self.attach_dropped = [f"the whole file: {problem}"]
-            self.attach_note = f"{self.path} could not be attached ({problem}): started empty"
-            return
-        self._file = f
-        self._created = True
-        self.reserve_margin()
-        f.attrs["nranks"] = self.size
-        slots = {}
-        for name in sorted(f["slots"]):
-            if name.startswith("slot_") and name[5:].isdigit():
-                slots[int(name[5:])] = f["slots"][name]
-        self._next_slot = max(slots, default=-1) + 1
-        ids = {g.id: k for k, g in slots.items()}
-        linked: dict[int, int] = {}
-        stale: list[str] = []
-        for link in sorted(f["snapshots"]):
-            g = f["snapshots"][link]
-            k = ids.get(g.id)
-            try:
-                step = int(link[5:])
-            except ValueError:
-                step = None
-            if k is None or step is None or not link.startswith("step_") or \
-                    int(g.attrs.get("step", -1)) != step or k in linked.values():
-                stale.append(link)
-            else:
-                linked[step] = k
-        bad = set(self._verify_attached(linked, slots))
-        for other in self.comm.allgather(sorted(bad)):
-            bad |= set(other)
-        for link in stale:
-            del f["snapshots"][link]
-        for k, g in slots.items():
-            self.groups[k] = g
-            if any(not np.array_equal(np.asarray(g[field].attrs.get("rank_starts", [])),
-                                      self._ranks[field][0])
-                   or not np.array_equal(np.asarray(g[field].attrs.get("rank_shapes", [])),
-                                         self._ranks[field][1]) for field in self.fields):
-                self._foreign.add(k)
-        held = {step: k for step, k in linked.items() if step not in bad}
-        for step, k in sorted(linked.items()):
-            if step in bad:
-                del f["snapshots"][f"step_{step}"]
-        for k, g in slots.items():
-            if k not in held.values():
-                g.attrs["step"] = -1
-                self._free_slots.append(k)
-        for step, k in sorted(held.items()):
-            g = slots[k]
-            self.slot_of[step] = k
-            self.crc[step] = self._my_crcs(g, k)
-            t = float(g.attrs.get("time", math.nan))
-            self.attached[step] = None if math.isnan(t) else t
-        f.flush()
-        self.attach_dropped = [f"step {step}: failed verification" for step in sorted(bad)]
-        self.attach_dropped += [f"link {link}: points at no valid slot" for link in stale]
-        self.attach_note = (f"attached {len(held)} snapshot(s) of run {self.run_id} from "
-                            f"{self.path}" + (f", dropped {len(bad)} failing verification"
-                                              if bad else ""))
-
-    def _verify_attached(self, linked: dict, slots: dict) -> list[int]:
-        """Steps whose share of old rank blocks checked here fails (structure or CRC)."""
-        failed = []
-        for step, k in sorted(linked.items()):
-            g = slots[k]
-            try:
-                for field in self.fields:
-                    d = g[field]
-                    lay = self.layout[field]
-                    if tuple(d.shape) != tuple(lay.global_shape) or d.dtype != np.dtype(lay.dtype):
-                        raise ValueError("shape or dtype")
-                    crc = np.asarray(d.attrs["crc32"]).reshape(-1)
-                    starts = np.asarray(d.attrs["rank_starts"]).reshape(len(crc), -1)
-                    shapes = np.asarray(d.attrs["rank_shapes"]).reshape(len(crc), -1)
-                    covered = 0
-                    for r in range(len(crc)):
-                        covered += int(np.prod(shapes[r]))
-                        if r % self.size != self.rank:
-                            continue
-                        sel = tuple(slice(int(a), int(a) + int(n)) for a, n in zip(starts[r], shapes[r]))
-                        block = np.empty(tuple(int(n) for n in shapes[r]), dtype=d.dtype)
-                        if block.size:
-                            d.read_direct(block, source_sel=sel)
-                        if block_checksum(block) != int(crc[r]):
-                            raise ValueError(f"old rank {r}'s block fails its CRC")
-                    if covered != int(np.prod(lay.global_shape)):
-                        raise ValueError("rank blocks do not cover the array")
-            except Exception:  # noqa: BLE001 - any defect makes the snapshot invalid
-                failed.append(step)
-        return failed
-
-    def _my_crcs(self, g, k: int) -> list[int]:
-        """This rank's block CRCs of a verified attached slot (read anew if the layout changed)."""
-        out = []
-        for field in self.fields:
-            d = g[field]
-            starts, shapes = self._ranks[field]
-            crc = np.asarray(d.attrs["crc32"]).reshape(-1)
-            if k not in self._foreign and len(crc) == self.size:
-                out.append(int(crc[self.rank]))
-                continue
-            lay = self.layout[field]
-            block = np.empty(tuple(lay.shape), dtype=np.dtype(lay.dtype))
-            if block.size:
-                d.read_direct(block, source_sel=lay.slices)
-            out.append(block_checksum(block))
-        return out
 
     def shutdown(self) -> None:
         """Close the file, agreed: a failure on any rank is the same LevelError on every rank (a

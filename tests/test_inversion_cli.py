@@ -107,6 +107,19 @@ def test_time_limit_stops_before_the_first_iterate_and_resume_starts_afresh(obse
     assert info["iterations"] == 3 and info["resumed_from"] is None
 
 
+def test_a_resume_under_another_tao_type_option_is_refused(observations, tmp_path, capsys, restore_signals):
+    """-tao_type overrides --tao, so the run directory records the type TAO really used."""
+    args = [*base(observations), "--run-dir", str(tmp_path / "run")]
+    assert main([*args, "--max-it", "1", "-tao_type", "blmvm"]) == 0
+    state = json.loads((tmp_path / "run" / "inversion.json").read_text())
+    assert state["identity"]["tao_type"] == "blmvm", state["identity"]
+    capsys.readouterr()
+    assert main([*args, "--max-it", "2", "--resume"]) == 2  # lmvm now: another inversion
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and "tao_type: recorded 'blmvm', now 'lmvm'" in err, err
+    assert main([*args, "--max-it", "2", "--resume", "--tao", "lmvm", "-tao_type", "blmvm"]) == 0
+
+
 def test_sigusr1_stops_with_75_and_resume_continues(observations, tmp_path, capsys, restore_signals):
     run_dir, log = tmp_path / "run", tmp_path / "log" / "inversion.jsonl"
     args = [*base(observations), "--max-it", "8", "--run-dir", str(run_dir), "--log-dir", str(tmp_path / "log")]

@@ -121,9 +121,17 @@ class Inversion:
 
     def identity(self) -> dict:
         """What makes two inversions the same one (a resume must match it)."""
-        return {"model": self.model.describe(), "invert": self.invert, "tao_type": self.tao_type,
+        return {"model": self.model.describe(), "invert": self.invert, "tao_type": self.effective_tao_type(),
                 "bounds": {k: list(v) for k, v in sorted(self.bounds.items())},
                 "regularization": self.weight, **({"scaling": sorted(self.scaling)} if self.scaling else {})}
+
+    def effective_tao_type(self) -> str:
+        """The type TAO will use: a ``-tao_type`` among ``tao_options`` or in PETSc's options database
+        (``setFromOptions`` applies it over ``tao_type``), else ``tao_type``."""
+        from ..imports import petsc
+
+        given = [value for key, value in self.tao_options if key == "-tao_type" and value]
+        return given[-1] if given else petsc().Options().getString("tao_type", self.tao_type)
 
     def check(self) -> None:
         """InversionError for options no inversion can use, before any work (same on every rank)."""

@@ -85,3 +85,39 @@ def test_tao_failing_after_failed_trials_exits_1_a_failing_start_2(tmp_path, mon
                               "--ram", "2"])
     assert proc.returncode == status, (proc.stdout, proc.stderr)
     assert words in proc.stdout + proc.stderr and "Traceback" not in proc.stderr, (proc.stdout, proc.stderr)
+
+
+ADAPTIVE = ["--grid", "10x9", "--dt", "1e-3", "--adaptive", "--t-final", "0.02", "--tolerance", "1e-3"]
+
+
+def fresh_adaptive_J(path) -> float:
+    """J of a gradient session on a fresh adaptive heat model at the controls in ``path``."""
+    from hpcadj.adjoint.session import GradientSession
+    from hpcadj.imports import h5py, mpi
+    from hpcadj.models.heat import HeatModel
+
+    model = HeatModel(mpi().COMM_WORLD, (10, 9), dt=1e-3, adaptive=True, t_final=0.02, tolerance=1e-3)
+    controls = model.default_controls()
+    with h5py().File(path, "r") as f:
+        for name, layout in model.control_layout().items():
+            controls[name].getArray()[:] = f[name][layout.slices].ravel()
+    return GradientSession(model, controls=controls).solve().result.J
+
+
+def test_adaptive_inversion_and_its_resume_evaluate_each_control_afresh(tmp_path):
+    """Every iterate's J, before and after a resume, is a fresh adaptive session's at its controls."""
+    run_dir = tmp_path / "run"
+    args = ["invert", *ADAPTIVE, "--invert", "kappa", "--bounds", "kappa:0.5:3", "--ram", "3",
+            "--run-dir", str(run_dir), "--json"]
+    first = hpcadj_in_process([*args, "--max-it", "2", "--controls-out", str(tmp_path / "k2.h5")])
+    assert first.returncode == 0, first.stderr
+    info = json.loads(first.stdout)
+    assert info["iterations"] == 2 and info["J"] == fresh_adaptive_J(tmp_path / "k2.h5")
+    state = json.loads((run_dir / "inversion.json").read_text())
+    again = hpcadj_in_process([*args, "--max-it", "4", "--resume", "--controls-out", str(tmp_path / "k4.h5")])
+    assert again.returncode == 0, again.stderr
+    info = json.loads(again.stdout)
+    assert info["resumed_from"] == 2 and info["iterations"] == 4, info
+    assert info["J"] == fresh_adaptive_J(tmp_path / "k4.h5")
+    final = json.loads((run_dir / "inversion.json").read_text())
+    assert final["history"][:3] == state["history"] and final["history"][-1]["J"] < state["history"][-1]["J"]

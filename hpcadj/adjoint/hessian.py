@@ -83,7 +83,7 @@ def supports_newton(model) -> bool:
 
 def check_model(model, gauss_newton: bool) -> None:
     """ValueError (one line) when ``model`` cannot give the asked product."""
-    if model.n_steps is None:
+    if model.n_steps is None or getattr(model, "adaptive", False):  # no evaluation's step sequence is kept
         raise ValueError(f"{model.name}: Hessian actions need a fixed step count (adaptive steps are not supported)")
     if not callable(getattr(model, "add_objective_hessian", None)):
         raise ValueError(f"{model.name}: no add_objective_hessian(i, u, du, dlam): the model offers no "

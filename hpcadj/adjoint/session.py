@@ -30,6 +30,7 @@ from ..checkpoint.options import (Checkpointing, ConfigError, agreed, check_can_
 from ..checkpoint.provision import PlannedRun, Resuming, provision, recompute_warning
 from ..checkpoint.schedules import CostProfile, simulate
 from ..checkpoint.storage.base import LevelError, agree_run_id
+from ..models.base import begin_evaluation
 from .driver import Driver, StopRequested, Unrecoverable
 
 __all__ = ["Checkpointing", "ConfigError", "GradientSession", "Outcome", "PlannedRun", "Restart",
@@ -175,6 +176,7 @@ class GradientSession:
         (:func:`~hpcadj.checkpoint.provision.provision`; calibrating costs briefly when needed)."""
         if self.planned is not None:
             return self.planned
+        self._steps = begin_evaluation(self.model)  # adaptive steps: this evaluation's own sequence
         try:
             self.check()
             self._open_run_directory()
@@ -325,6 +327,8 @@ class GradientSession:
     # -- solve --------------------------------------------------------------------------------
     #: (driver, progress, durability, seconds run) of a run forward() paused before its reverse sweep
     _paused = None
+    #: the step sequence of this evaluation (adaptive steps; None with fixed steps)
+    _steps = None
 
     def forward(self) -> Outcome:
         """The first sweep only: status "paused" with ``result.J``, the plan's snapshots and the
@@ -367,6 +371,8 @@ class GradientSession:
         from ..telemetry import SweepProgress
         from ..restart import Durability, resume_point
 
+        if self._steps is not None:  # the model may have evaluated other controls since
+            self.model.use_steps(self._steps)
         if self._paused is not None:  # forward() ran the first sweep: the reverse sweep is left
             driver, progress, durability, elapsed = self._paused
             if pause:

@@ -30,6 +30,8 @@ import json
 import time
 from dataclasses import dataclass, replace
 
+from ..models.base import begin_evaluation
+
 POLICIES = ("keep", "gradient", "forward")
 
 
@@ -76,6 +78,7 @@ class EvaluationCache:
         self.model, self.space, self.policy = model, space, policy
         self.comm = model.comm
         self.checkpointing = checkpointing or Checkpointing()
+        begin_evaluation(model)  # the key's configuration, not the step count a past evaluation found
         self.configuration = {"model": model.describe(), "invert": space.names,
                               "codecs": {k: c.spec for k, c in self.checkpointing.codecs().items()}}
         self.entry: Evaluation | None = None
@@ -236,25 +239,27 @@ class EvaluationCache:
         from ..imports import petsc
 
         model = self.model
-        if model.n_steps is None:
-            raise ValueError("the 'forward' policy needs a model with a known number of steps")
+        begin_evaluation(model)  # adaptive steps: decided afresh at this control, as a session would
+        done = getattr(model, "done", None) or (lambda i: i >= model.n_steps)
         controls = self.space.unpack(x)
         t0 = time.perf_counter()
         model.set_controls(controls)
         u = model.initial_state()
         J = 0.0
         J += model.objective(0, u)
-        for i in range(model.n_steps):
-            u = model.step(i, u)
-            J += model.objective(i + 1, u)
+        n = 0
+        while not done(n):
+            u = model.step(n, u)
+            n += 1
+            J += model.objective(n, u)
             petsc().garbage_cleanup(self.comm)
         u.destroy()
         for vec in controls.values():
             vec.destroy()
         petsc().garbage_cleanup(self.comm)
         self.forward_sweeps += 1
-        self.forward_steps += model.n_steps
-        return Evaluation(key, J, None, model.n_steps, 0, time.perf_counter() - t0)
+        self.forward_steps += n
+        return Evaluation(key, J, None, n, 0, time.perf_counter() - t0)
 
     def counts(self) -> dict:
         return {"forward_steps": self.forward_steps, "adjoint_steps": self.adjoint_steps,

@@ -16,6 +16,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from ..models.base import begin_evaluation
 from ..telemetry.jsonlog import peak_rss_bytes
 from .cache import EvaluationCache
 from .iterates import IterateError, IterateStore
@@ -173,6 +174,7 @@ class Inversion:
 
         self.check()
         PETSc = petsc()
+        begin_evaluation(self.model)  # the identity's step count is no earlier evaluation's
         space = ControlSpace(self.controls, self.invert)
         store = IterateStore(self.run_dir, self.model, self.identity()) if self.run_dir else None
         history, done, resumed_from, start = [], 0, None, self.controls

@@ -1,9 +1,13 @@
-"""Adaptive time steps: the step sequence a model decides in its first forward sweep, then replays.
+"""Adaptive time steps: the step sequence a model decides in an evaluation's first sweep, then replays.
 
 A model with ``--adaptive`` decides dt_i the first time it takes step i, from u_i (a CFL bound, an
 error estimate), with collective reductions so every rank decides the same; :class:`StepSequence`
-records it. Every later ``step(i, u)`` (recomputation, a resumed run, another gradient) uses the
-recorded dt_i, so recomputed states are bitwise the first ones and ``step`` stays pure in ``(i, u)``.
+records it. Every later ``step(i, u)`` of the same evaluation (recomputation, a resumed run, the
+reverse sweep of a paused one) uses the recorded dt_i, so recomputed states are bitwise the first
+ones and ``step`` stays pure in ``(i, u)``. The sequence belongs to the evaluation at one control,
+not to the model: a gradient session starts a new one (:meth:`AdaptiveSteps.begin_evaluation`) and
+puts its own back whenever it runs (:meth:`AdaptiveSteps.use_steps`), so an answer never depends on
+which controls were evaluated before.
 The run is over once t_n reaches ``t_final``: the step that would pass it is shortened to land on it,
 and the model's ``n_steps`` (None until then) becomes n. The gradient is the discrete scheme's with the
 accepted sequence held fixed: how the decisions depend on the controls is not differentiated (as in
@@ -37,6 +41,10 @@ class StepSequence:
         self.times: list[float] = [0.0]
         self.n: int | None = None
         self.proposal: float | None = None
+
+    def fresh(self) -> "StepSequence":
+        """An empty sequence to the same end time: what a new evaluation decides into."""
+        return StepSequence(self.t_final, self.max_steps)
 
     def known(self, i: int) -> bool:
         """Whether dt_i was decided already (replay it) or is decided now (first sweep, step i)."""
@@ -129,6 +137,19 @@ class AdaptiveSteps:
         self.steps.load(record)
         self.n_steps = self.steps.n
 
+    def begin_evaluation(self) -> StepSequence | None:
+        """Start an evaluation at new controls: an empty sequence, decided afresh by its first sweep
+        (n_steps None again); returns it for the evaluation to keep (None with fixed steps)."""
+        if self.steps is None:
+            return None
+        self.use_steps(self.steps.fresh())
+        return self.steps
+
+    def use_steps(self, steps: StepSequence) -> None:
+        """Make ``steps`` (an evaluation's own sequence) the one the model replays and extends."""
+        self.steps = steps
+        self.n_steps = steps.n
+
     def _accepted(self, i: int, dt: float, last: bool, proposal: float | None = None) -> None:
         self.steps.record(i, dt, last, proposal)
         if last:
@@ -139,3 +160,4 @@ class AdaptiveSteps:
             info.update(adaptive=True, t_final=self.steps.t_final, steps=self.n_steps)  # None until t_final
             info.pop("dt", None)
         return info
+

@@ -20,6 +20,14 @@ class SolverError(RuntimeError):
     Newton). Raised by :meth:`Stepper.step` and friends; the command line reports it in one line."""
 
 
+def begin_evaluation(model):
+    """Start an evaluation of ``model`` at new controls: a model with adaptive steps
+    (:class:`~hpcadj.models.adaptive.AdaptiveSteps`) begins an empty step sequence, returned for the
+    evaluation to keep; None for fixed steps."""
+    begin = getattr(model, "begin_evaluation", None)
+    return begin() if begin is not None else None
+
+
 class Stepper(abc.ABC):
     """A distributed time stepper with its exact discrete adjoint (contract: docs/api.md).
 

@@ -217,6 +217,11 @@ class TSStepper(AdaptiveSteps, Stepper):
     def _dt(self, i: int) -> float:
         return self.dt if self.steps is None else self.steps.dt(i)
 
+    def begin_evaluation(self):
+        """A new evaluation: an empty step sequence, and no previous step for θ's estimate to continue."""
+        self._last_taken = None
+        return super().begin_evaluation()
+
     # -- forward -----------------------------------------------------------------------------
     def _take_step(self, i: int, x, dt: float, replay: bool = True, restart: bool = True) -> None:
         """One ``TSStep`` from x = u_i at t_i with ``dt``; a replay of an adaptive TS accepts it as it is.

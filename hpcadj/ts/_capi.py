@@ -141,3 +141,41 @@ def gmres_restart(ksp) -> int:
 def vec_copy_into_vec(src_handle: int, dst) -> None:
     """VecCopy from a Vec known by its C handle into a petsc4py Vec."""
     _call("VecCopy", ctypes.c_void_p(src_handle), _h(dst))
+
+
+def mat_columns(handle: int) -> tuple[int, int]:
+    """A matrix's global and local (this rank's) number of columns."""
+    rows, cols, lrows, lcols = (_int_type()() for _ in range(4))
+    _call("MatGetSize", ctypes.c_void_p(handle), ctypes.byref(rows), ctypes.byref(cols))
+    _call("MatGetLocalSize", ctypes.c_void_p(handle), ctypes.byref(lrows), ctypes.byref(lcols))
+    return int(cols.value), int(lcols.value)
+
+
+def adapt_step_limits(ts) -> tuple[float, float]:
+    """TSAdaptGetStepLimits: the TSAdapt's smallest and largest step (-ts_adapt_dt_min/max)."""
+    low, high = ctypes.c_double(), ctypes.c_double()
+    _call("TSAdaptGetStepLimits", _adapt(ts), ctypes.byref(low), ctypes.byref(high))
+    return float(low.value), float(high.value)
+
+
+def _two_reals(name: str, ts) -> tuple[float, float]:
+    a, b = ctypes.c_double(), ctypes.c_double()
+    _call(name, _adapt(ts), ctypes.byref(a), ctypes.byref(b))
+    return float(a.value), float(b.value)
+
+
+def _one_real(name: str, ts) -> float:
+    a = ctypes.c_double()
+    _call(name, _adapt(ts), ctypes.byref(a))
+    return float(a.value)
+
+
+def adapt_settings(ts) -> dict:
+    """What the TSAdapt decides a step with, from its getters: safety factors, clip, step limits,
+    the error ratio it ignores below and the shrink after a failed solve."""
+    safety, reject_safety = _two_reals("TSAdaptGetSafety", ts)
+    clip_low, clip_high = _two_reals("TSAdaptGetClip", ts)
+    dt_min, dt_max = adapt_step_limits(ts)
+    return {"type": adapt_type(ts), "safety": safety, "reject_safety": reject_safety, "clip": [clip_low, clip_high],
+            "dt_min": dt_min, "dt_max": dt_max, "max_ignore": _one_real("TSAdaptGetMaxIgnore", ts),
+            "scale_solve_failed": _one_real("TSAdaptGetScaleSolveFailed", ts)}

@@ -21,11 +21,12 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from ..checkpoint.options import ConfigError
 from ..models.adaptive import AdaptiveSteps, StepSequence
 from ..models.base import SolverError, Stepper
 from ..snapshot import FieldLayout
 from ..imports import petsc
-from . import _capi
+from . import _capi, preflight
 
 CONTROL_U0 = "u0"
 
@@ -33,7 +34,7 @@ CONTROL_U0 = "u0"
 _BY_DM: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
 
 
-class TSRefused(ValueError):
+class TSRefused(ConfigError):
     """The TS uses something hpcadj cannot drive step by step (one line, says what and why)."""
 
 
@@ -62,7 +63,9 @@ class TSStepper(AdaptiveSteps, Stepper):
         At most one: the parameter Vec p of the TS's (I/RHS)JacobianP, whose columns it indexes
         (PETSc's μ). A field or a scalar alike: a Vec laid out as JacobianP's columns.
     apply_parameters : callable(Vec), optional
-        Called with a copy of p whenever the controls change, so the user's callbacks use it.
+        Called with a copy of p whenever the controls change, so the user's callbacks use it. Without
+        it, each new value is written into the Vec given in ``parameters``: callbacks reading that
+        Vec need nothing more.
     final : (value(u) -> float, gradient(u) -> Vec), optional
         The final-time term of J and its derivative (value the same on every rank).
     every_step : (value(i, t, u) -> float, gradient(i, t, u) -> Vec or None), optional
@@ -96,11 +99,15 @@ class TSStepper(AdaptiveSteps, Stepper):
         if CONTROL_U0 in parameters:
             raise TSRefused(f"{CONTROL_U0!r} names the initial state; call the parameter something else")
         self._pname = next(iter(parameters), None)
-        self._p0 = parameters.get(self._pname)
+        self._p0 = parameters.get(self._pname)     # the user's Vec: new values are written here
+        self._p_initial = None                     # its value at construction (the default control)
         self._apply = apply_parameters
         self._u0 = u0
         self._refuse_unsupported()
         self._claim_dm()                    # before this TS is touched: a second TS on a DM breaks the first
+        problem = preflight.check_layouts(self)
+        if problem:
+            raise TSRefused(problem)
         self.ts_type = ts.getType()
         self._endpoint = self._theta_endpoint()
         self._midpoint = self.ts_type in ("theta", "cn", "beuler") and not self._endpoint
@@ -114,6 +121,8 @@ class TSStepper(AdaptiveSteps, Stepper):
         ts.setSolution(u0.copy())
         ts.setUp()
         self._refuse_version_specific()
+        if self._pname is not None:
+            self._p_initial = self._p0.copy()
         self.t0 = float(ts.getTime())
         self._dt0 = float(ts.getTimeStep())
         if not self._dt0 > 0:
@@ -129,8 +138,6 @@ class TSStepper(AdaptiveSteps, Stepper):
             self._times = [self.t0]
         else:
             self.dt = None
-            end = float(t_final if t_final is not None else ts.getMaxTime())
-            self.steps = StepSequence(end - self.t0, max_steps or int(ts.getMaxSteps()))
             self.n_steps = None
         self._sol = u0.duplicate()          # the TS's solution Vec during adjoint steps
         self._last_taken = None             # the step the TS took last (θ's estimate continues from it)
@@ -139,8 +146,34 @@ class TSStepper(AdaptiveSteps, Stepper):
             raise TSRefused(f"working_set_extra must be >= 0 states, got {working_set_extra}")
         self._extra = float(working_set_extra)
         self._working = self._working_set()  # collective: counted here, where every rank is
+        self._preflight()
+        if self._adaptive_type != "none":
+            self.steps = self._step_sequence(t_final, max_steps or int(ts.getMaxSteps()))
 
     # -- checks ----------------------------------------------------------------------------
+    def _preflight(self) -> None:
+        """The objective, PETSc's step and adjoint step, the parameter's reach: refused before any run."""
+        problem = preflight.check_objective(self, self._u0) or preflight.dry_run(self)
+        if problem:
+            raise TSRefused(problem)
+
+    def _step_sequence(self, t_final, max_steps: int) -> StepSequence:
+        """The record of an adaptive TS's steps, up to its end time, refused where it cannot get there."""
+        kind = self._adaptive_type
+        end = float(t_final if t_final is not None else self.ts.getMaxTime())
+        if not np.isfinite(end) or end >= 1e300:
+            raise TSRefused(f"an adaptive TS (TSAdapt {kind}) needs an end time: give -ts_max_time T (or "
+                            f"ts.setMaxTime(T), or t_final=T); its steps are decided until t reaches it")
+        if not end > self.t0:
+            raise TSRefused(f"the end time {end:g} of the adaptive TS (TSAdapt {kind}) is not after its start "
+                            f"time {self.t0:g}: give -ts_max_time T > {self.t0:g}")
+        dt_max = _capi.adapt_step_limits(self.ts)[1]
+        if max_steps * dt_max < end - self.t0:
+            raise TSRefused(f"the adaptive TS cannot reach t = {end:g} in {max_steps} steps of at most "
+                            f"{dt_max:g} (-ts_adapt_dt_max): give -ts_max_steps N with N >= "
+                            f"{int(np.ceil((end - self.t0) / dt_max))}")
+        return StepSequence(end - self.t0, max_steps)
+
     def _claim_dm(self) -> None:
         dm = self.ts.getDM()
         if dm is None:
@@ -195,13 +228,20 @@ class TSStepper(AdaptiveSteps, Stepper):
     def default_controls(self):
         controls = {CONTROL_U0: self._u0.copy()}
         if self._pname is not None:
-            controls[self._pname] = self._p0.copy()
+            controls[self._pname] = self._p_initial.copy()
         return controls
 
     def set_controls(self, controls: Mapping) -> None:
         self._controls = {k: v.copy() for k, v in controls.items()}
-        if self._pname is not None and self._apply is not None:
-            self._apply(self._controls[self._pname].copy())
+        if self._pname is not None:
+            self._apply_parameter(self._controls[self._pname])
+
+    def _apply_parameter(self, value) -> None:
+        """Hand the parameter to the user's callbacks: ``apply_parameters``, else into their own Vec."""
+        if self._apply is not None:
+            self._apply(value.copy())
+        else:
+            value.copy(self._p0)
 
     def initial_state(self):
         return self._controls[CONTROL_U0].copy()
@@ -223,15 +263,15 @@ class TSStepper(AdaptiveSteps, Stepper):
         return super().begin_evaluation()
 
     # -- forward -----------------------------------------------------------------------------
-    def _take_step(self, i: int, x, dt: float, replay: bool = True, restart: bool = True) -> None:
-        """One ``TSStep`` from x = u_i at t_i with ``dt``; a replay of an adaptive TS accepts it as it is.
-
-        ``restart`` False continues from the TS's previous step (θ's error estimate reads it)."""
+    def _take_step(self, i: int, x, dt: float, replay: bool = True, restart: bool = True,
+                   t: float | None = None) -> None:
+        """One ``TSStep`` from x = u_i at t_i (or ``t``) with ``dt``; a replay of an adaptive TS accepts
+        it as it is. ``restart`` False continues from the TS's previous step (θ's error estimate reads it)."""
         ts = self.ts
-        if self.steps is not None:
+        if self._adaptive_type != "none":
             _capi.set_always_accept(ts, replay)
         ts.setSolution(x)
-        ts.setTime(self.time(i))
+        ts.setTime(self.time(i) if t is None else t)
         ts.setTimeStep(dt)
         ts.setStepNumber(i)
         if restart:
@@ -242,6 +282,12 @@ class TSStepper(AdaptiveSteps, Stepper):
         if reason < 0:
             raise SolverError(f"TS step {i} at t = {self.time(i):.6g} (dt = {dt:.3g}) failed: "
                               f"{_reason_name(reason)}")
+
+    def _probe_step(self, u0, dt: float):
+        """Step 0 from u0 with ``dt`` (accepted as it is), outside any run: a new Vec."""
+        x = u0.copy()
+        self._take_step(0, x, dt, t=self.t0)
+        return x
 
     def step(self, i: int, u):
         x = u.copy()
@@ -260,7 +306,7 @@ class TSStepper(AdaptiveSteps, Stepper):
         embedded estimate needs no history: its step is re-taken only when the TSAdapt rejected tries.
         """
         trial = self.steps.proposal if self.steps.proposal is not None else self._dt0
-        dt, last = self.steps.clip(i, trial)
+        dt, last = self._clip(i, trial)
         rejections = self.ts.getStepRejections()
         history = self.ts_type in ("theta", "cn", "beuler")
         self._take_step(i, x, dt, replay=False, restart=not (history and self._last_taken == i - 1))
@@ -268,10 +314,22 @@ class TSStepper(AdaptiveSteps, Stepper):
         if history or self.ts.getStepRejections() > rejections:
             if self.ts.getStepRejections() > rejections:
                 # the TSAdapt shrank the step: its dt is known only as t_{i+1} - t_i
-                dt, last = self.steps.clip(i, self.ts.getTime() - self.time(i))
+                dt, last = self._clip(i, self.ts.getTime() - self.time(i))
             u.copy(x)
             self._take_step(i, x, dt)
         self._accepted(i, dt, last, proposal)
+
+    def _clip(self, i: int, dt: float) -> tuple[float, bool]:
+        """The recorded sequence's step from the TSAdapt's dt; a SolverError (one line) where it cannot go on."""
+        try:
+            return self.steps.clip(i, dt)
+        except ValueError:
+            if i + 1 >= self.steps.max_steps:
+                raise SolverError(f"the adaptive TS needs more than its {self.steps.max_steps} max steps to reach "
+                                  f"t = {self.t0 + self.steps.t_final:g} (at t = {self.time(i):.6g}, dt = "
+                                  f"{dt:.3g}): give a larger -ts_max_steps") from None
+            raise SolverError(f"the TSAdapt's step at t = {self.time(i):.6g} collapsed to dt = {dt:g}: loosen "
+                              f"-ts_rtol/-ts_atol or check the TS") from None
 
     # -- objective ---------------------------------------------------------------------------
     def _is_final(self, i: int) -> bool:
@@ -296,8 +354,14 @@ class TSStepper(AdaptiveSteps, Stepper):
 
     # -- adjoint -----------------------------------------------------------------------------
     def adjoint_step(self, i: int, u, u_next, lam_next, grad):
+        lam = lam_next.copy()
+        self._adjoint(i, self.time(i), self.time(i + 1), self._dt(i), u, u_next, lam,
+                      grad[self._pname] if self._pname is not None else None)
+        return lam
+
+    def _adjoint(self, i: int, t_i: float, t_next: float, dt: float, u, u_next, lam, mu) -> None:
+        """PETSc's ``TSAdjointStep`` from t_next back to t_i: λ in ``lam`` (in place), μ added to ``mu``."""
         ts = self.ts
-        t_i, t_next = self.time(i), self.time(i + 1)
         if self._endpoint:
             u_next.copy(self._sol)
             ts.setSolution(self._sol)
@@ -312,17 +376,15 @@ class TSStepper(AdaptiveSteps, Stepper):
             _capi.vec_copy_into(stage, _capi.stage_handles(ts)[0])
         else:
             u.copy(self._sol)
-            self._take_step(i, self._sol, self._dt(i))
-        lam = lam_next.copy()
+            self._take_step(i, self._sol, dt, t=t_i)
         ts.setTime(t_next)
         ts.setTimeStep(t_i - t_next)
         ts.setStepNumber(i + 1)
-        if self._pname is not None:
-            ts.setCostGradients([lam], [grad[self._pname]])
+        if mu is not None:
+            ts.setCostGradients([lam], [mu])
         else:
             ts.setCostGradients([lam])
         ts.adjointStep()
-        return lam
 
     def initial_adjoint(self, lam0, grad) -> None:
         grad[CONTROL_U0].axpy(1.0, lam0)
@@ -362,7 +424,7 @@ class TSStepper(AdaptiveSteps, Stepper):
     def control_layout(self):
         layout = {CONTROL_U0: self._layout_of(self._u0)}
         if self._pname is not None:
-            layout[self._pname] = self._layout_of(self._p0)
+            layout[self._pname] = self._layout_of(self._p_initial)
         return layout
 
     def control_arrays(self, controls):
@@ -376,10 +438,29 @@ class TSStepper(AdaptiveSteps, Stepper):
                 "petsc": _version_text(_version())}
         if self.ts_type == "rk":
             info["rk_type"] = self.ts.getRKType()
+        if self.ts_type in ("theta", "cn", "beuler"):
+            info.update(theta=float(self.ts.getTheta()), theta_endpoint=bool(self.ts.getThetaEndpoint()))
+        if self._adaptive_type != "none":
+            info.update(self._adapt_description())
         dm = self.ts.getDM()
         if dm is not None and dm.getType() == "da":
             info["grid"] = "x".join(str(s) for s in dm.getSizes())
         return self._describe_steps(info)
+
+    def _adapt_description(self) -> dict:
+        """Everything that decides an adaptive step, as flat ``adapt_*`` keys (a resume names the one
+        that changed): the first trial dt, the TS's tolerances, the TSAdapt's settings, and the
+        ``-ts_adapt_*`` options given (those without a getter, e.g. the DSP filter; not the monitor)."""
+        rtol, atol = self.ts.getTolerances()
+        info = {"adapt_dt0": self._dt0,
+                "adapt_rtol": rtol if isinstance(rtol, float) else "vector",
+                "adapt_atol": atol if isinstance(atol, float) else "vector"}
+        info.update({f"adapt_{k}": v for k, v in _capi.adapt_settings(self.ts).items()})
+        given = f"{self.ts.getOptionsPrefix() or ''}ts_adapt_"
+        for key, value in sorted(petsc().Options().getAll().items()):
+            if key.startswith(given) and "monitor" not in key:
+                info.setdefault(f"adapt_{key[len(given):]}", value)
+        return info
 
     def working_set_states(self) -> float:
         """What this TS holds beside hpcadj's states, in states: see :meth:`_working_set`."""

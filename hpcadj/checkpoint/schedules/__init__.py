@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .actions import (Action, Adjoint, Advance, EndForward, EndReverse, Free, Move, PlanError, Restore,
-                      Store, WorkingStates)
+from .actions import (Action, Adjoint, AdjointData, Advance, EndForward, EndReverse, Free, Move, PlanError,
+                      Restore, Store, StoreData, WorkingStates)
 from .base import Schedule, ScheduleError
 from .costs import CostProfile, LevelCost, OpCosts, default_costs
 from .multilevel import Multilevel
@@ -69,8 +69,8 @@ def make_schedule(name: str, n_steps: int | None, capacities: Sequence[int], cos
 
 
 __all__ = [
-    "Action", "Adjoint", "Advance", "EndForward", "EndReverse", "Free", "Move", "PlanError", "Restore", "Store",
-    "WorkingStates", "Schedule", "ScheduleError", "CostProfile", "LevelCost", "OpCosts", "default_costs",
+    "Action", "Adjoint", "AdjointData", "Advance", "EndForward", "EndReverse", "Free", "Move", "PlanError", "Restore", "Store",
+    "StoreData", "WorkingStates", "Schedule", "ScheduleError", "CostProfile", "LevelCost", "OpCosts", "default_costs",
     "Multilevel", "OnlineFixed", "OnlineSchedule", "online_bound", "Periodic", "Revolve", "min_forward_steps",
     "PlanSummary", "Simulator", "simulate", "simulate_online", "StoreAll", "store_all_slots", "SCHEDULES",
     "make_schedule",

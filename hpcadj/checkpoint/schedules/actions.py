@@ -17,6 +17,15 @@ exactly by :class:`WorkingStates`, which both the driver and the plan simulator 
 - ``Adjoint(n1, n0)`` (n1 = n0 + 1) runs adjoint step n0 with u_{n0} and u_{n1} held; afterwards
   only u_{n0} is held, kept for the next adjoint step.
 - ``Store``/``Move``/``Free`` touch levels only; ``Store(n, level)`` needs u_n held.
+
+A model may also declare *adjoint data*: what its adjoint step reads (RK: the stages; leapfrog: one
+field), of a size that may differ from a restart state's. Two more actions and one rule for them:
+
+- After ``Advance(n0, n1)`` the driver also holds the data of step n1-1 (the step just produced them),
+  until the next ``Advance``, ``Restore`` or adjoint step; ``StoreData(n, level)`` writes them.
+- ``AdjointData(n1, n0, level)`` runs adjoint step n0 from its data alone: read from ``level`` (the
+  slot is released: a step's data serve one adjoint step) or, with ``level=None``, the held data.
+  No state is read; afterwards the held states beyond n0 are dropped (nothing needs them any more).
 """
 
 from __future__ import annotations
@@ -89,6 +98,27 @@ class Adjoint(Action):
 
 
 @dataclass(frozen=True, slots=True)
+class StoreData(Action):
+    """Write the held adjoint data of step n (what adjoint step n reads) to a slot of ``level``."""
+
+    n: int
+    level: int
+
+
+@dataclass(frozen=True, slots=True)
+class AdjointData(Action):
+    """Adjoint step n0 from its adjoint data (from ``level``, freeing the slot; None: the held data)."""
+
+    n1: int
+    n0: int
+    level: int | None = None
+
+    def __post_init__(self):
+        if self.n1 != self.n0 + 1 or self.n0 < 0:
+            raise ValueError(f"AdjointData runs one step, n1 = n0 + 1 >= 1; got ({self.n1}, {self.n0})")
+
+
+@dataclass(frozen=True, slots=True)
 class EndForward(Action):
     """The forward sweep has reached u_n (held): evaluate the final objective, seed lambda_n."""
 
@@ -110,6 +140,7 @@ class WorkingStates(Generic[T]):
 
     def __init__(self, n0: int = 0, u0: T | None = None):
         self._held: dict[int, T] = {n0: u0}
+        self._data: tuple[int, object] | None = None
 
     def __contains__(self, n: int) -> bool:
         return n in self._held
@@ -131,17 +162,36 @@ class WorkingStates(Generic[T]):
         beyond = [k for k in self._held if k > n]
         return {max(beyond): self._held[max(beyond)]} if beyond else {}
 
-    def advanced(self, n0: int, n1: int, last_input: T, result: T) -> None:
-        """Record the outcome of ``Advance(n0, n1)``: ``last_input`` is u_{n1-1}, ``result`` u_{n1}."""
+    def advanced(self, n0: int, n1: int, last_input: T, result: T, data: object = None) -> None:
+        """Record the outcome of ``Advance(n0, n1)``: ``last_input`` is u_{n1-1}, ``result`` u_{n1},
+        ``data`` the adjoint data of step n1-1 (None if the model declares none)."""
         kept = self._kept_beyond(n1)
         if not kept:
             kept = {n1 - 1: last_input}
         self._held = {**kept, n1: result}
+        self._data = (n1 - 1, data)
 
     def restored(self, n: int, u: T) -> None:
         """Record ``Restore(n, level)``: u_n is held, with any state kept beyond n."""
         self._held = {**self._kept_beyond(n), n: u}
+        self._data = None
 
     def adjoint_done(self, n0: int) -> None:
         """After adjoint step n0 only u_{n0} stays held."""
         self._held = {n0: self._held[n0]}
+        self._data = None
+
+    def data_step(self) -> int | None:
+        """The step whose adjoint data are held, if any."""
+        return None if self._data is None else self._data[0]
+
+    def get_data(self, n: int) -> object:
+        """The held adjoint data of step n (PlanError if other or none are held)."""
+        if self.data_step() != n:
+            raise PlanError(f"the data of step {n} are not held (held: {self.data_step()})")
+        return self._data[1]
+
+    def data_adjoint_done(self, n0: int) -> None:
+        """After adjoint step n0 ran from its data: the states beyond n0 and the held data are dropped."""
+        self._held = {k: u for k, u in self._held.items() if k <= n0}
+        self._data = None

@@ -1,0 +1,208 @@
+"""Mixed checkpointing on one level: store restart states (size r) or steps' adjoint data (size d).
+
+A step's *adjoint data* are what its adjoint step reads (actions.py): reversing a step from them needs
+no state and no recomputation. This plan chooses, for every step, between keeping restart states and
+keeping data, in a byte budget B, so as to minimise forward evaluations and then writes — a dynamic
+programme in the spirit of CAMS (Zhang & Constantinescu, arXiv 2106.13879) and Maddison's mixed
+schedule (arXiv 2305.09568), over bytes rather than slot counts.
+
+Two kinds of model (``states_suffice``):
+
+- True (leapfrog wave, theta-method, models without data): the adjoint step also runs from the two
+  working states u_i, u_{i+1} at no cost, and after it u_i stays held (actions.py).
+- False (RK: the stages exist only while the step runs): a step is reversed only from its data; from a
+  state that means evaluating the step again. This is checkpoint_schedules' mixed model; with d = r
+  the counts equal its ``MixedCheckpointSchedule``'s (tests/test_schedules_mixed.py).
+
+The programme. ``T(L, m, e, f)`` is the least cost to reverse a chain of L steps whose first state
+u_a is held and not stored, with m free units, where ``e`` says u_{a+L} is held (so step a+L-1 may
+be reversed from states without advancing) and ``f`` demands that step a itself be reversed from
+states (so u_a stays held for the chain to its left). Cost = evaluations * W + writes. Options:
+
+- A, L = 1: reverse step a: from states with e (free), else after one advance;
+- B, data: advance one step, store its data, reverse the rest ``T(L-1, m-d, e, .)``, then step a from
+  its data: ``W + 1 + T(L-1, m-d, e, 0)`` (not with f);
+- C, restart: store u_a, advance i steps (1 <= i < L), reverse the right part ``T(L-i, m-r, e, f')``,
+  restore u_a and reverse the left part with the whole budget ``T(i, m, f', f)``, where f' says the
+  right part's first step ran from states (then u_{a+i} is still held).
+
+A chain whose base is already stored (the left part of C) saves C's write. Complexity O(n^2 M) in
+units of gcd(r, d); M is capped where storing every step fits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from math import gcd
+from operator import add
+
+from .actions import Action, Adjoint, AdjointData, Advance, EndForward, EndReverse, Free, Restore, Store, StoreData
+from .base import Schedule, ScheduleError
+
+_INF = 1 << 62
+
+
+def least_budget(n_steps: int, state_size: int, data_size: int) -> int:
+    """The least budget with which a mixed plan reverses ``n_steps``: one restart state (a chain
+    from it), or the data of every step but the last (whose data the forward sweep still holds)."""
+    return 0 if n_steps <= 1 else min(state_size, (n_steps - 1) * data_size)
+
+
+class MixedTable:
+    """The programme's tables for chains up to ``n_steps`` long and budgets up to ``units``."""
+
+    def __init__(self, n_steps: int, units: int, r: int, d: int, states_suffice: bool):
+        self.n, self.r, self.d, self.states = n_steps, r, d, states_suffice
+        # beyond what storing every step needs (data, or states where they suffice) nothing helps
+        self.M = min(units, (n_steps - 1) * (min(r, d) if states_suffice else d))
+        self.W = n_steps * (n_steps + 1) // 2 + 2
+        flags = ((0, 0), (0, 1), (1, 0), (1, 1)) if states_suffice else ((0, 0),)
+        self.flags = flags
+        # U[e][f][m][L]: base not stored; S[e][f][m][L]: base stored (C saves its write); index L from 0
+        self.U = {ef: [[_INF] for _ in range(self.M + 1)] for ef in flags}
+        self.S = {ef: [[_INF] for _ in range(self.M + 1)] for ef in flags}
+        # SPI[e][f][m][i] = i * W + S[e][f][m][i]: the left part of C plus the advance to its split
+        self.SPI = {ef: [[_INF] for _ in range(self.M + 1)] for ef in flags}
+        for length in range(1, n_steps + 1):
+            for m in range(self.M + 1):
+                self._fill(length, m)
+
+    def _u(self, e: int, f: int, m: int) -> list[int]:
+        return self.U[(e, f) if self.states else (0, 0)][m]
+
+    def _a(self, e: int, f: int) -> int:
+        """Option A's cost for a single step."""
+        if not self.states:
+            return _INF if f else self.W
+        return 0 if e else self.W
+
+    def _b(self, length: int, m: int, e: int, f: int) -> int:
+        if f or m < self.d:
+            return _INF
+        return self.W + 1 + self._u(e, 0, m - self.d)[length - 1]
+
+    def _c_split(self, length: int, m: int, e: int, f: int, fp: int) -> list[int]:
+        """C's cost (write of u_a excluded) for every split i = 1 .. length-1, with right part flag fp."""
+        if (fp or f) and not self.states:
+            return []
+        right = self._u(e, fp, m - self.r)
+        left = self.SPI[(fp, f)][m]
+        return list(map(add, left[1:length], right[length - 1:0:-1]))
+
+    def _fill(self, length: int, m: int) -> None:
+        """Tabulate every flag combination of (length, m); C's splits are summed a whole row at once."""
+        rows = {}
+        if length > 1 and m >= self.r:
+            fps = (0, 1) if self.states else (0,)
+            rights = {(e, fp): self._u(e, fp, m - self.r)[length - 1:0:-1] for e in fps for fp in fps}
+            lefts = {(fp, f): self.SPI[(fp, f)][m][1:length] for fp in fps for f in fps}
+            for e, f in self.flags:
+                rows[e, f] = min(min(map(add, lefts[fp, f], rights[e, fp])) for fp in fps)
+        for ef in self.flags:
+            if length == 1:
+                u = s = self._a(*ef)
+            else:
+                b = self._b(length, m, *ef)
+                c = rows.get(ef, _INF)
+                u, s = min(b, c + 1), min(b, c)
+            self.U[ef][m].append(u)
+            self.S[ef][m].append(s)
+            self.SPI[ef][m].append(length * self.W + s)
+
+    def cost(self, length: int, m: int, e: int, f: int, stored: bool) -> int:
+        table = self.S if stored else self.U
+        return table[(e, f) if self.states else (0, 0)][min(m, self.M)][length]
+
+    def choice(self, length: int, m: int, e: int, f: int, stored: bool) -> tuple:
+        """The option reaching ``cost(...)``: ('A',), ('B',) or ('C', i, f')."""
+        m = min(m, self.M)
+        best = self.cost(length, m, e, f, stored)
+        if length == 1:
+            return ("A",)
+        if self._b(length, m, e, f) == best:
+            return ("B",)
+        write = 0 if stored else 1
+        for fp in (1, 0) if self.states else (0,):
+            if m < self.r:
+                break
+            splits = self._c_split(length, m, e, f, fp)
+            for i, c in enumerate(splits, start=1):
+                if c + write == best:
+                    return ("C", i, fp)
+        raise AssertionError("no option reaches the tabulated cost")
+
+
+class Mixed(Schedule):
+    """The optimal single-level mixed plan: restart states of ``state_size`` and step data of
+    ``data_size`` units in ``capacities[level]`` units (bytes, say); see the module docstring."""
+
+    name = "mixed"
+
+    def __init__(self, n_steps: int, capacities, state_size: int = 1, data_size: int = 1,
+                 states_suffice: bool = True, level: int = 0):
+        if n_steps < 1:
+            raise ScheduleError(f"steps must be >= 1, got {n_steps}")
+        if not 0 <= level < len(capacities):
+            raise ScheduleError(f"level {level} does not exist ({len(capacities)} levels)")
+        if state_size < 1 or data_size < 1:
+            raise ScheduleError(f"sizes must be positive, got state {state_size}, data {data_size}")
+        self.n_steps = int(n_steps)
+        self.capacities = tuple(int(c) for c in capacities)
+        self.level = level
+        self.sizes = (int(state_size), int(data_size))
+        self.states_suffice = bool(states_suffice)
+        budget = self.capacities[level]
+        least = least_budget(self.n_steps, *self.sizes)
+        if budget < least:
+            raise ScheduleError(f"a budget of {budget} cannot reverse {self.n_steps} steps with restart states "
+                                f"of {state_size} and step data of {data_size}: the least that would do is {least}")
+        unit = gcd(*self.sizes)
+        self.unit = unit
+        self.table = MixedTable(self.n_steps, budget // unit, state_size // unit, data_size // unit,
+                                self.states_suffice)
+        self._units = min(budget // unit, self.table.M)
+
+    def forward_steps(self) -> int:
+        """Forward evaluations of this plan (the programme's optimum)."""
+        return self.table.cost(self.n_steps, self._units, 0, 0, False) // self.table.W
+
+    def writes(self) -> int:
+        """Restart and data writes of this plan (the second objective)."""
+        return self.table.cost(self.n_steps, self._units, 0, 0, False) % self.table.W
+
+    def actions(self) -> Iterator[Action]:
+        t, lv, states = self.table, self.level, self.states_suffice
+        # pending tasks, last first: ("chain", a, L, m, e, f, stored, fwd) | ("restore", a) | ("data", a)
+        stack: list[tuple] = [("chain", 0, self.n_steps, self._units, 0, 0, False, True)]
+        while stack:
+            task = stack.pop()
+            if task[0] == "restore":
+                yield Restore(task[1], lv)
+                continue
+            if task[0] == "data":
+                yield AdjointData(task[1] + 1, task[1], lv)
+                continue
+            _, a, length, m, e, f, stored, fwd = task
+            option = t.choice(length, m, e, f, stored)
+            if stored and option[0] != "C":
+                yield Free(a, lv)
+            if option[0] == "A":
+                if not e:
+                    yield Advance(a, a + 1)
+                    if fwd:
+                        yield EndForward()
+                yield Adjoint(a + 1, a) if states else AdjointData(a + 1, a)
+            elif option[0] == "B":
+                yield Advance(a, a + 1)
+                yield StoreData(a, lv)
+                stack.append(("data", a))
+                stack.append(("chain", a + 1, length - 1, m - t.d, e, 0, False, fwd))
+            else:
+                _, i, fp = option
+                if not stored:
+                    yield Store(a, lv)
+                yield Advance(a, a + i)
+                stack.append(("chain", a, i, m, fp, f, True, False))
+                stack.append(("restore", a))
+                stack.append(("chain", a + i, length - i, m - t.r, e, fp, False, fwd))
+        yield EndReverse()

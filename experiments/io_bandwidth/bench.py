@@ -19,8 +19,8 @@ from mpi4py import MPI  # first: MPI_THREAD_MULTIPLE, so the HDF5 level may run 
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
-from hpcadj.checkpoint.storage import make_level  # noqa: E402
-from hpcadj.snapshot import FieldLayout  # noqa: E402
+from hpcadj.checkpoint.storage import make_level
+from hpcadj.snapshot import FieldLayout
 
 comm = MPI.COMM_WORLD
 

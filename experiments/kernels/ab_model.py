@@ -19,21 +19,11 @@ import argparse
 import importlib
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from _ab import median_ms
-
-
-def import_old(root: Path, model: str):
-    """The model module of the package under ``root``/hpcadj, imported as ``hpcadj_old`` (the
-    package's own imports are relative)."""
-    where = Path(tempfile.mkdtemp(prefix="ab_model_"))
-    shutil.copytree(root / "hpcadj", where / "hpcadj_old")
-    sys.path.insert(0, str(where))
-    return importlib.import_module(f"hpcadj_old.models.{model}"), where
+from _ab import import_old, median_ms
 
 
 def main():

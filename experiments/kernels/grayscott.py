@@ -1,11 +1,13 @@
 """grayscott: the model's two Jacobians against the first model (numpy shell Jacobian + GMRES/Jacobi).
 
 Runs the three in one process on the same grid (``stencil``: the default matrix-free Jacobian with
-Jacobi; ``assembled``: AIJ with block Jacobi/ILU(0); ``old``: grayscott_old.py): a store-all gradient of J = 1/2 h^2 sum v_n^2 with
-respect to (u0, F, k), timing each step, adjoint step and tangent step (slowest rank, median), and
-compares J and the gradients. Usage (bad arguments: one line on stderr, exit 2):
+Jacobi; ``assembled``: AIJ with block Jacobi/ILU(0); ``old``: the model of d90d350, imported from
+that tree beside this one, as ``ab_model.py`` does): a store-all gradient of J = 1/2 h^2 sum v_n^2
+with respect to (u0, F, k), timing each step, adjoint step and tangent step (slowest rank, median),
+and compares J and the gradients. Usage (bad arguments: one line on stderr, exit 2):
 
-    mpirun -n 2 python experiments/kernels/grayscott.py --grid 512 --steps 5 [--csv out.csv]
+    git archive d90d350 | tar -x -C /tmp/old
+    mpirun -n 2 python experiments/kernels/grayscott.py --old /tmp/old --grid 512 --steps 5 [--csv out.csv]
 """
 
 from __future__ import annotations
@@ -13,15 +15,18 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import shutil
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
-from hpcadj.imports import mpi, petsc  # noqa: E402
+from _ab import import_old
+from hpcadj.imports import mpi, petsc
 
 
 def _timed(comm, fn):
@@ -81,11 +86,21 @@ def _relative_differences(r, old):
     return rel
 
 
+def clear_options(prefix: str) -> None:
+    """Remove the PETSc options a model set under ``prefix``, so the next model starts from none."""
+    options = petsc().Options()
+    for name in list(options.getAll()):
+        if name.startswith(prefix):
+            options.delValue(name)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grid", type=int, default=512, help="N for an N x N grid (default 512)")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--csv", default=None, help="append a row per model to this CSV")
+    parser.add_argument("--old", required=True, help="root of the tree holding the first model (a git archive "
+                        "of d90d350)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
@@ -93,9 +108,19 @@ def main(argv=None) -> int:
     if args.grid < 3 or args.steps < 1:
         print("grayscott.py: --grid must be >= 3 and --steps >= 1", file=sys.stderr)
         return 2
+    if not os.path.isfile(os.path.join(args.old, "hpcadj", "models", "grayscott.py")):
+        print(f"grayscott.py: no hpcadj/models/grayscott.py under {args.old}", file=sys.stderr)
+        return 2
     comm = mpi().COMM_WORLD
-    from grayscott_old import GrayScottModel as Old  # noqa: E402
+    old_module, where = import_old(Path(args.old), "grayscott")
+    try:
+        return compare(args, comm, old_module.GrayScottModel)
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
 
+
+def compare(args, comm, Old) -> int:
+    """The three models' gradients on ``args``' grid: printed, and appended to ``args.csv``."""
     from hpcadj.models.grayscott import GrayScottModel as New
     results = {}
     for label, cls, extra in (("stencil", New, {"jacobian": "stencil"}),
@@ -104,6 +129,7 @@ def main(argv=None) -> int:
         results[label] = gradient(model, comm)
         del model
         petsc().garbage_cleanup(comm)
+        clear_options("grayscott_")  # both trees' models read options under this prefix
     old = results["old"]
     rows = []
     for label, r in results.items():

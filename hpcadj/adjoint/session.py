@@ -244,7 +244,7 @@ class GradientSession:
         try:
             self.levels = build_levels(planned.plans, self.model.snapshot_layout(), self.comm, self._config,
                                        attach=self._attach_kinds())
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any level that cannot open is a refusal
             if self.log is not None:
                 self.log.abort(str(exc))
             self._release()

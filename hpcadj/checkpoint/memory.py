@@ -1,4 +1,4 @@
-"""What a gradient costs in process memory per rank, predicted before any work (issue 16).
+"""What a gradient costs in process memory per rank, predicted before any work.
 
 Pure: no MPI, no PETSc, no I/O. :func:`plan_memory` adds up, in bytes on this rank,
 
@@ -20,8 +20,8 @@ state kept from the previous adjoint step and a step's input u_i while the step 
 lambda is alive throughout: 4. An adjoint step holds u_i, u_{i+1}, lambda_{i+1} and builds
 lambda_i: 4 (3 for a model whose adjoint reads no u_{i+1}, ``Stepper.adjoint_reads_next``: the
 driver frees it before the step); lambda_{i+1} and u_{i+1} are freed before dJ_i/du_i is made. Hence
-``DRIVER_STATES = 4`` (it was 6 before the driver let go of u_{n0}, u_{i-1} and lambda_{i+1}
-early). A state a RAM level holds by reference (a donated snapshot) is counted as its slot only.
+``DRIVER_STATES = 4`` (the driver lets go of u_{n0}, u_{i-1} and lambda_{i+1} as early as it
+can). A state a RAM level holds by reference (a donated snapshot) is counted as its slot only.
 
 Measured against real runs in ``experiments/memory_budget``: the prediction is an upper bound
 there (the peaks of the parts do not all coincide), within the margins reported in its README.

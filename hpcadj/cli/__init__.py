@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         return status
     except CliError as exc:
         return report_error(str(exc) if exc.agreed else _agreed_message(str(exc)))
-    except BaseException as exc:  # noqa: BLE001 - anything but memory running out is re-raised
+    except BaseException as exc:  # anything but memory running out is re-raised
         if not out_of_memory(exc):
             raise
         return memory_exhausted(exc)
@@ -332,7 +332,7 @@ def console() -> int:
         raise
     except BrokenPipeError:
         status = _reader_gone()
-    except BaseException:  # noqa: BLE001 - reported, then the job must end on every rank
+    except BaseException:  # reported, then the job must end on every rank
         traceback.print_exc()
         sys.stderr.flush()
         _abort_job(1)

@@ -132,7 +132,7 @@ def _build_user_model(adapter, spec: str, comm, args):
         raise ValueError(f"--model {spec}: {exc}") from exc
     except SolverError:
         raise
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code: one line, not a traceback
+    except (Exception, SystemExit) as exc:  # the user's code: one line, not a traceback
         if out_of_memory(exc):
             raise
         raise ValueError(f"--model {spec}: building the model failed: {user_error(exc)}") from None

@@ -11,8 +11,8 @@ pure function of w_i) to ||G|| <= max(1e-12 ||G(w_i)||, 1e-13). The residual is 
 
 - **stencil** (default): a PETSc shell matrix whose product (and transposed product) is one
   compiled stencil loop over x's halo and the linearisation point w, preconditioned by Jacobi
-  (a shell PC dividing by J's diagonal, made per point from w). It stores nothing: the model's
-  working set is what issue 16 asks of an implicit model.
+  (a shell PC dividing by J's diagonal, made per point from w). It stores nothing: no matrix in
+  the model's working set.
 - **assembled**: an AIJ matrix (six entries a row; only the 2x2 point blocks are rewritten per Newton
   iteration, in place) with block Jacobi/ILU(0) (PETSc's default for a parallel AIJ, which its
   Gray-Scott tutorials ex5/ex5adj run with), the factor built once per step at w_i
@@ -51,7 +51,7 @@ held from construction on about 5 (the SNES residual Vec, the DMDA's local Vec a
 halo buffers, allocator slack); from the first step on 11 more, BiCGStab's work vectors (7, one KSP
 shared by the Newton, tangent and adjoint solves) and newtonls's (4); the copy of u0 (1) and an
 adjoint step's solution (1). experiments/memory_budget measured 25.4 / 25.6 states at 512^2 on 1 / 2
-ranks for the whole 3-slot gradient (issue 16's target: <= 30), of which the driver's share is 9.
+ranks for the whole 3-slot gradient (the target: <= 30), of which the driver's share is 9.
 The assembled Jacobian adds the matrix (six values and six int32 columns a row with PETSc's row
 arrays, about 10) and its ILU(0) factor with its solve work vector (about 10): 49.9 / 52.0 measured.
 """

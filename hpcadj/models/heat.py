@@ -20,7 +20,7 @@ Objective: J = 1/2 h^d sum over observed steps i of ||u_i - d_i||^2; by default 
 is observed, against d = 0.
 
 Working set (per rank, in states of 8 bytes per grid point; see :meth:`HeatModel.working_set_states`):
-the ghosted kappa (1; the AIJ matrix it replaces was 9 states in 2-D, 12 in 3-D), CG's 3 work
+the ghosted kappa (1; an AIJ matrix would be 9 states in 2-D, 12 in 3-D), CG's 3 work
 vectors and the Jacobi diagonal (4), the copy of u0 (1), two scratch Vecs (2), the DMDA's ghosted
 local Vec (1); the adjoint step's d/dkappa is one compiled loop over the owned blocks and the
 halo faces of w and mu (it made padded copies of both: 2).
@@ -274,7 +274,7 @@ class HeatModel(AdaptiveSteps, Stepper):
         for k0 in range(0, m0, per_slab):
             k1 = min(m0, k0 + per_slab)
             npts = (k1 - k0) * plane
-            cut = lambda a: a[k0:k1]  # noqa: E731 - a slab of an owned-shaped view
+            cut = lambda a: a[k0:k1]  # a slab of an owned-shaped view
             kp = cut(kappa_padded[inner])
             cols = np.empty((npts, ncols), dtype=PETSc.IntType)
             vals = np.empty((npts, ncols))

@@ -171,7 +171,7 @@ class NvmlReader:
 
     def __init__(self, nvml=None):
         if nvml is None:
-            import pynvml as nvml  # noqa: PLC0415 (optional dependency)
+            import pynvml as nvml  # an optional dependency
         self.nvml = nvml
         nvml.nvmlInit()
         self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
@@ -181,7 +181,7 @@ class NvmlReader:
         for i, handle in enumerate(self.handles):
             try:
                 out[f"gpu-{i}"] = int(self.nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
-            except Exception as exc:  # NVMLError_NotSupported and friends
+            except Exception as exc:  # noqa: BLE001 - NVMLError_NotSupported and friends
                 out[f"gpu-{i}"] = f"gpu-{i}: {exc}"
         return out
 
@@ -189,7 +189,7 @@ class NvmlReader:
 def _try_nvml():
     try:
         reader = NvmlReader()
-    except Exception:  # no pynvml, no driver, no GPU: no NVML figure at all
+    except Exception:  # noqa: BLE001 - no pynvml, no driver, no GPU: no NVML figure at all
         return None
     return reader if reader.handles else None
 

@@ -208,7 +208,7 @@ class SweepProgress:
                     work = plan_work(plan.actions())
                     self._total = work_cost(work["forward"], work["adjoint"], work["writes"], work["reads"],
                                             costs)
-                except Exception:  # no prediction rather than a failed run
+                except Exception:  # noqa: BLE001 - no prediction rather than a failed run
                     self._total = None
         self._last = self._t0
 

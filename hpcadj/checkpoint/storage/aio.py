@@ -401,7 +401,7 @@ class QueuedLevel(Level):
             snapshot = self.transport.load(step, token)
         except CorruptSnapshot as e:  # agreed with the other ranks before it is raised
             exc = e
-        except Exception as e:  # an unreadable block is a lost snapshot too
+        except Exception as e:  # noqa: BLE001 - an unreadable block is a lost snapshot too
             exc = CorruptSnapshot(self.name, step, [self.rank], f"{type(e).__name__}: {e}")
             exc.__cause__ = e
         self._account(read=snapshot_nbytes(snapshot) if snapshot else 0,

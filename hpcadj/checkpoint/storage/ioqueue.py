@@ -45,7 +45,7 @@ class IOThread:
             future.set_running_or_notify_cancel()
             try:
                 result = fn()
-            except BaseException as exc:  # handed to the caller's thread through the future
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread through the future
                 fn = None
                 future.set_exception(exc)
             else:
@@ -79,7 +79,7 @@ def completed(fn) -> Future:
     future: Future = Future()
     try:
         future.set_result(fn())
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - the future carries it
         future.set_exception(exc)
     return future
 

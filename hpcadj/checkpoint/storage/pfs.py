@@ -351,7 +351,7 @@ class H5File(Transport):
         try:
             g = self.prepare_slot(slot)
             g.attrs["step"] = -1
-        except Exception as exc:  # agreed below, so no rank waits on a failed one
+        except Exception as exc:  # noqa: BLE001 - agreed below, so no rank waits on a failed one
             error = exc
         for field in self.fields if error is None or g is not None else ():
             if error is None:

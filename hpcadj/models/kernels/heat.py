@@ -12,7 +12,7 @@ The loop goes row by row along x. A row whose z and y neighbours are all owned (
 block) runs one branch-free unit-stride loop over row slices, which LLVM vectorises
 (``error_model="numpy"`` drops numba's zero check per division); its two end points and the
 block's boundary rows take general paths with the same arithmetic in the same order. Nothing is
-held beyond a six-row scratch: the faces are computed per product, not stored (issue 16).
+held beyond a six-row scratch: the faces are computed per product, not stored.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Every kernel reads two coefficient arrays, the sponge ``sigma`` and the velocity
 s = hdt sigma (``hdt`` = dt / 2), a = 1/(1+s), b = r - s, c^2 = c c and c^2 a per point: the very
 doubles the model's numpy expressions ``0.5 * dt * sigma``, ``1 / (1 + s)``, ``c ** 2`` and
 ``c2 * a`` made when it stored them as arrays, so results are bitwise those of the stored arrays,
-with fewer bytes a point and one sponge array for every dt (issues 15 and 16).
+with fewer bytes a point and one sponge array for every dt.
 ``F*`` are the six halo faces (zlo, zhi, ylo, yhi, xlo, xhi) of a field, ``ih2`` the inverse squared
 spacings (z, y, x). With varying steps, ``r`` = dt_i / dt_{i-1} and ``dt2`` = (dt_i + dt_{i-1}) dt_i / 2
 (the leapfrog on a non-uniform time grid); r = 1 and dt2 = dt^2 is the uniform scheme, with the same
@@ -32,7 +32,7 @@ def _rows(U, zlo, zhi, ylo, yhi, k, j, has_z):
     row view per array and row costs numba's reference counting, an atomic update each), written out
     in each kernel: as inline helpers returning the views they ran 4-11 % slower (measured). Taken as
     plane views, the step ran 15-30 % faster and put the adjoint at 1.8-2.6 steps at 96^3 on one rank
-    (issue 15's bound is 2): kept until the adjoint gains as much (experiments/kernels/README.md)."""
+    (the aim is at most 2): kept until the adjoint gains as much (experiments/kernels/README.md)."""
     mz, my = U.shape[0], U.shape[1]
     if has_z:
         zm = U[k - 1, j] if k > 0 else zlo[j]

@@ -4,6 +4,8 @@ The real command runs once for a summary and once for bad input; the rest calls 
 in this process (``plan`` starts no solver, and a process would cost a second of start-up each)."""
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -76,9 +78,9 @@ def test_actions_stream():
 
 @pytest.mark.parametrize("args, message", [
     (["--steps", "0", "--ram", "4"], "--steps must be >= 1"),
-    (["--steps", "10", "--ram", "0", "--disk", "0"], "no slot on any level"),
-    (["--steps", "10", "--ram", "1KiB", "--snapshot-bytes", "4096"], "cannot hold u_0"),
-    (["--steps", "10", "--ram", "1KiB", "--snapshot-bytes", "4KiB"], "cannot hold u_0"),
+    (["--steps", "10", "--ram", "0", "--disk", "0"], "no level has room for one snapshot"),
+    (["--steps", "10", "--ram", "1KiB", "--snapshot-bytes", "4096"], "no level has room for one snapshot"),
+    (["--steps", "10", "--ram", "1KiB", "--snapshot-bytes", "4KiB"], "no level has room for one snapshot"),
     (["--steps", "10", "--ram", "1GiB", "--snapshot-bytes", "8XB"], "unknown unit"),
     (["--steps", "10", "--ram", "4", "--schedule", "nope"], "invalid choice"),
     (["--steps", "10", "--ram", "2GiB"], "--snapshot-bytes"),
@@ -92,3 +94,64 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     proc = hpcadj(["plan", *args], timeout=120) if real else hpcadj_in_process(["plan", *args])
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+
+
+# -- plan says what run does: one provisioning for both ---------------------------------------------
+
+PROFILE = str(Path(__file__).resolve().parents[1] / "experiments" / "levels" / "profile.json")
+
+
+def _plan_and_run(args: list[str], tmp_path, plan_extra=()):
+    """``hpcadj plan --json`` and ``hpcadj run --json`` of the same options on 2 ranks."""
+    run_args = ["run", *args, "--local-dir", str(tmp_path), "--json", "--quiet"]
+    if "--pfs" in args:
+        run_args += ["--pfs-file", str(tmp_path / "c.h5")]
+    proc = hpcadj(run_args, 2, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ran = json.loads(proc.stdout)
+    proc = hpcadj(["plan", *args, *plan_extra(ran), "--json"], 2, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1, proc.stdout  # one document under mpirun, not one per rank
+    return json.loads(lines[0]), ran
+
+
+def _assert_same_plan(planned: dict, ran: dict) -> None:
+    assert planned["schedule"] == ran["schedule"]
+    assert planned["forward_steps"] == ran["forward_steps"]
+    assert [(lv["name"], lv["slots"], lv["peak"]) for lv in planned["levels"]] == [
+        (lv["name"], lv["slots"], lv["peak_slots"]) for lv in ran["levels"]]
+    for key in ("predicted_s", "predicted_relative"):
+        assert (planned[key] is None) == (ran[key] is None)
+        assert planned[key] is None or planned[key] == pytest.approx(ran[key])
+
+
+@pytest.mark.parametrize("args", [
+    ["--model", "heat", "--grid", "24x20", "--steps", "30", "--ram", "4"],
+    ["--model", "burgers", "--grid", "32x24", "--steps", "24", "--ram", "2", "--disk", "3", "--costs", PROFILE],
+], ids=["revolve", "multilevel"])
+def test_plan_with_a_model_is_the_plan_run_runs(args, tmp_path):
+    planned, ran = _plan_and_run(args, tmp_path, lambda ran: ())
+    _assert_same_plan(planned, ran)
+
+
+def test_plan_memory_counts_the_run_s_baseline_and_slots(tmp_path):
+    """Under --memory, plan measures the baseline as run does (not zero); given run's, it plans the
+    same RAM slots, bytes and actions."""
+    from hpcadj.checkpoint.provision import ALLOCATOR_SLACK_BYTES
+
+    base = ["--model", "wave", "--grid", "24x24x24", "--steps", "40"]
+    proc = hpcadj(["plan", *base, "--memory", "1MiB"], 2, timeout=240)
+    least = float(re.search(r"least budget that would do is ([\d.]+) MiB", proc.stderr).group(1))
+    args = [*base, "--memory", f"{least + 1.5:.1f}MiB"]  # room for about 14 of 40 states
+    planned, ran = _plan_and_run(args, tmp_path, lambda ran: (
+        "--baseline", f"{ran['memory']['baseline'] - ALLOCATOR_SLACK_BYTES}B"))
+    _assert_same_plan(planned, ran)
+    assert 2 <= planned["levels"][0]["slots"] < 39
+    mine = {k: v for k, v in planned["memory"].items() if k != "source"}
+    assert mine == {k: v for k, v in ran["memory"].items() if k in mine}
+    proc = hpcadj(["plan", *args, "--json", "--actions"], 2, timeout=240)
+    lines = proc.stdout.splitlines()
+    assert len(lines) - 1 == ran["actions"]  # the same action list, one per line
+    measured = json.loads(lines[-1])["memory"]["baseline"]
+    assert abs(measured - ran["memory"]["baseline"]) < 8 * 2 ** 20  # measured, not zero

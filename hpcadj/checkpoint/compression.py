@@ -136,6 +136,12 @@ def codec_memory_bytes(snapshot_bytes: int, largest_field: int, file_levels: boo
     return scratch_bytes(largest_field) + max(write, int(snapshot_bytes))
 
 
+def slot_bytes(encoded_bytes: float, codec, cap: int) -> int:
+    """One fixed slot for snapshots encoded to about ``encoded_bytes``: times the codec's
+    :func:`margin`, plus a frame header's bytes, at most ``cap`` (the raw frame)."""
+    return min(int(encoded_bytes * margin(codec)) + 64, int(cap))
+
+
 def probe_points(n_steps: int, probe_steps: int | None) -> list[int]:
     """The steps the probe encodes: u_0, u_4 and :data:`PROBE_POINTS` evenly spaced up to u_K."""
     last = min(n_steps, max(PROBE_STEPS, probe_steps or PROBE_STEPS))
@@ -184,7 +190,7 @@ def probe(model, controls, codecs: dict, comm, probe_steps: int | None = None) -
         curve = [max(column) for column in zip(*comm.allgather(sizes[name]))]
         probed = max(curve)
         final = size_curve(list(zip(points, curve)), cap)(model.n_steps)
-        out[name] = Probe(codec=codec, slot_bytes=min(int(final * margin(codec)) + 64, cap), probed_bytes=probed,
+        out[name] = Probe(codec=codec, slot_bytes=slot_bytes(final, codec, cap), probed_bytes=probed,
                           raw_bytes=comm.allreduce(raw, op=MPI.MAX), sizes=tuple(zip(points, curve)),
                           margin=margin(codec), cap_bytes=cap,
                           encode_s=comm.allreduce(times[name][0] / len(points), op=MPI.MAX),

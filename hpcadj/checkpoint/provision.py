@@ -24,13 +24,14 @@ from dataclasses import dataclass, field, replace
 
 from .budget import parse_budget
 from .manager import LevelPlan, level_slots, make_plan, profile_for
-from .memory import MemoryPlan, budget_from_environment, least_budget, node_memory_bytes, plan_memory
+from .memory import (DEFAULT_MODEL_STATES, MemoryPlan, budget_from_environment, least_budget, node_memory_bytes,
+                     plan_memory)
 from .options import Checkpointing, ConfigError, fmt_bytes, load_costs, memory_bytes
 from .schedules import CostProfile, simulate
 from .schedules.storeall import store_all_slots
 from .storage.base import LevelError
 from ..collective import agree_or_raise
-from ..snapshot import layout_bytes
+from ..snapshot import FieldLayout, layout_bytes
 
 #: schedules that keep every snapshot on one level: a second budget given with them is never used
 ONE_LEVEL_SCHEDULES = ("store-all", "revolve", "online")
@@ -40,10 +41,6 @@ SLOW_RECOMPUTE_FACTOR = 10.0
 #: resident memory beyond what the working-set counts predict (allocator rounding, page tables,
 #: MPI buffers): wave 64^3, 2 ranks, 38 RAM slots measured 3 MiB above its prediction
 ALLOCATOR_SLACK_BYTES = 16 * 2 ** 20
-#: a compressed level's transient buffers in states, for callers that know only a snapshot's bytes
-#: (``hpcadj plan``): at least :func:`~hpcadj.checkpoint.compression.codec_memory_bytes` of a
-#: snapshot of two fields or more, or of one field on the RAM pool
-CODEC_STATES = 2
 
 
 @dataclass(frozen=True)
@@ -86,6 +83,51 @@ class Resuming:
     ranks: int
 
 
+@dataclass(frozen=True)
+class Declared:
+    """A run known by its sizes alone, provisioned as a model would be (no step is taken).
+
+    ``layout`` and ``controls`` are snapshot layouts (a model's own, or one field of so many bytes:
+    :meth:`of_bytes`); ``states`` the working set in snapshot-equivalents; ``compressed_bytes`` one
+    compressed snapshot's bytes on the largest rank, standing in for the compression probe; ``sized``
+    False when no byte count is known (budgets then count slots only). Used by ``hpcadj plan`` and
+    the Hessian products.
+    """
+
+    comm: object
+    n_steps: int
+    layout: dict
+    controls: dict
+    states: float = DEFAULT_MODEL_STATES
+    compressed_bytes: int | None = None
+    sized: bool = True
+
+    @classmethod
+    def of_bytes(cls, comm, n_steps: int, snapshot_bytes: int | None, states: float = DEFAULT_MODEL_STATES,
+                 **options) -> "Declared":
+        """One field of ``snapshot_bytes`` on every rank (the controls as large), or, with None, a
+        run whose snapshot size is unknown."""
+        nbytes = int(snapshot_bytes or 1)
+        layout = {"state": FieldLayout((nbytes * comm.size,), (nbytes * comm.rank,), (nbytes,), "uint8")}
+        return cls(comm, n_steps, layout, layout, states, sized=snapshot_bytes is not None, **options)
+
+    @classmethod
+    def of_model(cls, model, n_steps: int | None = None, states: float | None = None, **options) -> "Declared":
+        """``model``'s layouts and working set (or ``states``), over ``n_steps`` (default its own)."""
+        return cls(model.comm, model.n_steps if n_steps is None else n_steps, model.snapshot_layout(),
+                   model.control_layout(), float(model.working_set_states()) if states is None else states,
+                   **options)
+
+    def snapshot_layout(self) -> dict:
+        return self.layout
+
+    def control_layout(self) -> dict:
+        return self.controls
+
+    def working_set_states(self) -> float:
+        return self.states
+
+
 def recompute_warning(forward_steps: int, n_steps: int, what: str) -> str | None:
     """The warning for ``what`` evaluating ``forward_steps`` forward steps for ``n_steps``, when
     that exceeds :data:`SLOW_RECOMPUTE_FACTOR` per step (None otherwise)."""
@@ -103,8 +145,10 @@ def provision(model, controls, checkpointing: Checkpointing, *, config=None, bas
 
     Parameters
     ----------
-    model : Stepper
-        Its layouts size the levels; the compression probe and a calibration take a few steps.
+    model : Stepper or Declared
+        Its layouts size the levels; the compression probe and a calibration take a few steps of a
+        model. A :class:`Declared` run takes none: its ``compressed_bytes`` stand in for the probe
+        and the default costs for a calibration.
     controls : dict
         name -> PETSc Vec, for the probe's and calibration's steps.
     checkpointing : Checkpointing
@@ -130,13 +174,13 @@ def provision(model, controls, checkpointing: Checkpointing, *, config=None, bas
     # 1. budgets -> slots, at the raw snapshot size
     try:
         plans = level_slots(config, layout, comm, n)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    except ValueError as exc:  # a run of unknown size has no snapshot bytes to name
+        raise ConfigError(str(exc) if getattr(model, "sized", True) else str(exc).split(" (one snapshot")[0]) from None
 
     # 2. the compression probe (RAM's too: a memory budget may add a RAM level)
     names = {p.name for p in plans} | {"ram"}
     codecs = {k: v for k, v in ck.codecs().items() if k in names}
-    probes, codec_rss = _probe(model, controls, codecs, ck.compress_probe_steps)
+    probes, codec_rss = _probe(model, controls, codecs, ck.compress_probe_steps, n)
 
     # 3. the whole-process memory budget: RAM slots from what the rest leaves
     memory, plans, reshaped = _fit_memory(model, plans, ck, probes, baseline_bytes + codec_rss, notes)
@@ -156,8 +200,11 @@ def provision(model, controls, checkpointing: Checkpointing, *, config=None, bas
     name = ck.schedule or ("store-all" if store_all else "auto")
     profile = load_costs(ck.costs)
     if profile is None and name in ("auto", "multilevel") and len(plans) > 1:
-        profile = _calibrated(model, controls, plans, config)
-        notes.append("no --costs profile given: calibrated step and level costs briefly")
+        if isinstance(model, Declared):
+            notes.append("no --costs profile given: the default costs plan it (a run calibrates briefly)")
+        else:
+            profile = _calibrated(model, controls, plans, config)
+            notes.append("no --costs profile given: calibrated step and level costs briefly")
     profile = costs = profile_for(plans, profile)
     if probes:
         from .compression import adjusted_profile
@@ -178,6 +225,12 @@ def provision(model, controls, checkpointing: Checkpointing, *, config=None, bas
     durable_s = durability(schedule, plans, profile, predicted) if durability is not None else 0.0
     return PlannedRun(tuple(plans), schedule, profile, summary, predicted + durable_s, durable_s, memory, probes,
                       tuple(notes), tuple(warnings), costs)
+
+
+def _mpi_max():
+    from ..imports import mpi
+
+    return mpi().MAX
 
 
 def _online(model, ck: Checkpointing, config) -> PlannedRun:
@@ -205,13 +258,23 @@ def _online(model, ck: Checkpointing, config) -> PlannedRun:
     return PlannedRun(tuple(plans), schedule, profile, None, float("nan"), costs=profile)
 
 
-def _probe(model, controls, codecs: dict, probe_steps) -> tuple[dict, int]:
-    """The compression probe of ``codecs`` and the resident bytes the codecs keep once used."""
-    from .compression import codec_footprint, probe
+def _probe(model, controls, codecs: dict, probe_steps, n: int) -> tuple[dict, int]:
+    """The compression probe of ``codecs`` (a declared run's compressed bytes in its place) and the
+    resident bytes the codecs keep once used."""
+    from .compression import Probe, codec_footprint, margin, probe, slot_bytes
 
     if not codecs:
         return {}, 0
     rss = codec_footprint(codecs, model.snapshot_layout())
+    if isinstance(model, Declared):
+        if model.compressed_bytes is None or not model.sized:
+            raise ConfigError("--compress needs --compressed-bytes (one compressed snapshot's bytes on one rank) "
+                              "and --snapshot-bytes")
+        raw = model.comm.allreduce(layout_bytes(model.layout), op=_mpi_max())
+        found = int(model.compressed_bytes)
+        return {name: Probe(codec=codec, slot_bytes=slot_bytes(found, codec, raw), probed_bytes=found,
+                            raw_bytes=raw, sizes=(), margin=margin(codec), cap_bytes=raw, encode_s=0.0,
+                            decode_s=0.0) for name, codec in codecs.items()}, rss
     try:
         return probe(model, controls, codecs, model.comm, probe_steps), rss
     except ValueError as exc:
@@ -248,7 +311,7 @@ def _fit_memory(model, plans, ck: Checkpointing, probes: dict, baseline: int, no
     comm, n = model.comm, model.n_steps
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
-        budget, source = _memory_budget(ck, node.size)
+        budget, source = _memory_budget(ck, node.size, getattr(model, "sized", True))
         snapshot = comm.allreduce(layout_bytes(model.snapshot_layout()), op=MPI.MAX)
         controls = comm.allreduce(layout_bytes(model.control_layout()), op=MPI.MAX)
         baseline = comm.allreduce(int(baseline), op=MPI.MAX) + ALLOCATOR_SLACK_BYTES
@@ -271,11 +334,12 @@ def _fit_memory(model, plans, ck: Checkpointing, probes: dict, baseline: int, no
     return predicted, plans, reshaped
 
 
-def _memory_budget(ck: Checkpointing, node_ranks: int) -> tuple[int | None, str]:
-    """The whole-process budget per rank in bytes and where it came from (None: no budget)."""
+def _memory_budget(ck: Checkpointing, node_ranks: int, sized: bool = True) -> tuple[int | None, str]:
+    """The whole-process budget per rank in bytes and where it came from (None: no budget; the
+    environment's is not applied to a run of unknown snapshot size)."""
     if ck.memory is not None:
         return memory_bytes(ck.memory, "--memory"), "--memory"
-    found = budget_from_environment(os.environ)
+    found = budget_from_environment(os.environ) if sized else None
     if found is None:
         return None, ""
     text, source, per_node = found

@@ -33,8 +33,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--model-states", type=float, default=None, metavar="S",
                    help="the model's working set in snapshot-equivalents (default 32; `hpcadj run "
                         "--memory` uses the model's own count)")
-    p.add_argument("--baseline", default="0B", metavar="BYTES",
-                   help="the process's memory before the model is built (default 0)")
+    p.add_argument("--baseline", default=None, metavar="BYTES",
+                   help="the process's memory before the model is built (default: measured as hpcadj run "
+                        "measures it with --model; without, this process's resident set, a lower bound)")
     add_checkpoint_options(p, "plan", "--compress")
     p.add_argument("--compressed-bytes", type=byte_count, default=None, metavar="BYTES",
                    help="bytes one compressed snapshot takes on one rank (e.g. `hpcadj calibrate --compress "
@@ -46,148 +47,75 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=main)
 
 
-class _Declared:
-    """A stand-in stepper for the memory plan: only its declared working set is known."""
+def declared(args, comm):
+    """The run to plan: the --model's layouts, working set and n (built on this command's ranks as
+    ``hpcadj run`` builds it; no step taken), or the sizes the command line declares."""
+    from ..checkpoint.provision import Declared
 
-    def __init__(self, states: float):
-        self.states = states
-
-    def working_set_states(self) -> float:
-        return self.states
-
-
-def compressed_slot(args) -> int | None:
-    """Bytes of one compressed slot (as ``run`` sizes it: probed bytes x margin, at most a raw
-    snapshot), or None without --compress (or with ``--compress none``)."""
-    from ..checkpoint.compression import margin
-    from ..checkpoint.storage.codec import parse_codec
-
-    if args.compress is None:
-        if args.compressed_bytes is not None:
-            raise CliError("--compressed-bytes needs --compress SPEC")
-        return None
-    try:
-        codec = parse_codec(args.compress)
-        factor = margin(codec)
-    except ImportError as exc:
-        raise CliError(f"--compress {args.compress}: codec library missing ({exc})") from None
-    except ValueError as exc:
-        raise CliError(f"--compress: {exc}") from None
-    if codec.spec == "none":
-        return None
-    if args.compressed_bytes is None or args.snapshot_bytes is None:
-        raise CliError("--compress needs --compressed-bytes (one compressed snapshot's bytes on one rank) "
-                       "and --snapshot-bytes")
-    args.codec = codec
-    return min(int(args.compressed_bytes * factor) + 64, args.snapshot_bytes)
-
-
-def memory_plan(args, given):
-    """The --memory breakdown and the RAM slots it leaves (``given``: the --ram/--disk/--pfs slots)."""
-    from ..checkpoint.memory import DEFAULT_MODEL_STATES, LevelSpec, least_budget, plan_memory
-    from ..checkpoint.options import ConfigError, memory_bytes
-    from ..checkpoint.provision import CODEC_STATES
-
-    if args.snapshot_bytes is None:
-        raise CliError("--memory needs --snapshot-bytes (one snapshot's bytes on one rank)")
-    try:
-        budget = memory_bytes(args.memory, "--memory")
-        baseline = 0 if args.baseline in ("0", "0B") else memory_bytes(args.baseline, "--baseline")
-    except ConfigError as exc:
-        raise CliError(str(exc)) from None
-    states = DEFAULT_MODEL_STATES if args.model_states is None else args.model_states
-    if not (states >= 0 and states < float("inf")):
-        raise CliError(f"--model-states must be a number >= 0, got {args.model_states}")
-    files = [LevelSpec(name, "local" if name == "disk" else "pfs", slots) for name, slots in given.items()
-             if name != "ram" and slots]
-    codec = {} if args.slot_bytes is None else {"ram_slot_bytes": args.slot_bytes,
-                                                "codec_bytes": CODEC_STATES * args.snapshot_bytes}
-    plan = plan_memory(_Declared(states), files, budget_bytes=budget, baseline_bytes=baseline,
-                       snapshot_bytes=args.snapshot_bytes, control_bytes=args.snapshot_bytes, **codec)
-    ram = min(plan.ram_slots_fit, given["ram"]) if given.get("ram") is not None else plan.ram_slots_fit
-    ram = min(ram, max(1, args.steps - 1))
-    if plan.fixed_bytes > budget or (ram < 1 and not files):
-        raise CliError(f"--memory {args.memory} per rank cannot hold this gradient: the least budget that "
-                       f"would do is {least_budget(plan, 0 if files else 1)} bytes")
-    final = plan_memory(_Declared(states), [LevelSpec("ram", "ram", ram), *files], budget_bytes=budget,
-                        baseline_bytes=baseline, snapshot_bytes=args.snapshot_bytes,
-                        control_bytes=args.snapshot_bytes, **codec)
-    return ram, final
+    states = args.model_states
+    if states is not None and not (states >= 0 and states < float("inf")):
+        raise CliError(f"--model-states must be a number >= 0, got {states}")
+    if args.compressed_bytes is not None and args.compress is None:
+        raise CliError("--compressed-bytes needs --compress SPEC")
+    extra = {"compressed_bytes": args.compressed_bytes}
+    if args.model is None:
+        if args.steps is None:
+            raise CliError("give --steps N (the number of time steps), or a --model that has its own")
+        if args.memory is not None and args.snapshot_bytes is None:
+            raise CliError("--memory needs --snapshot-bytes (one snapshot's bytes on one rank)")
+        for name in ("ram", "disk", "pfs") if args.snapshot_bytes is None else ():
+            if _in_bytes(getattr(args, name)):
+                raise CliError(f"--{name} {getattr(args, name)} is in bytes: give --snapshot-bytes")
+        run = Declared.of_bytes(comm, args.steps, args.snapshot_bytes, **extra,
+                                **({} if states is None else {"states": states}))
+        args.baseline_bytes = _baseline(args, comm, False)
+        return run
+    args.baseline_bytes = _baseline(args, comm, True)  # before the model, as run measures it
+    model = build_model(args, comm)
+    if args.steps is None and model.n_steps is None:
+        raise CliError(f"model {args.model} has no fixed number of steps (--adaptive): give --steps N")
+    if args.snapshot_bytes is not None:
+        raise CliError("--snapshot-bytes describes a run without --model: the model's own layout sizes its "
+                       "snapshots (drop it)")
+    run = Declared.of_model(model, args.steps, states, **extra)
+    args.model_info = {"model": args.model, "snapshot_bytes": _largest(run.layout, comm), "ranks": comm.size}
+    return run
 
 
-def capacities_from(args) -> tuple[list[str], list[int]]:
-    """Level names and slots from --ram/--disk/--pfs (levels up to the slowest one given), the RAM
-    level's slots from --memory when it is given."""
+def _in_bytes(text) -> bool:
+    """Whether the budget ``text`` is in bytes (a bad one is left to provisioning to refuse)."""
     from ..checkpoint.budget import parse_budget
-    from ..levelkinds import LEVEL_NAMES
 
-    given = [(name, getattr(args, name)) for name in LEVEL_NAMES]
-    args.slot_bytes = compressed_slot(args)
-    slot = args.snapshot_bytes if args.slot_bytes is None else args.slot_bytes
-    if args.memory is not None:
-        slots = {}
-        for name, value in given:
-            try:
-                slots[name] = None if value is None else parse_budget(value).to_slots(slot)
-            except ValueError as exc:
-                raise CliError(f"--{name}: {exc}") from None
-        ram, args.memory_plan = memory_plan(args, slots)
-        given = [("ram", str(ram))] + [(n, v) for n, v in given if n != "ram"]
-    last = max((i for i, (_, value) in enumerate(given) if value is not None), default=-1)
-    if last < 0:
-        raise CliError("give a budget for at least one level: --ram, --disk or --pfs")
-    names, slots = [], []
-    for name, value in given[:last + 1]:
-        names.append(name)
-        if value is None:
-            slots.append(0)
-            continue
-        try:
-            budget = parse_budget(value)
-            if budget.nbytes is not None and args.snapshot_bytes is None:
-                raise ValueError(f"--{name} {value} is in bytes: give --snapshot-bytes")
-            slots.append(budget.to_slots(slot))
-        except ValueError as exc:
-            raise CliError(f"--{name}: {exc}") from None
-    if sum(slots) < 1:
-        raise CliError(f"no slot on any level ({', '.join(f'{n} {s}' for n, s in zip(names, slots))}): "
-                       "the budgets cannot hold u_0")
-    return names, slots
-
-
-def load_costs(args, n_levels: int):
-    from ..checkpoint.schedules import CostProfile
-
-    if args.costs is None:
-        return CostProfile.default(n_levels)
     try:
-        profile = CostProfile.load(args.costs)
-    except ValueError as exc:
-        message = str(exc)
-        raise CliError(message if args.costs in message else f"cost profile {args.costs}: {message}") from None
-    if len(profile.levels) < n_levels:
-        raise CliError(f"cost profile {args.costs} has {len(profile.levels)} levels, the plan uses {n_levels}")
-    return profile
+        return text is not None and parse_budget(text).nbytes is not None
+    except ValueError:
+        return False
 
 
-def from_model(args) -> None:
-    """Fill --steps, --snapshot-bytes and --model-states from the --model's own (given ones stay):
-    the model is built on this command's ranks, as ``hpcadj run`` would build it."""
+def _largest(layout, comm) -> int:
     from ..imports import mpi
     from ..snapshot import layout_bytes
 
-    comm = world(args)
-    model = build_model(args, comm)
-    if args.steps is None:
-        if model.n_steps is None:
-            raise CliError(f"model {args.model} has no fixed number of steps (--adaptive): give --steps N")
-        args.steps = model.n_steps
-    local = layout_bytes(model.snapshot_layout())
-    if args.snapshot_bytes is None:
-        args.snapshot_bytes = comm.allreduce(local, op=mpi().MAX)
-    if args.model_states is None:
-        args.model_states = float(model.working_set_states())
-    args.model_info = {"model": args.model, "snapshot_bytes": args.snapshot_bytes, "ranks": comm.size}
+    return comm.allreduce(layout_bytes(layout), op=mpi().MAX)
+
+
+def _baseline(args, comm, model: bool) -> int:
+    """The resident set the memory plan counts from: --baseline, else measured as ``hpcadj run``
+    measures it (with --model, after a warm-up gradient of the model on a tiny grid), else this
+    process's resident set now."""
+    from ..checkpoint.memory import process_rss_bytes
+    from ..checkpoint.options import ConfigError, memory_bytes
+
+    if args.baseline is not None:
+        try:
+            return 0 if args.baseline.strip() in ("0", "0B") else memory_bytes(args.baseline, "--baseline")
+        except ConfigError as exc:
+            raise CliError(str(exc)) from None
+    if not model:
+        return process_rss_bytes() or 0
+    from .run import memory_baseline
+
+    return memory_baseline(args, comm) or 0
 
 
 def refuse_model_options(args) -> None:
@@ -206,64 +134,74 @@ def action_record(action) -> dict:
 
 
 def main(args) -> int:
-    from ..checkpoint.schedules import PlanError, ScheduleError, Simulator, make_schedule
+    from ..checkpoint.options import load_costs
+    from ..checkpoint.provision import ConfigError, provision
+    from ..checkpoint.schedules import PlanError, ScheduleError
+    from ..imports import mpi
+    from .options import checkpointing
 
     if args.model is not None:
-        from_model(args)
+        comm = world(args)
     elif args.petsc_options:
         raise CliError(f"plan runs no PETSc solver without --model, so it takes no PETSc option "
                        f"(got {' '.join(args.petsc_options)})")
     else:
         refuse_model_options(args)
-    if args.steps is None:
-        raise CliError("give --steps N (the number of time steps), or a --model that has its own")
-    if args.steps < 1:
+        comm = mpi().COMM_WORLD
+    if args.steps is not None and args.steps < 1:
         raise CliError(f"--steps must be >= 1, got {args.steps}")
-    names, slots = capacities_from(args)
-    with together():  # with --model on several ranks: a profile some of them cannot read
-        profile = load_costs(args, len(names))
-    costs = profile.vector(args.minimize).for_levels(len(names))
-    time_costs = profile.vector("time").for_levels(len(names))
-    schedule_name = args.schedule or "auto"  # the library's default once a budget is given
+    if all(getattr(args, name) is None for name in ("ram", "disk", "pfs", "memory")):
+        raise CliError("give a budget for at least one level: --ram, --disk or --pfs (or --memory)")
+    run = declared(args, comm)
+    options = checkpointing(args)
+    with together(errors=(CliError, ConfigError)):  # a profile some ranks cannot read: one agreed line
+        options.costs = load_costs(options.costs)
+    config = options.config()
+    config.pfs_file = config.pfs_file or "plan.h5"  # named only: plan opens no level
     start = time.perf_counter()
     try:
-        schedule = make_schedule(schedule_name, args.steps, slots, costs=costs)
-        sim = Simulator(args.steps, slots)
-        out = sys.stdout
-        for action in schedule.actions():
-            sim.execute(action)
-            if args.actions:
-                out.write((json.dumps(action_record(action)) if args.json else str(action)) + "\n")
-        summary = sim.result(time_costs)
-    except (ScheduleError, ValueError) as exc:
+        planned = provision(run, None, options, config=config, baseline_bytes=args.baseline_bytes)
+        out = sys.stdout if comm.rank == 0 and args.actions else None
+        for action in planned.schedule.actions() if out is not None else ():
+            out.write((json.dumps(action_record(action)) if args.json else str(action)) + "\n")
+    except (ConfigError, ScheduleError, ValueError) as exc:
         raise CliError(str(exc)) from None
     except PlanError as exc:  # a wrong plan is a bug, not bad input: let it show
-        raise RuntimeError(f"plan {schedule_name} failed its simulation: {exc}") from exc
-    planning_s = time.perf_counter() - start
+        raise RuntimeError(f"plan {options.schedule or 'auto'} failed its simulation: {exc}") from exc
+    info = summary(args, run, planned, time.perf_counter() - start)
+    if comm.rank == 0:
+        if args.json:
+            print(json.dumps(info))
+        else:
+            print_human(info)
+    return 0
+
+
+def summary(args, run, planned, planning_s: float) -> dict:
+    """The plan as ``plan --json`` prints it."""
+    result, plans = planned.summary, planned.plans
     info = {
-        "schedule": schedule.name, "steps": args.steps, "forward_steps": summary.forward_steps,
-        "recompute_factor": summary.recompute_factor, "adjoint_steps": summary.adjoint_steps,
-        "levels": [{"name": name, "slots": s, "writes": w, "reads": r, "peak": p}
-                   for name, s, w, r, p in zip(names, slots, summary.writes, summary.reads, summary.peak)],
-        **profile.predicted(profile.predicted_seconds(summary)), "minimize": args.minimize,
-        "costs_source": profile.source,
-        "costs_file": args.costs, "planning_s": planning_s,
-        "predicted_unit": "s" if args.costs else "relative",
+        "schedule": planned.schedule.name, "steps": run.n_steps, "forward_steps": result.forward_steps,
+        "recompute_factor": result.recompute_factor, "adjoint_steps": result.adjoint_steps,
+        "levels": [{"name": p.name, "slots": p.slots, "writes": w, "reads": r, "peak": k}
+                   for p, w, r, k in zip(plans, result.writes, result.reads, result.peak)],
+        **planned.profile.predicted(planned.predicted_s), "minimize": args.minimize,
+        "costs_source": planned.costs.source, "costs_file": args.costs, "planning_s": planning_s,
+        "predicted_unit": "s" if args.costs else "relative", "notes": list(planned.notes),
+        "warnings": list(planned.warnings),
     }
     if args.minimize == "energy":
-        info["predicted_j"] = summary.cost(costs)
+        info["predicted_j"] = result.cost(planned.profile.vector("energy"))
     if getattr(args, "model_info", None):
         info["model"] = args.model_info
-    if args.memory is not None:
-        info["memory"] = args.memory_plan.as_dict()
-    if args.slot_bytes is not None:
-        info["compression"] = {"codec": args.codec.spec, "lossy": args.codec.lossy, "slot_bytes": args.slot_bytes,
-                               "slot_ratio": args.snapshot_bytes / args.slot_bytes}
-    if args.json:
-        print(json.dumps(info))
-    else:
-        print_human(info)
-    return 0
+    if planned.memory is not None:
+        info["memory"] = planned.memory.as_dict()
+    ram = [p for p in plans if p.codec is not None]
+    if ram:
+        c, raw = ram[0], _largest(run.layout, run.comm)
+        info["compression"] = {"codec": c.codec.spec, "lossy": c.codec.lossy, "slot_bytes": c.slot_bytes,
+                               "slot_ratio": raw / c.slot_bytes}
+    return info
 
 
 def print_human(info: dict) -> None:

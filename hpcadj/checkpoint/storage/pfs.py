@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import nullcontext
 
 import numpy as np
 
@@ -87,19 +88,14 @@ def _transfer(dset, block: np.ndarray, slices, *, write: bool, collective: bool)
     In collective mode an empty block still takes part in the call, with empty selections (h5py's
     high-level selections cannot express it); independently it is simply skipped.
     """
-    if not collective:
-        if block.size:
+    if block.size:
+        with dset.collective if collective else nullcontext():
             if write:
                 dset.write_direct(block, dest_sel=slices)
             else:
                 dset.read_direct(block, source_sel=slices)
         return
-    if block.size:
-        with dset.collective:
-            if write:
-                dset.write_direct(block, dest_sel=slices)
-            else:
-                dset.read_direct(block, source_sel=slices)
+    if not collective:
         return
     h5 = h5py()
     dxpl = h5.h5p.create(h5.h5p.DATASET_XFER)

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 from dataclasses import dataclass, field
 
 from ..energy_model import EnergyModel, load_model
-from .logs import MIB, AnalyzeError, distinguishing_suffixes
+from .logs import MIB, AnalyzeError, distinguishing_suffixes, json_lines
 from .report import fmt, save_png
 
 
@@ -74,20 +73,12 @@ def load_inversion(path) -> InversionLog:
         raise AnalyzeError(f"{file}: cannot read ({exc.strerror or exc})") from None
     except UnicodeDecodeError as exc:
         raise AnalyzeError(f"{file}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    lines = text.split("\n")
-    whole = text.endswith("\n")
-    if whole:
-        lines.pop()
     by_iterate: dict[int, dict] = {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
+    for number, rec, bad in json_lines(text):
+        if bad:
             log.problems.append(f"{INVERSION_FILE}: line {number} is "
-                                + ("truncated (the file ends mid-line)" if number == len(lines) and not whole
-                                   else "not valid JSON") + "; skipped")
+                                + ("truncated (the file ends mid-line)" if bad == "truncated" else "not valid JSON")
+                                + "; skipped")
             continue
         iteration = rec.get("iteration") if isinstance(rec, dict) else None
         if not isinstance(iteration, int) or isinstance(iteration, bool) or iteration < 0 \

@@ -110,6 +110,24 @@ def _load_json_file(path: str, problems: list[str], what: str) -> dict | None:
     return data
 
 
+def json_lines(text: str):
+    """``(line number, record, problem)`` for every non-blank line of JSON-lines ``text``: problem
+    None and the parsed record, or ``"truncated"`` (the text ends mid-line there: its writer stopped
+    while writing) or ``"invalid"`` and no record."""
+    lines = text.split("\n")
+    whole = text.endswith("\n")
+    if whole:
+        lines.pop()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rec, bad = json.loads(line), None
+        except json.JSONDecodeError:
+            rec, bad = None, "truncated" if number == len(lines) and not whole else "invalid"
+        yield number, rec, bad
+
+
 def _read_rank_file(run: RunData, rank: int, path: str) -> None:
     name = os.path.basename(path)
     try:
@@ -118,22 +136,14 @@ def _read_rank_file(run: RunData, rank: int, path: str) -> None:
     except OSError as exc:
         run.problems.append(f"{name}: cannot read ({exc.strerror or exc})")
         return
-    lines = text.split("\n")
-    complete_end = text.endswith("\n")
-    if complete_end:
-        lines.pop()
     events: list[dict] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
+    for number, rec, bad in json_lines(text):
+        if bad == "truncated":
+            run.problems.append(f"{name}: line {number} is truncated (the file ends mid-line: "
+                                f"rank {rank} stopped while writing); {len(events)} events read")
             continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            if number == len(lines) and not complete_end:
-                run.problems.append(f"{name}: line {number} is truncated (the file ends mid-line: "
-                                    f"rank {rank} stopped while writing); {len(events)} events read")
-            else:
-                run.problems.append(f"{name}: line {number} is not valid JSON; skipped")
+        if bad:
+            run.problems.append(f"{name}: line {number} is not valid JSON; skipped")
             continue
         if not isinstance(rec, dict):
             run.problems.append(f"{name}: line {number} is not a JSON object; skipped")

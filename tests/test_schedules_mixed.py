@@ -95,6 +95,7 @@ def checked(n, budget, r, d, states_suffice=True):
     plan = Mixed(n, [budget], state_size=r, data_size=d, states_suffice=states_suffice)
     summary = simulate(plan.actions(), n, [budget], sizes=(r, d))
     assert summary.forward_steps == plan.forward_steps()
+    assert summary.writes[0] + summary.data_writes[0] == plan.writes()
     assert summary.adjoint_steps == n and summary.peak[0] <= budget
     if not states_suffice:
         assert summary.data_adjoints == n
@@ -243,3 +244,12 @@ def test_one_step_needs_no_budget():
 def test_the_plan_is_the_same_stream_every_time():
     plan = Mixed(30, [17], 3, 2)
     assert list(plan.actions()) == list(plan.actions())
+
+
+def test_make_schedule_builds_the_mixed_plan_for_planning_only():
+    from hpcadj.checkpoint.schedules import PLAN_ONLY, SCHEDULES, make_schedule
+    plan = make_schedule("mixed", 20, [9], state_size=2, data_size=1)
+    assert list(plan.actions()) == list(Mixed(20, [9], 2, 1).actions())
+    assert "mixed" in PLAN_ONLY and "mixed" not in SCHEDULES
+    with pytest.raises(ScheduleError, match="least that would do is 2"):
+        make_schedule("mixed", 20, [1], state_size=2, data_size=1)

@@ -7,6 +7,9 @@ Use :func:`make_schedule` (what ``hpcadj run --schedule NAME`` and ``hpcadj plan
 
 Names: ``store-all``, ``periodic``, ``revolve``, ``multilevel``, ``online``, and ``auto`` (revolve on
 one level, multilevel on two or more). ``capacities`` are slots per level, fastest level first.
+``mixed`` (restart states or steps' adjoint data, mixed.py) takes ``state_size=``, ``data_size=`` and
+``states_suffice=``, with ``capacities`` in the sizes' unit; it is for planning (``PLAN_ONLY``), not a
+choice of ``--schedule``, because its plans contain the data actions.
 """
 
 from __future__ import annotations
@@ -22,10 +25,13 @@ from .online import OnlineFixed, OnlineSchedule, online_bound
 from .online_plans import online_factory
 from .periodic import Periodic
 from .revolve import Revolve, min_forward_steps
+from .mixed import Mixed
 from .simulate import PlanSummary, Simulator, simulate, simulate_online
 from .storeall import StoreAll, store_all_slots
 
 SCHEDULES = ("auto", "store-all", "periodic", "revolve", "multilevel", "online")
+#: schedules make_schedule builds whose plans the driver does not run yet
+PLAN_ONLY = ("mixed",)
 
 
 def make_schedule(name: str, n_steps: int | None, capacities: Sequence[int], costs: OpCosts | None = None,
@@ -65,13 +71,15 @@ def make_schedule(name: str, n_steps: int | None, capacities: Sequence[int], cos
         return Multilevel(n_steps, capacities, costs, **options)
     if name == "online":
         return OnlineFixed(n_steps, capacities, **options)
-    raise ScheduleError(f"unknown schedule {name!r} (choose from {', '.join(SCHEDULES)})")
+    if name == "mixed":
+        return Mixed(n_steps, capacities, **options)
+    raise ScheduleError(f"unknown schedule {name!r} (choose from {', '.join(SCHEDULES + PLAN_ONLY)})")
 
 
 __all__ = [
     "Action", "Adjoint", "AdjointData", "Advance", "EndForward", "EndReverse", "Free", "Move", "PlanError", "Restore", "Store",
     "StoreData", "WorkingStates", "Schedule", "ScheduleError", "CostProfile", "LevelCost", "OpCosts", "default_costs",
-    "Multilevel", "OnlineFixed", "OnlineSchedule", "online_bound", "Periodic", "Revolve", "min_forward_steps",
-    "PlanSummary", "Simulator", "simulate", "simulate_online", "StoreAll", "store_all_slots", "SCHEDULES",
+    "Mixed", "Multilevel", "OnlineFixed", "OnlineSchedule", "online_bound", "Periodic", "Revolve", "min_forward_steps",
+    "PlanSummary", "Simulator", "simulate", "simulate_online", "StoreAll", "store_all_slots", "SCHEDULES", "PLAN_ONLY",
     "make_schedule",
 ]

@@ -27,7 +27,9 @@ states (so u_a stays held for the chain to its left). Cost = evaluations * W + w
   right part's first step ran from states (then u_{a+i} is still held).
 
 A chain whose base is already stored (the left part of C) saves C's write. Complexity O(n^2 M) in
-units of gcd(r, d); M is capped where storing every step fits.
+units of gcd(r, d). Where storing every step fits (the data of steps 0..n-2, or their states when
+they suffice and are smaller) that is the plan, without the table: n evaluations and n-1 writes, the
+least of both.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from operator import add
 
 from .actions import Action, Adjoint, AdjointData, Advance, EndForward, EndReverse, Free, Restore, Store, StoreData
 from .base import Schedule, ScheduleError
+from .storeall import StoreAll
 
 _INF = 1 << 62
 
@@ -156,21 +159,53 @@ class Mixed(Schedule):
         if budget < least:
             raise ScheduleError(f"a budget of {budget} cannot reverse {self.n_steps} steps with restart states "
                                 f"of {state_size} and step data of {data_size}: the least that would do is {least}")
-        unit = gcd(*self.sizes)
-        self.unit = unit
-        self.table = MixedTable(self.n_steps, budget // unit, state_size // unit, data_size // unit,
-                                self.states_suffice)
-        self._units = min(budget // unit, self.table.M)
+        #: storing every step fits: "data" or "states" (the smaller, when states suffice), else None
+        self.store_all = self._store_all(budget)
+        self.table = None
+        if self.store_all is None:
+            unit = gcd(*self.sizes)
+            self.table = MixedTable(self.n_steps, budget // unit, state_size // unit, data_size // unit,
+                                    self.states_suffice)
+            self._units = min(budget // unit, self.table.M)
+
+    def _store_all(self, budget: int) -> str | None:
+        r, d = self.sizes
+        steps = self.n_steps - 1
+        if self.states_suffice and r < d and steps > 0:
+            return "states" if budget >= steps * r else None
+        return "data" if budget >= steps * d else None
 
     def forward_steps(self) -> int:
         """Forward evaluations of this plan (the programme's optimum)."""
+        if self.table is None:
+            return self.n_steps
         return self.table.cost(self.n_steps, self._units, 0, 0, False) // self.table.W
 
     def writes(self) -> int:
         """Restart and data writes of this plan (the second objective)."""
+        if self.table is None:
+            return self.n_steps - 1
         return self.table.cost(self.n_steps, self._units, 0, 0, False) % self.table.W
 
+    def _store_all_actions(self) -> Iterator[Action]:
+        n, lv = self.n_steps, self.level
+        if self.store_all == "states":
+            yield from StoreAll(n, self.capacities, level=lv).actions()
+            return
+        for i in range(n - 1):
+            yield Advance(i, i + 1)
+            yield StoreData(i, lv)
+        yield Advance(n - 1, n)
+        yield EndForward()
+        yield Adjoint(n, n - 1) if self.states_suffice else AdjointData(n, n - 1)
+        for i in reversed(range(n - 1)):
+            yield AdjointData(i + 1, i, lv)
+        yield EndReverse()
+
     def actions(self) -> Iterator[Action]:
+        if self.table is None:
+            yield from self._store_all_actions()
+            return
         t, lv, states = self.table, self.level, self.states_suffice
         # pending tasks, last first: ("chain", a, L, m, e, f, stored, fwd) | ("restore", a) | ("data", a)
         stack: list[tuple] = [("chain", 0, self.n_steps, self._units, 0, 0, False, True)]

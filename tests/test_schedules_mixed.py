@@ -1,5 +1,6 @@
 """Mixed plans: the adjoint-data actions, the simulator's checks of them, and the optimal mixed plan."""
 
+import heapq
 from collections import deque
 
 import pytest
@@ -40,7 +41,7 @@ CS_MIXED = {
 }
 
 
-def exhaustive_min_forward(n, budget, r, d, states_suffice):
+def exhaustive_min_forward(n, budget, r, d, states_suffice, write_cost=0):
     """Least forward evaluations over every plan of the vocabulary with single-step advances.
 
     A 0-1 breadth-first search over (forward done, next adjoint step k, held states, held data,
@@ -48,28 +49,33 @@ def exhaustive_min_forward(n, budget, r, d, states_suffice):
     advance keeps the held state furthest beyond its end (else its last input) and holds the step's
     data; a restore keeps the state furthest beyond and drops the data; an adjoint step from states
     keeps u_k; one from data drops the states beyond k. Items no later step can use are dropped.
+    With ``write_cost`` a write costs that much and an evaluation more than any least-write plan
+    writes (4 (n + 1) writes): the search (then by a heap) returns (evaluations, writes) of the least
+    evaluations, then writes.
     """
     start = (False, n - 1, (0,), -1, 0, 0)
     best = {start: 0}
-    queue = deque([(0, start)])
+    queue = [(0, start)] if write_cost else deque([(0, start)])
+    step = 1 + 4 * (n + 1) * write_cost if write_cost else 1
+    pop = (lambda: heapq.heappop(queue)) if write_cost else queue.popleft
     while queue:
-        cost, state = queue.popleft()
+        cost, state = pop()
         if best[state] != cost:
             continue
         done, k, held, data, st, dt = state
         if done and k < 0:
-            return cost
+            return divmod(cost, step) if write_cost else cost
         used = r * st.bit_count() + d * dt.bit_count()
         top = k + 1 if done else n
         moves = []
         for x in held:
             if x < top:
                 beyond = [y for y in held if y > x + 1]
-                moves.append((1, (done, k, (x + 1, beyond[0]) if beyond else (x, x + 1), x, st, dt)))
+                moves.append((step, (done, k, (x + 1, beyond[0]) if beyond else (x, x + 1), x, st, dt)))
             if x <= k and not st >> x & 1 and used + r <= budget:
-                moves.append((0, (done, k, held, data, st | 1 << x, dt)))
+                moves.append((write_cost, (done, k, held, data, st | 1 << x, dt)))
         if 0 <= data <= k and not dt >> data & 1 and used + d <= budget:
-            moves.append((0, (done, k, held, data, st, dt | 1 << data)))
+            moves.append((write_cost, (done, k, held, data, st, dt | 1 << data)))
         for x in (x for x in range(n + 1) if st >> x & 1):
             if x <= top:
                 beyond = [y for y in held if y > x]
@@ -86,7 +92,10 @@ def exhaustive_min_forward(n, budget, r, d, states_suffice):
         for c, nxt in moves:
             if cost + c < best.get(nxt, 1 << 60):
                 best[nxt] = cost + c
-                (queue.append if c else queue.appendleft)((cost + c, nxt))
+                if write_cost:
+                    heapq.heappush(queue, (cost + c, nxt))
+                else:
+                    (queue.append if c else queue.appendleft)((cost + c, nxt))
     return None
 
 
@@ -185,8 +194,9 @@ SIZES = [(2, 1), (2, 3), (3, 2), (4, 3), (1, 2)]
 @pytest.mark.parametrize("r, d", SIZES)
 @pytest.mark.parametrize("states_suffice", [True, False])
 def test_unequal_sizes_match_an_exhaustive_search(r, d, states_suffice):
-    """Every budget from the least to where storing every step fits (beyond it n is the plain minimum)."""
-    for n in range(1, 7):
+    """Every budget from the least to where storing every step fits (beyond it n is the plain minimum);
+    n <= 6, or 5 where that budget is largest (large data that states cannot replace)."""
+    for n in range(1, 6 if d > r and not states_suffice else 7):
         full = (n - 1) * (min(r, d) if states_suffice else d)
         for budget in range(least_budget(n, r, d), full + 1):
             ours = checked(n, budget, r, d, states_suffice).forward_steps
@@ -200,6 +210,16 @@ def test_unequal_sizes_match_an_exhaustive_search(r, d, states_suffice):
 def test_longer_chains_match_an_exhaustive_search(n, budget, r, d, states_suffice):
     assert checked(n, budget, r, d, states_suffice).forward_steps == \
         exhaustive_min_forward(n, budget, r, d, states_suffice)
+
+
+@pytest.mark.parametrize("r, d", [(2, 1), (2, 3), (1, 1)])
+@pytest.mark.parametrize("states_suffice", [True, False])
+def test_fewest_writes_among_the_fewest_evaluations(r, d, states_suffice):
+    for n in range(2, 6):
+        for budget in range(least_budget(n, r, d), (n - 1) * max(r, d) + 1):
+            summary = checked(n, budget, r, d, states_suffice)
+            ours = (summary.forward_steps, summary.writes[0] + summary.data_writes[0])
+            assert ours == exhaustive_min_forward(n, budget, r, d, states_suffice, write_cost=1), (n, budget)
 
 
 @pytest.mark.parametrize("states_suffice", [True, False])

@@ -62,8 +62,8 @@ _PROBE_EVERY = 4
 #: earlier ones' of the process together (an online plan rebuilds its table as n grows), exceed
 #: this: the first compiled DP of a process pays numba's import (~0.25 s) and, unless another numba
 #: kernel ran before, its first kernel load (~0.15 s; the DP's own four cached kernels ~10 ms), so
-#: small DPs stay pure Python; half of it when numba is already imported (the models' kernels, as
-#: in ``hpcadj plan`` and the driver), 1 ms once the DP's kernels are loaded
+#: small DPs stay pure Python; half of it when numba is already imported (a built-in model's kernels
+#: ran, as in calibration or a re-plan mid-run), 1 ms once the DP's kernels are loaded
 COMPILE_ABOVE_S = 0.4
 #: True / False: always / never compile (tests compare both); None: by the estimate above
 COMPILED: bool | None = None

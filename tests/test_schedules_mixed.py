@@ -273,3 +273,18 @@ def test_make_schedule_builds_the_mixed_plan_for_planning_only():
     assert "mixed" in PLAN_ONLY and "mixed" not in SCHEDULES
     with pytest.raises(ScheduleError, match="least that would do is 2"):
         make_schedule("mixed", 20, [1], state_size=2, data_size=1)
+
+
+def test_random_cases_pass_the_simulator_on_any_level():
+    import random
+    rng = random.Random(41)
+    for _ in range(25):
+        n, r, d = rng.randint(2, 60), rng.randint(1, 6), rng.randint(1, 6)
+        states_suffice = rng.random() < 0.5
+        budget = rng.randint(least_budget(n, r, d), (n - 1) * max(r, d))
+        plan = Mixed(n, [0, budget], r, d, states_suffice, level=1)
+        summary = simulate(plan.actions(), n, [0, budget], sizes=(r, d))
+        assert summary.forward_steps == plan.forward_steps() and summary.peak[1] <= budget
+        smaller = budget - min(r, d)
+        if smaller >= least_budget(n, r, d):  # less room never needs fewer evaluations
+            assert Mixed(n, [smaller], r, d, states_suffice).forward_steps() >= summary.forward_steps

@@ -205,7 +205,8 @@ TS_PAGE = "tests/test_ts_docs.py runs docs/ts.md's example and command block as 
 NOT_RUN: list[tuple[str, str]] = [
     (r"make test", "the whole suite (about 10 minutes), of which this test is a part"),
     (r"make test-cluster", "the multi-node SLURM suite, minutes; tests/test_slurm_cluster*.py"),
-    (r"(mpirun -n \d )?python my_ts\.py( .*)?|mpirun -n \d hpcadj run --model my_ts\.py:build .*"
+    (r"(mpirun -n \d )?python my_ts\.py( .*)?|mpirun (--oversubscribe )?-n \d hpcadj run --model my_ts\.py:build .*"
+     r"|hpcadj check --model my_ts\.py:build"
      r'|(\w+=("[^"]*"|\S*) )+sbatch jobs/gradient\.sbatch', TS_PAGE),
     (r"make test-fast", "the unit tier of this very suite (pytest -m unit)"),
     (r"make lint", "scripts/run-tests.sh runs ruff before pytest: make test fails on a finding"),

@@ -66,3 +66,17 @@ def test_command_lines_run(user_dir):
     assert job.returncode == 0, job.stdout + job.stderr
     outputs = list((user_dir / "jobs").rglob("*.json"))
     assert outputs, list((user_dir / "jobs").rglob("*"))
+
+
+@pytest.mark.timeout(600)
+def test_adaptive_recipe_and_check_run(user_dir):
+    """The page's adaptive-steps block: the TSAdapt's steps to t = 0.5 on 2 ranks, then hpcadj check."""
+    lines = [ln for ln in SHELL[2].splitlines() if ln.strip()]
+    assert len(lines) == 2 and "-ts_adapt_type basic" in lines[0] and lines[1].startswith("hpcadj check")
+    run_ = _bash(lines[0] + " --json", user_dir)
+    assert run_.returncode == 0, run_.stderr
+    info = json.loads(run_.stdout.strip().splitlines()[-1])
+    assert info["adaptive"] and info["t_final"] == 0.5 and info["steps"] == 19 and info["adapt_type"] == "basic"
+    check = _bash(lines[1], user_dir)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "adjoint_transpose    NOT CHECKED" in check.stdout and check.stdout.strip().endswith("PASSED")

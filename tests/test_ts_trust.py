@@ -8,6 +8,7 @@ cannot step or adjoint-step. The command-line forms (exit 2, one line) are in te
 import numpy as np
 import pytest
 
+from hpcadj.adjoint.contract import check_contract
 from hpcadj.adjoint.verify import compute_gradient
 from hpcadj.imports import mpi, petsc
 from hpcadj.ts import TSRefused, TSStepper
@@ -35,9 +36,10 @@ class Reaction:
     ``reads``: where the callbacks take k from: "vec" (the parameter Vec the stepper was given) or
     "float" (a number captured at construction, as in a script written for TSAdjointSolve)."""
 
-    def __init__(self, comm, n=16, k=2.0, reads="vec", u0=None, dt=0.01):
+    def __init__(self, comm, n=16, k=2.0, reads="vec", u0=None, dt=0.01, jp_sign=1.0):
         PETSc = petsc()
         self.n, self.h, self.D, self.reads, self.k = n, 1.0 / n, 1e-3, reads, k
+        self.jp_sign = jp_sign                 # -1: a JacobianP of the wrong sign (a wrong adjoint)
         self.p = PETSc.Vec().createSeq(1, comm=comm)
         self.p.set(k)
         self.u0 = PETSc.Vec().createSeq(n, comm=comm)
@@ -75,7 +77,7 @@ class Reaction:
 
     def jacobian_p(self, ts, t, u, C):
         w = u.getArray(readonly=True)
-        C.setValues(range(self.n), [0], (w * (1 - w))[:, None])
+        C.setValues(range(self.n), [0], (self.jp_sign * w * (1 - w))[:, None])
         C.assemble()
         return True
 
@@ -224,3 +226,28 @@ def test_adaptive_ts_without_an_end_time(comm):
     with pytest.raises(TSRefused) as exc:
         ode.stepper()
     assert "needs an end time: give -ts_max_time T" in _one_line(exc)
+
+
+# -- hpcadj check on a TS: what applies ----------------------------------------------------------------
+def test_check_reports_what_applies_to_a_ts(comm):
+    report = check_contract(Reaction(comm).stepper(), steps=2)
+    status = {p.name: p.status for p in report.properties}
+    assert status["adjoint_transpose"] == "NOT CHECKED" and "no tangent step" in report["adjoint_transpose"].reason
+    for name in ("step_pure", "inputs_untouched", "snapshot_round_trip", "adjoint_difference", "parameters_used"):
+        assert status[name] == "PASSED", (name, report[name].reason)
+    assert report.passed
+
+
+def test_check_finds_a_wrong_parameter_adjoint(comm):
+    """A JacobianP of the wrong sign: the adjoint disagrees with central differences of the step."""
+    report = check_contract(Reaction(comm, jp_sign=-1.0).stepper(), steps=2)
+    assert report["adjoint_difference"].status == "FAILED" and "control 'k'" in report["adjoint_difference"].reason
+    assert not report.passed
+
+
+def test_check_finds_a_parameter_the_step_stops_reading(comm):
+    model = Reaction(comm)
+    stepper = model.stepper()
+    model.reads = "float"                    # from here on the callbacks ignore the value hpcadj sets
+    report = check_contract(stepper, steps=2)
+    assert report["parameters_used"].status == "FAILED" and "'k'" in report["parameters_used"].reason

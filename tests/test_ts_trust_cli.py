@@ -4,6 +4,7 @@ no MPI_ABORT, on one and two ranks); a resume with a changed TSAdapt setting ref
 The model is docs/ts.md's own ``my_ts.py``; PETSc options make each a command of its own.
 """
 
+import json
 import re
 
 import pytest
@@ -80,3 +81,15 @@ def test_resume_with_a_changed_adapt_setting_is_refused(user_dir):
     killed_run([*args, "-ts_adapt_dt_max", "0.02"], 1, "0:frontier=10")   # of 16 steps
     _refused(hpcadj([*args, "--resume", "-ts_adapt_dt_max", "0.03"], cwd=user_dir, timeout=120),
              "adapt_dt_max was 0.02, now 0.03")
+
+
+def test_check_passes_the_docs_example(user_dir):
+    """hpcadj check on docs/ts.md's my_ts.py: the tangent step NOT CHECKED, the adjoint checked against
+    central differences, the parameter seen to reach the step; exit 0."""
+    proc = hpcadj_in_process(["check", "--model", "my_ts.py:build", "--check-steps", "2", "--json"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    info = json.loads(proc.stdout)
+    status = {name: p["status"] for name, p in info["properties"].items()}
+    assert status["adjoint_transpose"] == "NOT CHECKED"
+    assert all(status[name] == "PASSED" for name in ("step_pure", "inputs_untouched", "snapshot_round_trip",
+                                                     "adjoint_difference", "parameters_used")), status

@@ -11,7 +11,12 @@ property, PASSED, FAILED, WARNING or NOT CHECKED with a short reason:
 - ``snapshot_round_trip``: ``restore(snapshot(u))`` is u bitwise, the snapshot matches
   ``snapshot_layout()``, and stepping from the restored state gives the same next state;
 - ``adjoint_transpose``: per step, <lambda, T du> = <A lambda, du> for the state and for each
-  control p (<lambda, T_p dp> = <dJ/dp contribution, dp>), and the same for the initial step;
+  control p (<lambda, T_p dp> = <dJ/dp contribution, dp>), and the same for the initial step
+  (NOT CHECKED for a model without a tangent step, ``has_tangent = False``);
+- ``adjoint_difference``: for a model without a tangent step, the same products with central
+  differences of ``step`` in place of the tangent (the best of a few difference sizes);
+- ``parameters_used``: a control that does not enter the initial state, changed a little, changes
+  the first step where the adjoint step predicts a visible change (:mod:`hpcadj.adjoint.probes`);
 - ``describe``: JSON, the same on every rank, and different for a second configuration (only when
   one is given: ``variant``; otherwise NOT CHECKED);
 - ``working_set``: the declared ``working_set_states()`` against the peak resident memory a few
@@ -33,9 +38,10 @@ import numpy as np
 from ..collective import allgather, problems
 from ..snapshot import layout_bytes
 from .guards import checksum, finite
+from .probes import adjoint_properties
 
-PROPERTIES = ("step_pure", "inputs_untouched", "snapshot_round_trip", "adjoint_transpose", "describe",
-              "working_set")
+PROPERTIES = ("step_pure", "inputs_untouched", "snapshot_round_trip", "adjoint_transpose", "adjoint_difference",
+              "parameters_used", "describe", "working_set")
 PASSED, FAILED, WARNING, NOT_CHECKED = "PASSED", "FAILED", "WARNING", "NOT CHECKED"
 
 #: per-step dot products must agree to this relative mismatch (or the model's dot_product_tolerance)
@@ -476,12 +482,12 @@ def check_contract(model, controls=None, *, steps: int = 3, variant=None, factor
     if swept.status == FAILED or overflow:
         reason = f"the first sweep {swept.reason}" if swept.status == FAILED else overflow
         results["step_pure"] = PropertyResult("step_pure", FAILED, reason)
-        for name in ("snapshot_round_trip", "adjoint_transpose"):
+        for name in ("snapshot_round_trip", "adjoint_transpose", "adjoint_difference", "parameters_used"):
             results[name] = PropertyResult(name, NOT_CHECKED, "the first sweep gave no finite states to check with")
     else:
         results["step_pure"] = guarded("step_pure", checker.step_pure)
         results["snapshot_round_trip"] = guarded("snapshot_round_trip", checker.snapshot_round_trip)
-        results["adjoint_transpose"] = guarded("adjoint_transpose", checker.adjoint_transpose)
+        results.update(adjoint_properties(checker, guarded))
     results["inputs_untouched"] = guarded("inputs_untouched", checker.inputs_untouched)
     results["describe"] = guarded("describe", lambda: _describe(model, variant))
     results["working_set"] = guarded("working_set",

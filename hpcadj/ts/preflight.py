@@ -7,9 +7,9 @@
   step method, it only solves whole), then one adjoint step back (``TSAdjointStep``: only RK and θ
   methods have one in PETSc 3.18); a size PETSc's adjoint finds wrong (the parameter Vec against
   an IJacobianP's columns, which petsc4py cannot read) is named;
-- that the parameter reaches the step: the step is taken again with the parameter changed by
-  :data:`PROBE_CHANGE` (relative); bitwise the same state where PETSc's adjoint step predicts a
-  visible change means the callbacks never read the value hpcadj sets.
+- that the parameter reaches the step: the step is taken again with the parameter changed a little;
+  bitwise the same state where PETSc's adjoint step predicts a visible change means the callbacks
+  never read the value hpcadj sets (the rule of ``hpcadj check``'s parameters_used).
 
 Everything here is collective and decided alike on every rank.
 """
@@ -22,11 +22,6 @@ import numpy as np
 
 from ..imports import petsc
 from ..models.base import SolverError
-
-#: relative change of the parameter in the probe that it reaches the step
-PROBE_CHANGE = 1e-3
-#: the smallest predicted change of the step (relative to the state's 1-norm) the probe judges
-PROBE_VISIBLE = 1e-6
 
 
 def _any(comm, flag: bool) -> bool:
@@ -193,15 +188,12 @@ def dry_run(stepper) -> str | None:
 
 def _parameter_probe(stepper, u0, dt, base, mu) -> str | None:
     """The step again with the parameter changed by δp: it must change where PETSc's adjoint step
-    predicts a change <1, Δu> = <μ, δp> above :data:`PROBE_VISIBLE` of the state's 1-norm (far above
-    round-off and solver tolerances: a first step the parameter hardly touches decides nothing)."""
-    PETSc = petsc()
+    predicts a visible change <1, Δu> = <μ, δp> (the rule of ``hpcadj check``'s parameters_used)."""
+    from ..adjoint.probes import PROBE_CHANGE, perturbed, unread
+
     comm, name = stepper.comm, stepper._pname
     p = stepper._p_initial
-    changed = p.copy()
-    values = changed.getArray()
-    scale = comm.allreduce(float(np.max(np.abs(values))) if values.size else 0.0, op=_mpi_op("MAX")) or 1.0
-    values += PROBE_CHANGE * np.where(values != 0.0, np.abs(values), scale)
+    changed = perturbed(comm, p)
     delta = changed.copy()
     delta.axpy(-1.0, p)
     predicted = abs(mu.dot(delta))
@@ -213,8 +205,7 @@ def _parameter_probe(stepper, u0, dt, base, mu) -> str | None:
             return None
     finally:
         stepper._apply_parameter(p)
-    moved = _any(comm, not np.array_equal(other.getArray(readonly=True), base.getArray(readonly=True)))
-    if moved or not predicted > PROBE_VISIBLE * base.norm(PETSc.NormType.NORM_1):
+    if not unread(comm, base, other, predicted):
         return None
     route = ("apply_parameters(vec) does not pass the value on to them" if stepper._apply is not None else
              f"hpcadj writes each new value into the Vec given as parameters={{{name!r}: vec}}: read it from "

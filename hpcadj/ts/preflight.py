@@ -24,24 +24,20 @@ from ..imports import petsc
 from ..models.base import SolverError
 
 
-def _any(comm, flag: bool) -> bool:
-    return bool(comm.allreduce(bool(flag), op=_mpi_op("LOR")))
-
-
-def _mpi_op(name: str):
-    from ..imports import mpi
-
-    return getattr(mpi(), name)
-
-
 def _kind(obj) -> str:
     kind = type(obj)
     return f"{kind.__module__}.{kind.__qualname__}" if kind.__module__ not in ("builtins",) else kind.__name__
 
 
-def _same_layout(comm, a, b) -> bool:
-    """Same global size and the same local size on every rank."""
-    return a.getSize() == b.getSize() and not _any(comm, a.getLocalSize() != b.getLocalSize())
+def _layout_mismatch(comm, size: int, local: int, want_size: int, want_local: int) -> str | None:
+    """None where the sizes agree globally and on every rank; else the counts, alike on every rank."""
+    if size != want_size:
+        return f"{size} entries where {want_size} are expected"
+    rows = comm.allgather((local, want_local))
+    for rank, (have, want) in enumerate(rows):
+        if have != want:
+            return f"{have} entries on rank {rank} where {want} are expected (laid out differently)"
+    return None
 
 
 def check_value(comm, where: str, value) -> str | None:
@@ -69,9 +65,9 @@ def check_gradient(comm, where: str, grad, u0, allow_none: bool = False) -> str 
     if not isinstance(grad, PETSc.Vec):
         return (f"{where} returned a {_kind(grad)}, not a PETSc Vec: return a Vec laid out as the state "
                 f"(e.g. u.copy() scaled, or u.duplicate() filled)")
-    if not _same_layout(comm, grad, u0):
-        return (f"{where} returned a Vec of {grad.getSize()} entries ({grad.getLocalSize()} on this rank), the "
-                f"state has {u0.getSize()} ({u0.getLocalSize()}): lay it out as the state (u.duplicate())")
+    wrong = _layout_mismatch(comm, grad.getSize(), grad.getLocalSize(), u0.getSize(), u0.getLocalSize())
+    if wrong:
+        return f"{where} returned a Vec of {wrong} (the state's layout): lay it out as the state (u.duplicate())"
     return None
 
 
@@ -105,9 +101,10 @@ def check_layouts(stepper) -> str | None:
     jac = ts.getIJacobian()[0] if ts.getIJacobian()[0] is not None else ts.getRHSJacobian()[0]
     if jac is not None and jac.handle:
         (lrows, rows), _ = jac.getSizes()              # petsc4py: ((local, global), (local, global))
-        if rows != u0.getSize() or _any(comm, lrows != u0.getLocalSize()):
-            return (f"u0 has {u0.getSize()} entries ({u0.getLocalSize()} on this rank), the TS's Jacobian "
-                    f"{rows} rows ({lrows}): lay u0 out as the Jacobian's rows (the DM's global Vec)")
+        wrong = _layout_mismatch(comm, u0.getSize(), u0.getLocalSize(), rows, lrows)
+        if wrong:
+            return (f"u0 has {wrong} (the TS's Jacobian's rows): lay u0 out as the Jacobian's rows (the DM's "
+                    f"global Vec)")
     if stepper._pname is None:
         return None
     p, name = stepper._p0, stepper._pname
@@ -117,9 +114,10 @@ def check_layouts(stepper) -> str | None:
     handle = _capi.rhs_jacobian_p(ts)
     if handle:
         (cols, lcols) = _capi.mat_columns(handle)
-        if cols != p.getSize() or _any(comm, lcols != p.getLocalSize()):
-            return (f"parameters[{name!r}] has {p.getSize()} entries ({p.getLocalSize()} on this rank), the "
-                    f"RHSJacobianP {cols} columns ({lcols}): lay the Vec out as the JacobianP's columns")
+        wrong = _layout_mismatch(comm, p.getSize(), p.getLocalSize(), cols, lcols)
+        if wrong:
+            return (f"parameters[{name!r}] has {wrong} (the RHSJacobianP's columns): lay the Vec out as the "
+                    f"JacobianP's columns")
     elif "__ijacobianp__" not in (ts.getDict() or {}):
         return (f"parameters[{name!r}] is given but the TS has no JacobianP: set ts.setRHSJacobianP or "
                 f"ts.setIJacobianP (PETSc's adjoint reads the parameter's derivative there)")

@@ -644,4 +644,4 @@ def test_async_local_level_with_donated_vecs_never_hangs_at_exit(tmp_path, endin
         assert proc.returncode == 0, f"{took}\n{proc.stdout[-1000:]}\n{proc.stderr[-2000:]}"
         assert proc.stdout.count("done") == 2, f"{took}: {proc.stdout!r}"  # ranks' lines may interleave
     if ending == "close":
-        assert os.listdir(tmp_path / "local0") == [], os.listdir(tmp_path / "local0")
+        assert not os.path.exists(tmp_path / "local0")  # its files, and the directory it created

@@ -97,7 +97,9 @@ def build_levels(plans: list[LevelPlan], layout, comm, config: CheckpointConfig,
                                      async_io=config.async_io,
                                      keep=config.keep, run_id=run_id, **extra))
     except Exception:
-        for level in levels:
+        for level, plan in zip(levels, plans):
+            if plan.kind not in attach:  # made fresh here, nothing of value in it: not kept
+                level.keep = False
             level.close()
         raise
     if attach and not any(plan.kind == "local" for plan in plans):  # resumed without --disk

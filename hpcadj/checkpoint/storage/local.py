@@ -141,6 +141,12 @@ class RankFiles(Transport):
         self.keep = bool(keep)
         self.fsync = bool(fsync)
         self.base_dir = resolve_local_dir(local_dir)
+        #: the base directory and its parents that did not exist (the set-up creates them; they go
+        #: with it), seen by every rank before any rank creates one
+        self._made = _missing(self.base_dir)
+        if comm is not None:
+            comm.Barrier()
+        self._layout_written = False
         self.run_id = agree_run_id(comm, run_id)
         self.run_dir = os.path.join(self.base_dir, f"hpcadj-{self.run_id}")
         self.directory = os.path.join(self.run_dir, f"rank{self.rank}")
@@ -205,6 +211,7 @@ class RankFiles(Transport):
             return
         tmp = self._layout_path() + ".tmp"
         record = self._layout_record()
+        self._layout_written = True
         with open(tmp, "w") as f:
             json.dump({**record, "crc32": layout_crc(record)}, f)
         os.replace(tmp, self._layout_path())
@@ -468,11 +475,29 @@ class RankFiles(Transport):
             leftovers = []
         for entry in leftovers:
             _remove(os.path.join(self.directory, entry))
+        self._release_owner()
+        for d in (self.directory, self.run_dir, *self._made):
+            _rmdir(d)
+
+    def withdraw(self) -> None:
+        """Take back a refused set-up, whatever ``keep`` says: the LAYOUT.json this process wrote,
+        its owner lock, then (once every rank has removed its own) the directories if empty, the
+        base directory the set-up created included. An earlier process's files stay. Collective."""
+        if self._layout_written:
+            _remove(self._layout_path())
+        if self._owner is not None:
+            _remove(os.path.join(self.directory, OWNER))
+        self._release_owner()
+        _rmdir(self.directory)
+        if self.comm is not None:
+            self.comm.Barrier()
+        for d in (self.run_dir, *self._made):
+            _rmdir(d)
+
+    def _release_owner(self) -> None:
         if self._owner is not None:
             os.close(self._owner)
             self._owner = None
-        for d in (self.directory, self.run_dir):
-            _rmdir(d)
 
 
 class LocalLevel(QueuedLevel):
@@ -493,7 +518,7 @@ class LocalLevel(QueuedLevel):
                                            keep=keep, fsync=fsync)
         agree_or_raise(self.comm, files.probe(), LevelError,
                        f"{name}: node-local directory is not usable ({{detail}}); choose another "
-                       f"with local_dir/--local-dir or $HPCADJ_LOCAL_DIR", cleanup=self._abandon)
+                       f"with local_dir/--local-dir or $HPCADJ_LOCAL_DIR", cleanup=self._withdraw)
         damaged = problems(self.comm, files.layout_damage()) if attach else []
         if damaged:  # every rank drops its snapshots: the level starts empty, the run recomputes
             removed = allgather(self.comm, files.drop_all())
@@ -508,18 +533,33 @@ class LocalLevel(QueuedLevel):
                        f"{name}: cannot attach the node-local snapshots of run {files.run_id} on "
                        f"{self.size} rank(s): {{detail}}; attach the parallel-HDF5 level instead "
                        f"(node-local files need the same rank count and layout)",
-                       cleanup=self._abandon)
+                       cleanup=self._withdraw)
         problem = None
         try:
             files.write_layout(replace=not attach)
         except OSError as exc:
             problem = f"{files.directory}: {exc.strerror or exc}"
         agree_or_raise(self.comm, problem, LevelError,
-                       f"{name}: node-local directory is not usable ({{detail}})", cleanup=self._abandon)
+                       f"{name}: node-local directory is not usable ({{detail}})", cleanup=self._withdraw)
         if attach:
             self._adopt(files.attach())
         elif purge_run_id and purge_run_id != files.run_id:
             files.purge_run(purge_run_id)
+
+
+    def _withdraw(self) -> None:
+        """A refused set-up: end the I/O thread, take back what the set-up created (collective)."""
+        self._abandon()
+        self.transport.withdraw()
+
+
+def _missing(path: str) -> list[str]:
+    """``path`` and its parents that do not exist, deepest first."""
+    missing, path = [], os.path.abspath(path)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing
 
 
 def _rmdir(path: str) -> None:

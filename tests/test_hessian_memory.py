@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from hpcadj.adjoint import hessian as H
+from hpcadj.adjoint import products as P
 from hpcadj.imports import mpi
 from hpcadj.models.wave import WaveModel
 
@@ -31,7 +32,7 @@ def peak_since_reset(run):
 
 def products(model, controls, directions, **options):
     """Each direction's H v (owned arrays) from one HessianProducts, and the products object."""
-    p = H.HessianProducts(model, controls, gauss_newton=False, **options)
+    p = P.HessianProducts(model, controls, gauss_newton=False, **options)
     try:
         return [H.owned_arrays(model, p.hessian_action(v).hessian) for v in directions], p
     finally:
@@ -54,14 +55,14 @@ def problem():
 @pytest.mark.parametrize("room, mode", [(90, "recompute"), (175, "ram")])
 def test_products_peak_within_the_budget_and_bitwise(problem, room, mode):
     model, controls, directions = problem
-    budget = H.settled_rss(model.comm) + room * MiB
+    budget = P.settled_rss(model.comm) + room * MiB
     (held, p), peak = peak_since_reset(lambda: products(model, controls, directions, memory=budget))
     assert p.mode == mode and peak <= budget, (p.mode, p.plan_slots, (peak - budget) / MiB)
     assert p.memory.peak_bytes <= budget
     assert p.counts["forward"] >= N and p.counts["products"] == 2
     if mode == "recompute":
         assert p.counts["forward"] > 2 * N  # the pairs did not fit: forward steps recomputed
-    H.settled_rss(model.comm)
+    P.settled_rss(model.comm)
     (full, q), full_peak = peak_since_reset(lambda: products(model, controls, directions))
     assert q.mode == "store-all" and full_peak > budget  # store-all would not have fitted
     for got, want in zip(held, full):
@@ -73,7 +74,7 @@ def test_a_budget_no_product_fits_names_the_least(problem):
 
     model, controls, _ = problem
     with pytest.raises(ConfigError, match=r"cannot hold a Hessian product: .*least budget that would do is"):
-        H.HessianProducts(model, controls, memory=H.settled_rss(model.comm) + 20 * MiB)
+        P.HessianProducts(model, controls, memory=P.settled_rss(model.comm) + 20 * MiB)
 
 
 def test_hesscheck_memory_goes_through_the_same_rule():

@@ -67,6 +67,7 @@ def restore_signals():
     (["--max-it", "-1"], "--max-it: must be between 0 and 2147483647 (PETSc's int), got -1"),
     (["--max-it", "3000000000"], "--max-it: must be between 0 and 2147483647 (PETSc's int), got 3000000000"),
     (["--invert", "kappa,kappa"], "--invert kappa,kappa: kappa is named twice"),
+    (["--tao", "bntr", "--bounds", "kappa:0.5:3", "--ram", "1"], "a Hessian product needs at least 2 slots"),
 ])
 def test_bad_input_is_one_line_and_exit_2(observations, capsys, restore_signals, extra, message):
     assert main([*base(observations), *extra]) == 2

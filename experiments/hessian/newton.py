@@ -6,7 +6,7 @@ inverted for c by several TAO solvers in one process, one after the other:
 
 - ``blmvm``: bounded L-BFGS on checkpointed gradients (hpcadj.inversion.cache.EvaluationCache);
 - ``bntr``: bounded trust-region Newton-CG whose Hessian is a shell matrix of checkpointed products
-  (hpcadj.adjoint.hessian.HessianShell), exact (``newton``) or Gauss-Newton (``gn``);
+  (hpcadj.inversion.newton.HessianShell), exact (``newton``) or Gauss-Newton (``gn``);
 - a row name ending in ``@tenth`` runs under a RAM budget of a tenth of store-all: gradients by
   revolve over (n + 1) / 10 state slots, products by revolve over as many pair (u, du) slots.
 
@@ -79,7 +79,7 @@ def solve(model, row: str, start, c_true, err0: float, *, target: float, max_it:
           time_limit: float, slots: int):
     """One TAO run of ``row`` (``tao[:product][@tenth]``); (summary dict, accepted-iterate list)."""
     from hpcadj import Checkpointing
-    from hpcadj.adjoint.hessian import HessianShell
+    from hpcadj.inversion.newton import HessianShell
     from hpcadj.inversion.cache import EvaluationCache
     from hpcadj.inversion.space import ControlSpace
 

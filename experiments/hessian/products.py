@@ -24,6 +24,7 @@ from hpcadj.imports import mpi, petsc
 
 petsc()
 from hpcadj.adjoint import hessian as H  # noqa: E402
+from hpcadj.adjoint import products as P  # noqa: E402
 from hpcadj.adjoint.verify import evaluate_objective  # noqa: E402
 
 from run import build, revolve_run, timed  # noqa: E402
@@ -68,7 +69,7 @@ def main():
             return {"forward": forward, "tangent": forward, "lambda": k * n}
 
         def reused(gauss_newton, **options):
-            products = H.HessianProducts(model, controls, gauss_newton=gauss_newton, **options)
+            products = P.HessianProducts(model, controls, gauss_newton=gauss_newton, **options)
             for d in dirs:
                 products.hessian_action(d)
             products.close()

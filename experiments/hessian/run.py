@@ -21,6 +21,7 @@ from hpcadj.imports import mpi, petsc
 petsc()
 from hpcadj.adjoint import Driver, compute_gradient  # noqa: E402
 from hpcadj.adjoint import hessian as H  # noqa: E402
+from hpcadj.adjoint import products as P  # noqa: E402
 from hpcadj.checkpoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for  # noqa: E402
 from hpcadj.adjoint.verify import evaluate_objective  # noqa: E402
 
@@ -110,7 +111,7 @@ def main():
         record(f"{args.k} Hv independent", f"revolve {slots} pair slots", t, steps)
 
         def reused():
-            products = H.HessianProducts(model, controls)
+            products = P.HessianProducts(model, controls)
             for d in dirs:
                 products.hessian_action(d)
             return products

@@ -108,8 +108,10 @@ def main(args) -> int:
 
 def _budgeted_products(H, model, controls, v, w, gauss_newton: bool, memory):
     """H v and H w from one forward sweep under the whole-process budget ``memory``
-    (:class:`~hpcadj.adjoint.hessian.HessianProducts`), and how they fitted it."""
-    products = H.HessianProducts(model, controls, gauss_newton=gauss_newton, memory=memory)
+    (:class:`~hpcadj.adjoint.products.HessianProducts`), and how they fitted it."""
+    from ..adjoint.products import HessianProducts
+
+    products = HessianProducts(model, controls, gauss_newton=gauss_newton, memory=memory)
     try:
         hv, hw = products.hessian_action(v), products.hessian_action(w)
     finally:

@@ -316,22 +316,23 @@ class Inversion:
                                 "seconds": time.perf_counter() - t_start}, resumed_from)
 
     def _hessian(self, tao, space):
-        """H v products (hpcadj.adjoint.hessian.HessianShell) as TAO's Hessian, for nls and bntr."""
-        from ..adjoint.hessian import HessianShell, budget_options, check_model, product_memory
+        """H v products (hpcadj.inversion.newton.HessianShell) as TAO's Hessian, for nls and bntr:
+        planned before TAO starts (a budget no product fits is refused here), and held."""
+        from ..adjoint.products import plan_products, product_options
+        from .newton import HessianShell
 
-        options = budget_options(self.checkpointing, self.comm)
-        if "memory" in options:  # TAO's Krylov and quasi-Newton vectors grow while the products live
-            options["reserve"] = TAO_VECTORS * space.vec.getLocalSize() * space.vec.getArray().itemsize
+        options = product_options(self.checkpointing)
+        # TAO's Krylov and quasi-Newton vectors grow while the products live
+        reserve = TAO_VECTORS * space.vec.getLocalSize() * space.vec.getArray().itemsize
         try:
-            check_model(self.model, self.gauss_newton)
-            if "memory" in options:  # a budget no product fits is refused before TAO starts
-                product_memory(self.model, options["memory"], gauss_newton=self.gauss_newton,
-                               local_dir=options.get("local_dir"), reserve=options["reserve"])
+            plan = plan_products(self.model, gauss_newton=self.gauss_newton, reserve=reserve,
+                                 baseline=self.checkpointing.memory_baseline, **options)
         except ValueError as exc:
             raise InversionError(f"-tao_type {tao.getType()}: {exc}") from None
-        cache, budgeted = self._cache, "memory" in options
+        options = {"local_dir": options.get("local_dir")}
+        cache, budgeted = self._cache, plan.memory is not None
         shell = HessianShell(self.model, space, gauss_newton=self.gauss_newton, regularization=float(self.weight),
-                             prepare=(lambda: _drop_kept(cache)) if budgeted else None, **options)
+                             prepare=(lambda: _drop_kept(cache)) if budgeted else None, plan=plan, **options)
         if budgeted:
             _release_before_evaluations(cache, shell)
         tao.setHessian(shell.point, shell.matrix())

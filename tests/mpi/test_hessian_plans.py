@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from hpcadj.adjoint import hessian as H
+from hpcadj.adjoint import products as P
 from hpcadj.checkpoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
 from hpcadj.adjoint.session import Checkpointing
 
@@ -72,7 +73,7 @@ def test_session_with_a_byte_budget(reference, comm, shared_tmp):
 def test_many_products_from_one_forward_sweep(reference, comm):
     """HessianProducts: the forward sweep once, then each product bitwise :func:`hessian_action`'s."""
     model, controls, v, ref = reference
-    products = H.HessianProducts(model, controls)
+    products = P.HessianProducts(model, controls)
     w = H.scaled_direction(model, controls, 13, scale={k: 0.1 for k in controls})
     check_equal(products.hessian_action(v), ref)
     check_equal(products.hessian_action(w), H.hessian_action(model, controls, w))

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from hpcadj.adjoint import hessian as H
+from hpcadj.adjoint import products as P
 
 from test_hessian import build, perturbed_controls
 
@@ -44,7 +45,7 @@ def test_products_reuse_the_forward_sweep(problem, comm, shared_tmp, mode, optio
     if mode == "local":
         options = {**options, "local_dir": shared_tmp}
     refs = [H.hessian_action(model, controls, d, gauss_newton=gauss_newton) for d in (v, w)]
-    products = H.HessianProducts(model, controls, gauss_newton=gauss_newton, **options)
+    products = P.HessianProducts(model, controls, gauss_newton=gauss_newton, **options)
     try:
         assert products.mode == mode
         for d, ref in ((v, refs[0]), (w, refs[1]), (v, refs[0])):
@@ -79,7 +80,7 @@ def test_a_product_at_other_controls_is_not_reused(problem, comm, shared_tmp, mo
     if comm.rank == owners[-1]:
         with nudged[name] as arr:
             arr[-1] = np.nextafter(arr[-1], np.inf)
-    products = H.HessianProducts(model, controls, **options)
+    products = P.HessianProducts(model, controls, **options)
     try:
         here = products.hessian_action(v)
         there = products.hessian_action(v, controls=other)
@@ -104,7 +105,7 @@ def test_node_local_states_are_removed(problem, comm, shared_tmp):
 
     model, controls, (v, _) = problem
     local = os.path.join(shared_tmp, "states")
-    products = H.HessianProducts(model, controls, ram="3", local_dir=local)
+    products = P.HessianProducts(model, controls, ram="3", local_dir=local)
     products.hessian_action(v)
     files_before = sum(len(f) for _, _, f in os.walk(local)) if comm.rank == 0 else 1
     products.close()
@@ -116,4 +117,4 @@ def test_node_local_states_are_removed(problem, comm, shared_tmp):
 def test_too_small_a_budget_is_refused(problem):
     model, controls, _ = problem
     with pytest.raises(ValueError, match="at least 2 slots"):
-        H.HessianProducts(model, controls, ram="1")
+        P.HessianProducts(model, controls, ram="1")

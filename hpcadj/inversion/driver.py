@@ -326,7 +326,7 @@ class Inversion:
         reserve = TAO_VECTORS * space.vec.getLocalSize() * space.vec.getArray().itemsize
         try:
             plan = plan_products(self.model, gauss_newton=self.gauss_newton, reserve=reserve,
-                                 baseline=self.checkpointing.memory_baseline, **options)
+                                 baseline=getattr(self.checkpointing, "memory_baseline", None), **options)
         except ValueError as exc:
             raise InversionError(f"-tao_type {tao.getType()}: {exc}") from None
         options = {"local_dir": options.get("local_dir")}

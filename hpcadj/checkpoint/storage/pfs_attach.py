@@ -25,32 +25,15 @@ FORMAT = "hpcadj-checkpoints-1"
 
 
 def attach_file(h5file) -> None:
-    """Reopen the file of this run, verify every linked snapshot, hold the valid ones."""
-    h5 = h5py()
+    """Reopen the file of this run (an :class:`~.pfs.H5File`'s), verify every linked snapshot, hold
+    the valid ones."""
     exists = h5file.comm.bcast(os.path.isfile(h5file.path) if h5file.rank == 0 else None, root=0)
     if not exists:
         h5file.create()
         h5file.attach_note = f"no file {h5file.path} to attach: started empty"
         return
-    f, problem = None, None
-    try:
-        f = h5.File(h5file.path, "r+", driver="mpio", comm=h5file.comm)
-        fmt = f.attrs.get("format")
-        run_id = f.attrs.get("run_id")
-        fmt = fmt.decode() if isinstance(fmt, bytes) else fmt
-        run_id = run_id.decode() if isinstance(run_id, bytes) else run_id
-        fields = sorted(x.decode() if isinstance(x, bytes) else str(x)
-                        for x in f.attrs.get("fields", []))
-        if fmt != FORMAT or "slots" not in f or "snapshots" not in f:
-            problem = "broken"
-        elif run_id != h5file.run_id:
-            problem = f"the file belongs to run {run_id}, not {h5file.run_id}"
-        elif fields != h5file.fields:
-            problem = f"the file holds fields {fields}, this run has {h5file.fields}"
-    except Exception as exc:  # noqa: BLE001 - an unreadable file after a crash: start over
-        problem = f"broken ({type(exc).__name__}: {exc})"
-    problems = h5file.comm.allgather(problem)
-    problem = next((p for p in problems if p), None)
+    f, problem = _open(h5file)
+    problem = next((p for p in h5file.comm.allgather(problem) if p), None)
     if problem is not None:
         if f is not None:
             f.close()
@@ -64,11 +47,42 @@ def attach_file(h5file) -> None:
     h5file._created = True
     h5file.reserve_margin()
     f.attrs["nranks"] = h5file.size
-    slots = {}
-    for name in sorted(f["slots"]):
-        if name.startswith("slot_") and name[5:].isdigit():
-            slots[int(name[5:])] = f["slots"][name]
+    slots = {int(name[5:]): f["slots"][name] for name in sorted(f["slots"])
+             if name.startswith("slot_") and name[5:].isdigit()}
     h5file._next_slot = max(slots, default=-1) + 1
+    linked, stale = _links(f, slots)
+    bad = set(_verify(h5file, linked, slots))
+    for other in h5file.comm.allgather(sorted(bad)):
+        bad |= set(other)
+    _hold(h5file, f, slots, linked, stale, bad)
+
+
+def _open(h5file):
+    """``(file, problem)``: the file opened, and this rank's problem with it: None, ``"broken ..."``
+    (this run's own file, unreadable or not hpcadj's format) or why it is not this run's."""
+    f = None
+    try:
+        f = h5py().File(h5file.path, "r+", driver="mpio", comm=h5file.comm)
+        fmt = f.attrs.get("format")
+        run_id = f.attrs.get("run_id")
+        fmt = fmt.decode() if isinstance(fmt, bytes) else fmt
+        run_id = run_id.decode() if isinstance(run_id, bytes) else run_id
+        fields = sorted(x.decode() if isinstance(x, bytes) else str(x)
+                        for x in f.attrs.get("fields", []))
+        if fmt != FORMAT or "slots" not in f or "snapshots" not in f:
+            return f, "broken"
+        if run_id != h5file.run_id:
+            return f, f"the file belongs to run {run_id}, not {h5file.run_id}"
+        if fields != h5file.fields:
+            return f, f"the file holds fields {fields}, this run has {h5file.fields}"
+    except Exception as exc:  # noqa: BLE001 - an unreadable file after a crash: start over
+        return f, f"broken ({type(exc).__name__}: {exc})"
+    return f, None
+
+
+def _links(f, slots: dict) -> tuple[dict[int, int], list[str]]:
+    """``({step: slot}, stale)``: the step links that name a slot recording that step, one link a
+    slot, and the names of the others."""
     ids = {g.id: k for k, g in slots.items()}
     linked: dict[int, int] = {}
     stale: list[str] = []
@@ -84,20 +98,22 @@ def attach_file(h5file) -> None:
             stale.append(link)
         else:
             linked[step] = k
-    bad = set(_verify(h5file, linked, slots))
-    for other in h5file.comm.allgather(sorted(bad)):
-        bad |= set(other)
+    return linked, stale
+
+
+def _hold(h5file, f, slots: dict, linked: dict, stale: list, bad: set) -> None:
+    """Remove the stale links and those of snapshots failing verification (``bad``), free their
+    slots, hold the rest (slot, this rank's CRCs, model time) and say what was dropped."""
     for link in stale:
         del f["snapshots"][link]
     for k, g in slots.items():
         h5file.groups[k] = g
-        if any(not np.array_equal(np.asarray(g[field].attrs.get("rank_starts", [])),
-                                  h5file._ranks[field][0])
-               or not np.array_equal(np.asarray(g[field].attrs.get("rank_shapes", [])),
-                                     h5file._ranks[field][1]) for field in h5file.fields):
+        if any(not np.array_equal(np.asarray(g[field].attrs.get("rank_starts", [])), h5file._ranks[field][0])
+               or not np.array_equal(np.asarray(g[field].attrs.get("rank_shapes", [])), h5file._ranks[field][1])
+               for field in h5file.fields):
             h5file._foreign.add(k)
     held = {step: k for step, k in linked.items() if step not in bad}
-    for step, k in sorted(linked.items()):
+    for step, _ in sorted(linked.items()):
         if step in bad:
             del f["snapshots"][f"step_{step}"]
     for k, g in slots.items():
@@ -113,9 +129,9 @@ def attach_file(h5file) -> None:
     f.flush()
     h5file.attach_dropped = [f"step {step}: failed verification" for step in sorted(bad)]
     h5file.attach_dropped += [f"link {link}: points at no valid slot" for link in stale]
-    h5file.attach_note = (f"attached {len(held)} snapshot(s) of run {h5file.run_id} from "
-                        f"{h5file.path}" + (f", dropped {len(bad)} failing verification"
-                                          if bad else ""))
+    h5file.attach_note = (f"attached {len(held)} snapshot(s) of run {h5file.run_id} from {h5file.path}"
+                          + (f", dropped {len(bad)} failing verification" if bad else ""))
+
 
 def _verify(h5file, linked: dict, slots: dict) -> list[int]:
     """Steps whose share of old rank blocks checked here fails (structure or CRC)."""
@@ -147,6 +163,7 @@ def _verify(h5file, linked: dict, slots: dict) -> list[int]:
         except Exception:  # noqa: BLE001 - any defect makes the snapshot invalid
             failed.append(step)
     return failed
+
 
 def _rank_crcs(h5file, g, k: int) -> list[int]:
     """This rank's block CRCs of a verified attached slot (read anew if the layout changed)."""

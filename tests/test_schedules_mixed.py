@@ -72,7 +72,7 @@ def exhaustive_min_forward(n, budget, r, d, states_suffice, write_cost=0):
             if x < top:
                 beyond = [y for y in held if y > x + 1]
                 moves.append((step, (done, k, (x + 1, beyond[0]) if beyond else (x, x + 1), x, st, dt)))
-            if x <= k and not st >> x & 1 and used + r <= budget:
+            if x <= min(k + 1, n - 1) and not st >> x & 1 and used + r <= budget:
                 moves.append((write_cost, (done, k, held, data, st | 1 << x, dt)))
         if 0 <= data <= k and not dt >> data & 1 and used + d <= budget:
             moves.append((write_cost, (done, k, held, data, st, dt | 1 << data)))
@@ -84,11 +84,11 @@ def exhaustive_min_forward(n, budget, r, d, states_suffice, write_cost=0):
         if not done and n in held:
             moves.append((0, (True, k, held, data, st, dt)))
         if done:
-            mask = (1 << k) - 1
+            mask, keep = (1 << k) - 1, (1 << k + 1) - 1  # step k's data are spent; u_k may serve step k-1
             if states_suffice and k in held and k + 1 in held:
-                moves.append((0, (True, k - 1, (k,), -1, st & mask, dt & mask)))
+                moves.append((0, (True, k - 1, (k,), -1, st & keep, dt & mask)))
             if data == k or dt >> k & 1:
-                moves.append((0, (True, k - 1, tuple(y for y in held if y <= k), -1, st & mask, dt & mask)))
+                moves.append((0, (True, k - 1, tuple(y for y in held if y <= k), -1, st & keep, dt & mask)))
         for c, nxt in moves:
             if cost + c < best.get(nxt, 1 << 60):
                 best[nxt] = cost + c

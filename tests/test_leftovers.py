@@ -101,3 +101,16 @@ def test_resume_after_a_damaged_layout_json_recomputes_bitwise(tmp_path):
     for name in want:
         assert np.array_equal(got[name], want[name]), name
     assert everything(local) == []
+
+
+def test_a_refused_fresh_start_leaves_no_node_local_directory(tmp_path):
+    """The HDF5 level refuses a file that is not this run's after the node-local level was made
+    (kept: a run directory's run): its LAYOUT.json and the --local-dir it created go again."""
+    with h5py().File(tmp_path / "ck.h5", "w") as f:
+        f["foreign"] = 1
+    local = tmp_path / "local"
+    proc = hpcadj(["run", "--model", "heat", "--grid", "8x8", "--steps", "6", "--quiet", "--ram", "1", "--disk", "1",
+                   "--pfs", "2", "--pfs-file", str(tmp_path / "ck.h5"), "--local-dir", str(local),
+                   "--run-dir", str(tmp_path / "run")], nranks=2, timeout=TIMEOUT)
+    assert proc.returncode == 2 and "is not this run's checkpoint file" in proc.stderr, proc.stderr
+    assert not local.exists(), everything(local)

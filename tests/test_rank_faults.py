@@ -87,9 +87,11 @@ def test_a_model_file_rank_1_cannot_see_is_one_agreed_line(rank_dirs, command, n
     assert_one_line_naming_rank_1(proc, "--model model.py:build: no such file: model.py")
 
 
-@pytest.mark.parametrize("factory, what", [("refuse", "RuntimeError: rank one refuses"), ("leave", "SystemExit: 3")])
-def test_a_factory_failing_on_rank_1_ends_the_job_with_its_line(rank_dirs, factory, what):
-    proc = on_ranks(2, rank_dirs, ["run", "--model", f"{rank_dirs}/d0/model.py:{factory}", "--quiet"])
+@pytest.mark.parametrize("factory, what, nranks", [("refuse", "RuntimeError: rank one refuses", 2),
+                                                    ("refuse", "RuntimeError: rank one refuses", 3),
+                                                    ("leave", "SystemExit: 3", 2)])
+def test_a_factory_failing_on_rank_1_ends_the_job_with_its_line(rank_dirs, factory, what, nranks):
+    proc = on_ranks(nranks, rank_dirs, ["run", "--model", f"{rank_dirs}/d0/model.py:{factory}", "--quiet"])
     assert_one_line_naming_rank_1(proc, "building the model failed", what)
 
 

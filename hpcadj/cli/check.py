@@ -14,8 +14,10 @@ def add_parser(subparsers) -> None:
         "check", help="check a model against the Stepper contract",
         description="Exercise a few steps of the model and report PASSED, FAILED, WARNING or NOT CHECKED "
                     "per property: step pure and repeatable bitwise, inputs untouched, snapshot/restore "
-                    "round trip, adjoint = transpose of the tangent, describe() changing with a setting "
-                    "(with --vary), declared working set against measured. Exit 1 if one FAILED.")
+                    "round trip, adjoint = transpose of the tangent (without a tangent step, e.g. a PETSc "
+                    "TS: against central differences of the step), a changed control changing the step, "
+                    "describe() changing with a setting (with --vary), declared working set against "
+                    "measured. Exit 1 if one FAILED.")
     add_model_arguments(p)
     p.add_argument("--check-steps", type=int_in(1), default=3, metavar="K",
                    help="steps of the model exercised by every check (default 3)")

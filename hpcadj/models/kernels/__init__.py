@@ -42,6 +42,7 @@ def lazy(name: str):
         module = importlib.util.module_from_spec(spec)
         sys.modules[fullname] = module
         spec.loader.exec_module(module)
+        globals()[name] = module  # as an import binds a submodule on its package
     return module
 
 

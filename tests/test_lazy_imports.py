@@ -1,5 +1,6 @@
 """A TS run loads no numba: it is imported where a built-in model's kernels first run, not at
-``import hpcadj.ts``, not at the command line's start-up (whose help texts import every built-in model)."""
+``import hpcadj.ts``, not at the command line's start-up (whose help texts import every built-in model);
+and the start-up reads the installed packages' model entry points once, not once per lookup."""
 
 import json
 import subprocess
@@ -10,10 +11,14 @@ from .helpers import PYTHON, ROOT, mpi_env
 
 #: run a command through hpcadj.cli.main in a fresh process; report its status and the heavy modules loaded
 PROBE = """
-import json, sys
+import importlib.metadata, json, sys
+scans = []
+real = importlib.metadata.entry_points
+importlib.metadata.entry_points = lambda *a, **k: scans.append(1) or real(*a, **k)
 from hpcadj.cli import main
 status = main(sys.argv[1:])
-print(json.dumps({"status": status, "loaded": [m for m in ("numba", "llvmlite", "scipy") if m in sys.modules]}))
+print(json.dumps({"status": status, "loaded": [m for m in ("numba", "llvmlite", "scipy") if m in sys.modules],
+                  "entry_point_scans": len(scans)}))
 """
 
 
@@ -27,7 +32,7 @@ def probe(args: list[str]) -> dict:
 @pytest.mark.timeout(400)
 def test_a_ts_run_loads_no_numba_and_a_builtin_model_gets_its_kernels():
     ts = probe(["run", "--model", "hpcadj.ts.examples:grayscott_stepper", "--grid", "16", "--steps", "3"])
-    assert ts == {"status": 0, "loaded": []}, ts
+    assert ts == {"status": 0, "loaded": [], "entry_point_scans": 1}, ts  # every installed package's metadata
     builtin = probe(["run", "--model", "burgers", "--grid", "8x8", "--steps", "3"])
     assert builtin["status"] == 0 and "numba" in builtin["loaded"], builtin
 

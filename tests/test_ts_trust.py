@@ -141,14 +141,14 @@ def test_parameter_vec_not_laid_out_as_the_rhs_jacobian_p(comm):
 
 
 def test_parameter_vec_not_laid_out_as_the_ijacobian_p(comm):
-    """petsc4py 3.18 cannot read an IJacobianP: PETSc's own adjoint step, tried before the first
-    step, finds the sizes and the refusal names the argument."""
+    """petsc4py 3.18 cannot read an IJacobianP: the matrix PETSc hands the callback in an adjoint step
+    tried before the first step is compared with the Vec, and the refusal names the argument."""
     ode = VanDerPol(comm, implicit=True)
     wrong = petsc().Vec().createSeq(3, comm=comm)
     with pytest.raises(TSRefused) as exc:
         TSStepper(ode.ts, ode.u0, 5, parameters={"mu": wrong}, apply_parameters=ode.set_mu, final=HALF_NORM2)
     text = _one_line(exc)
-    assert text.startswith("parameters['mu'] (3 entries) does not fit the TS's JacobianP"), text
+    assert text.startswith("parameters['mu'] has 3 entries where 1 are expected (the IJacobianP's columns)"), text
 
 
 def test_parameter_given_as_a_numpy_array(comm):

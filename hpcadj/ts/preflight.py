@@ -16,6 +16,7 @@ Everything here is collective and decided alike on every rank.
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 
 import numpy as np
@@ -164,9 +165,17 @@ def dry_run(stepper) -> str | None:
         if stepper._pname is not None:
             mu = stepper._p0.duplicate()
             mu.set(0.0)
+        found = []
         try:
-            stepper._adjoint(0, stepper.t0, stepper.t0 + dt, dt, u0, base, lam, mu)
-        except PETSc.Error as exc:
+            with _ijacobian_p_checked(stepper, found):
+                stepper._adjoint(0, stepper.t0, stepper.t0 + dt, dt, u0, base, lam, mu)
+        except SolverError:
+            return None
+        except Exception as exc:                   # a mismatch found comes back as the callback's error
+            if found:
+                return found[0]
+            if not isinstance(exc, PETSc.Error):
+                raise
             if "No method adjointstep" in str(exc):
                 return (f"PETSc {version} has no adjoint step for TS type {stepper.ts_type} (TSAdjointStep: "
                         f"{_petsc_reason(exc)}): choose {_alternatives(stepper.ts_type)}")
@@ -175,13 +184,41 @@ def dry_run(stepper) -> str | None:
                         f"TS's JacobianP in PETSc's adjoint step ({_petsc_reason(exc)}): lay the Vec out as "
                         f"the JacobianP's columns")
             return f"PETSc's adjoint step of this TS fails before the first step: {_petsc_reason(exc)}"
-        except SolverError:
-            return None
         if mu is None:
             return None
         return _parameter_probe(stepper, u0, dt, base, mu)
     finally:
         stepper._last_taken = saved_last
+
+
+@contextlib.contextmanager
+def _ijacobian_p_checked(stepper, found: list):
+    """The user's IJacobianP callback wrapped, while in the context, to compare the matrix PETSc hands
+    it (petsc4py 3.18 reads it nowhere else) with the parameter Vec, on every rank at once: a
+    mismatch on some ranks only would otherwise take those into an error and the rest into the
+    product's communication. A mismatch goes into ``found`` and fails the adjoint step on every rank."""
+    entries = stepper.ts.getDict()
+    original = entries.get("__ijacobianp__")
+    if original is None or stepper._pname is None:
+        yield
+        return
+    function, args, kwargs = original
+    p, name, comm = stepper._p0, stepper._pname, stepper.comm
+
+    def checked(ts, t, u, udot, shift, C, *more, **kw):
+        lcols, cols = C.getSizes()[1]                  # ((local, global) rows, (local, global) columns)
+        wrong = _layout_mismatch(comm, p.getSize(), p.getLocalSize(), cols, lcols)
+        if wrong:
+            found.append(f"parameters[{name!r}] has {wrong} (the IJacobianP's columns): lay the Vec out as "
+                         f"the JacobianP's columns")
+            raise ValueError(found[-1])
+        return function(ts, t, u, udot, shift, C, *more, **kw)
+
+    entries["__ijacobianp__"] = (checked, args, kwargs)
+    try:
+        yield
+    finally:
+        entries["__ijacobianp__"] = original
 
 
 def _parameter_probe(stepper, u0, dt, base, mu) -> str | None:

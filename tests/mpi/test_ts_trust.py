@@ -14,6 +14,7 @@ from hpcadj.adjoint.verify import compute_gradient
 from hpcadj.imports import petsc
 from hpcadj.ts import TSRefused, TSStepper
 from hpcadj.ts.check import tsadjoint_gradient
+from hpcadj.ts.examples import VanDerPol
 
 N_POINTS, STEPS = 24, 6
 
@@ -125,6 +126,25 @@ def test_a_parameter_laid_out_unlike_the_jacobian_p_is_refused_on_every_rank(com
     text = _agreed_refusal(comm, lambda: TSStepper(ts, u0, STEPS, parameters={"k": k_vec},
                                                     final=_objective(N_POINTS)))
     assert "parameters['k'] has 0 entries on rank 0 where 1 are expected (laid out differently)" in text
+
+
+def test_a_parameter_laid_out_unlike_the_ijacobian_p_is_refused_on_every_rank(comm):
+    """The IJacobianP (petsc4py cannot read it) compared where PETSc hands it to the callback, on every
+    rank at once: on 3 ranks rank 1 owns no column and no entry, and must not run into the product's
+    communication while ranks 0 and 2 fail."""
+    ode = VanDerPol(comm, implicit=True)
+    last = comm.size - 1
+    mu = petsc().Vec().createMPI((1 if comm.rank == last else 0, 1), comm=comm)
+    mu.set(10.0)
+
+    def build():
+        return TSStepper(ode.ts, ode.u0, 5, parameters={"mu": mu}, final=_objective(2))
+
+    if comm.size == 1:
+        build()
+        return
+    text = _agreed_refusal(comm, build)
+    assert "parameters['mu'] has 0 entries on rank 0 where 1 are expected" in text and "IJacobianP" in text
 
 
 def test_an_objective_that_differs_between_ranks_is_refused(comm):

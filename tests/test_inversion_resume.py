@@ -3,10 +3,13 @@ line, exit 2, nothing rewritten)."""
 
 import json
 import os
+import signal
+import subprocess
+import time
 
 import pytest
 
-from .helpers import hpcadj_in_process
+from .helpers import HPCADJ, ROOT, hpcadj, hpcadj_in_process, killed_run, mpi_env
 
 GRID, N, DT = "10x8", 8, 2e-3
 
@@ -121,3 +124,72 @@ def test_adaptive_inversion_and_its_resume_evaluate_each_control_afresh(tmp_path
     assert info["J"] == fresh_adaptive_J(tmp_path / "k4.h5")
     final = json.loads((run_dir / "inversion.json").read_text())
     assert final["history"][:3] == state["history"] and final["history"][-1]["J"] < state["history"][-1]["J"]
+
+
+def three_level_args(tmp_path, costs, *extra):
+    return ["invert", "--grid", "12x10", "--steps", "10", "--dt", "2e-3", "--invert", "kappa", "--bounds",
+            "kappa:0.5:3", "--ram", "1", "--disk", "1", "--pfs", "2", "--schedule", "multilevel",
+            "--local-dir", str(tmp_path / "local"), "--pfs-file", str(tmp_path / "ck.h5"),
+            "--run-dir", str(tmp_path / "run"), "--log-dir", str(tmp_path / "log"), *costs, *extra]
+
+
+def iterates(tmp_path) -> list:
+    return [json.loads(line) for line in (tmp_path / "log" / "inversion.jsonl").read_text().splitlines()]
+
+
+def leftovers(tmp_path) -> list:
+    """Files an inversion left outside its run directory and log."""
+    found = [str(p.relative_to(tmp_path)) for p in (tmp_path / "local").rglob("*") if p.is_file()]
+    return found + (["ck.h5"] if (tmp_path / "ck.h5").exists() else [])
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, restart_costs):
+    """The log of an inversion to iterate 2, resumed (no kill) up to 4."""
+    tmp = tmp_path_factory.mktemp("uninterrupted")
+    for extra in (["--max-it", "2"], ["--max-it", "4", "--resume"]):
+        proc = hpcadj(three_level_args(tmp, restart_costs, *extra), 2, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    return iterates(tmp)
+
+
+@pytest.mark.parametrize("kill", ["injected", "real"])
+def test_a_killed_inversion_resumes_with_three_levels_and_leaves_nothing(tmp_path, uninterrupted, restart_costs,
+                                                                         kill):
+    """Killed in the evaluation after iterate 2 (an injected kill of rank 1, or SIGKILL to a rank from
+    outside), --resume takes over the run: bitwise the uninterrupted inversion's iterates, and no
+    node-local snapshot or HDF5 file of the killed evaluation is left."""
+    first = hpcadj(three_level_args(tmp_path, restart_costs, "--max-it", "2"), 2, timeout=300)
+    assert first.returncode == 0, first.stderr
+    args = three_level_args(tmp_path, restart_costs, "--max-it", "4", "--resume")
+    if kill == "injected":
+        killed_run(args, 2, "1:12")
+    else:
+        real_kill(args, tmp_path)
+    assert leftovers(tmp_path), "the kill left no files: the test proves nothing"
+    again = hpcadj(args, 2, timeout=300)
+    assert again.returncode == 0, again.stderr
+    keys = ("iteration", "J", "misfit", "grad_norm", "step", "controls_hash")
+    assert [[r[k] for k in keys] for r in iterates(tmp_path)] == [[r[k] for k in keys] for r in uninterrupted]
+    assert leftovers(tmp_path) == []
+
+
+def real_kill(args, tmp_path):
+    """``hpcadj args`` on 2 ranks, rank processes SIGKILLed from outside once the evaluation has put a
+    snapshot on the node-local level (steps slowed so it is caught mid-evaluation)."""
+    proc = subprocess.Popen(["mpirun", "--oversubscribe", "-n", "2", HPCADJ, *args], cwd=ROOT,
+                            env=mpi_env({"HPCADJ_TEST_STEP_DELAY": "0.05", "OMPI_MCA_odls_base_sigkill_timeout": "0"}),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not list((tmp_path / "local").rglob("*.snap")):
+            time.sleep(0.02)
+        ranks = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        assert ranks, "no rank process to kill"
+        os.kill(int(ranks[-1]), signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode != 0 and out.strip() == "", (proc.returncode, out, err)

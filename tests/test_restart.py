@@ -222,11 +222,18 @@ def test_both_manifests_corrupt_is_a_clear_error(reference, crashed_in_reverse, 
     for name in ("manifest.json", "manifest.prev.json"):
         path = rundir / name
         path.write_text(path.read_text().replace('"ranks": 2', '"ranks": 3'))
+    tmp = rundir.parent
+    assert (tmp / "ck.h5").exists(), "the kill must have left the HDF5 file"
     proc = hpcadj([*args, "--resume"], 2, timeout=240)
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("hpcadj")]
-    assert len(lines) == 1 and "checksum" in lines[0], proc.stderr
+    assert len(lines) == 1 and "checksum" in lines[0] and "remove the directory" in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
+    # what the run owned outside its directory is gone: removing the directory, as told, is enough
+    assert not (tmp / "ck.h5").exists() and not any((tmp / "local").rglob("*.snap"))
+    shutil.rmtree(rundir)
+    info = hpcadj_json(args, 2, timeout=240)
+    assert info["J"] == ref_info["J"]
 
 
 def test_resume_on_fewer_ranks_leaves_no_node_local_files(reference, tmp_path):

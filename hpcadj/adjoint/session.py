@@ -120,12 +120,16 @@ class GradientSession:
     checked : bool
         True when :func:`check_configuration` already accepted these options (the command line
         checks them before it builds the model; an inversion once for all its sessions).
+    run_id : str, optional
+        The id in the names of the levels' files (default: a fresh one); an inversion gives its
+        sessions the id its run directory records, so a resume finds what a killed one left.
     """
 
     def __init__(self, model, checkpointing: Checkpointing | None = None, *, controls=None,
                  restart: Restart | None = None, log_dir: str | None = None, energy_model=None,
                  gradient_out: str | None = None, record: dict | None = None, progress: bool = False,
-                 should_stop=None, on_message=None, resume_hint: str | None = None, checked: bool = False):
+                 should_stop=None, on_message=None, resume_hint: str | None = None, checked: bool = False,
+                 run_id: str | None = None):
         self.model = model
         self.comm = model.comm
         self.checkpointing = checkpointing or Checkpointing()
@@ -150,6 +154,7 @@ class GradientSession:
         self.log = None
         self.faults: list[str] = []
         self._config = self.checkpointing.config()
+        self._config.run_id = run_id  # the level files' names (None: a fresh id; a run directory's own)
         self.telemetry = None
         baseline = self.checkpointing.memory_baseline
         self._baseline = baseline if baseline is not None else (process_rss_bytes() or 0)

@@ -95,6 +95,17 @@ class EvaluationCache:
         self.naive_forward_steps = 0
         self._session_steps = None
         self.notes: list[str] = []
+        #: the id of every session's level files (None: a fresh one each); at most one session's
+        #: levels exist at a time, so they can share it (an inversion's run directory records it)
+        self.run_id: str | None = None
+
+    def remove_left(self, record: dict, local_dir=None, pfs_file=None) -> list[str]:
+        """What a killed process's evaluation left (node-local snapshots, the HDF5 file, named by
+        ``record``'s run id: :func:`~hpcadj.restart.rundir.record_owned`), removed. Collective."""
+        from ..restart.rundir import remove_owned
+
+        ck = self.checkpointing
+        return remove_owned(self.comm, record, local_dir=local_dir or ck.local_dir, pfs_file=pfs_file or ck.pfs_file)
 
     def key(self, x) -> str:
         controls = self.space.unpack(x)
@@ -159,7 +170,7 @@ class EvaluationCache:
         from ..buffers import release_idle_buffers
 
         release_idle_buffers()  # the last session's RAM slots, still pooled, are no baseline of this one
-        return GradientSession(self.model, self.checkpointing, controls=self.space.unpack(x))
+        return GradientSession(self.model, self.checkpointing, controls=self.space.unpack(x), run_id=self.run_id)
 
     def _complete(self, session, outcome, key: str, t0: float, counted: int = 0) -> Evaluation:
         """The entry of a finished session; ``counted`` forward steps were counted at its first sweep."""

@@ -74,6 +74,7 @@ class InversionResult:
     history: list = field(default_factory=list)
     counts: dict = field(default_factory=dict)
     resumed_from: int | None = None
+    removed: list = field(default_factory=list)  # what a killed evaluation left, removed by this resume
 
 
 class Inversion:
@@ -177,16 +178,7 @@ class Inversion:
         begin_evaluation(self.model)  # the identity's step count is no earlier evaluation's
         space = ControlSpace(self.controls, self.invert)
         store = IterateStore(self.run_dir, self.model, self.identity()) if self.run_dir else None
-        history, done, resumed_from, start = [], 0, None, self.controls
-        try:
-            if store is not None and self.resume and store.recorded():
-                state, start = store.load(self.controls)
-                history, done = list(state["history"]), int(state["iteration"])
-                resumed_from = done
-            elif store is not None and self.primary:  # a resume stopped before its first iterate starts afresh
-                store.create(resuming=self.resume)
-        except IterateError as exc:
-            raise InversionError(str(exc)) from None
+        history, done, resumed_from, start, owned = self._open_store(store)
         x = space.pack(start)
         try:
             scale = Scaling(space, self.scaling) if self.scaling else None
@@ -202,6 +194,10 @@ class Inversion:
         reference = space.pack(self.reference) if self.reference is not None else space.pack(self.controls)
         reg = Tikhonov(float(self.weight), reference)
         cache = self.evaluations(self.model, space, self.checkpointing, policy=self.policy)
+        if owned is not None and hasattr(cache, "run_id"):  # the evaluations' levels are this run's
+            cache.run_id = owned["run_id"]
+            if self.resume:  # what a killed evaluation left goes before any evaluation
+                self.removed = cache.remove_left(owned)
         self._cache, self._space, self._energy = cache, space, None
         t_start = time.perf_counter()
         self._mark = {"t": t_start, "forward": 0, "adjoint": 0, "naive": 0, "meter": self._meter()}
@@ -313,7 +309,26 @@ class Inversion:
                                last["regularization"], last["grad_norm"], final, history,
                                {**cache.counts(), **(shell.counts() if shell else {}),
                                 "failed_evaluations": trials.failed,
-                                "seconds": time.perf_counter() - t_start}, resumed_from)
+                                "seconds": time.perf_counter() - t_start}, resumed_from, self.removed)
+
+    def _open_store(self, store):
+        """(history, iterates done, resumed-from, starting controls, the record of the evaluations'
+        level files) from the run directory: a resumed inversion's, or a fresh one created there."""
+        history, done, resumed_from, start, owned = [], 0, None, self.controls, None
+        self.removed = []
+        if store is None:
+            return history, done, resumed_from, start, owned
+        try:
+            if self.resume and store.recorded():
+                state, start = store.load(self.controls)
+                history, done = list(state["history"]), int(state["iteration"])
+                resumed_from = done
+            elif self.primary:  # a resume stopped before its first iterate starts afresh
+                store.create(resuming=self.resume)
+            owned = store.own_levels(self.checkpointing, self.resume, write=self.primary)
+        except IterateError as exc:
+            raise InversionError(str(exc)) from None
+        return history, done, resumed_from, start, owned
 
     def _hessian(self, tao, space):
         """H v products (hpcadj.inversion.newton.HessianShell) as TAO's Hessian, for nls and bntr:

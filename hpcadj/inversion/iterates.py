@@ -65,6 +65,27 @@ class IterateStore:
         if problem:
             raise IterateError(problem)
 
+    def own_levels(self, checkpointing, resuming: bool, write: bool = True) -> dict:
+        """The record of this inversion's level files (:func:`~hpcadj.restart.rundir.record_owned`):
+        the run id every evaluation's levels are named by, their node-local base and HDF5 path. A
+        fresh inversion records them (``write``: its primary group) before any evaluation creates a
+        file; a resume reads them, to remove what a killed evaluation left. The id is derived from
+        the directory's path, so every shot group agrees on it without talking. Collective."""
+        from ..restart.rundir import RunDirError, read_owned, record_owned
+
+        record = read_owned(self.path, self.comm) if resuming else None
+        if record is not None:
+            return record
+        run_id = "inv-" + hashlib.sha256(os.path.realpath(self.path).encode()).hexdigest()[:16]
+        local = getattr(checkpointing, "local_dir", None)
+        pfs = getattr(checkpointing, "pfs_file", None)
+        if not write:
+            return {"run_id": run_id, "local_dir": local, "pfs_file": None}
+        try:
+            return record_owned(self.path, self.comm, run_id, local, pfs)
+        except RunDirError as exc:
+            raise IterateError(str(exc)) from None
+
     def recorded(self) -> bool:
         """Whether an accepted iterate is recorded here (collective)."""
         found = os.path.exists(self.state_path) if self.comm.rank == 0 else None

@@ -321,7 +321,8 @@ class ShotEvaluations(EvaluationCache):
         if layout.group == 0:
             try:
                 release_idle_buffers()  # as before every session (see _shot_gradient)
-                session = GradientSession(self.problem.models[0], self._checkpointing(0), controls=controls)
+                session = GradientSession(self.problem.models[0], self._checkpointing(0), controls=controls,
+                                           run_id=self.run_id)
                 planned = session.plan()  # the costs before codec seconds, to plan the other shots with
                 profile = planned.costs
             except Exception as exc:  # noqa: BLE001 - agreed over every group
@@ -348,6 +349,15 @@ class ShotEvaluations(EvaluationCache):
             changes["pfs_file"] = f"{stem}-shot{shot:03d}{ext or '.h5'}"
         return replace(ck, **changes)
 
+    def remove_left(self, record: dict) -> list[str]:
+        """What a killed evaluation left of this group's shots (each shot's node-local directory and
+        HDF5 file, named by ``record``'s run id), removed. Collective over the group."""
+        removed = []
+        for shot in self.layout.shots:
+            ck = self._checkpointing(shot)
+            removed += super().remove_left(record, local_dir=ck.local_dir, pfs_file=ck.pfs_file)
+        return removed
+
     def _shot_gradient(self, shot: int, controls: dict, out, session=None) -> tuple[float, int, int]:
         """Shot ``shot``'s checkpointed session: its packed gradient into ``out``; (J, forward steps,
         adjoint steps)."""
@@ -360,7 +370,7 @@ class ShotEvaluations(EvaluationCache):
             # the pools of this rank's shot models still hold the last session's RAM slots: freed
             # here, else the new session's baseline counts them and --memory refuses it
             release_idle_buffers()
-            session = GradientSession(self.problem.models[shot], ck, controls=controls)
+            session = GradientSession(self.problem.models[shot], ck, controls=controls, run_id=self.run_id)
         outcome = session.solve()
         if outcome.status != "complete":
             raise SolverError(f"shot {shot}: gradient session {outcome.status}: {outcome.message}")
@@ -390,7 +400,7 @@ class ShotEvaluations(EvaluationCache):
             keeping.dirs.append(ck.local_dir)
         if session is None:
             release_idle_buffers()  # as before every session (see _shot_gradient)
-            session = GradientSession(self.problem.models[shot], ck, controls=controls)
+            session = GradientSession(self.problem.models[shot], ck, controls=controls, run_id=self.run_id)
         try:
             outcome = session.forward()
         except BaseException:

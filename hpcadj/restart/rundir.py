@@ -20,6 +20,8 @@ from ..imports import h5py
 from .identity import identity_mismatch, trajectory_refusal
 
 MANIFEST = "manifest.json"
+#: the level files a run owns outside its directory (run id, node-local base, HDF5 path)
+OWNED = "owned.json"
 PREVIOUS = "manifest.prev.json"
 LOCK = "lock.json"
 FORMAT = 3
@@ -241,6 +243,7 @@ class RunDirectory:
         self.manifest = {"format": FORMAT, "identity": identity, "trajectory": trajectory, "setup": setup,
                          "ranks": self.comm.size, "status": "running", "durable": None, "snapshots": {},
                          "created": time.time()}
+        record_owned(self.path, self.comm, setup["run_id"], setup.get("local_dir"), setup.get("pfs_file"))
         self.save()
 
     def nothing_durable(self) -> bool:
@@ -268,7 +271,7 @@ class RunDirectory:
         A manifest failing its checksum gives way to the previous generation (reported in
         ``faults``); when neither checks out the run cannot resume, and says so.
         """
-        error, found, faults = None, (None, None), []
+        error, found, faults, broken = None, (None, None), [], False
         if self.comm.rank == 0:
             current, why = _load_manifest(self.manifest_path)
             previous, why_prev = _load_manifest(self.previous_path)
@@ -278,15 +281,19 @@ class RunDirectory:
                 elif "older hpcadj" in why:
                     error = why
                 else:
-                    error = (f"cannot resume from {self.path}: {why}; {why_prev}; remove the "
-                             f"directory to start afresh")
+                    error = f"cannot resume from {self.path}: {why}; {why_prev}"
+                    broken = True
             elif current is None:
                 faults.append(f"{why}: resuming from the previous generation {PREVIOUS}")
                 current, previous = previous, None
             if error is None:
                 error = identity_mismatch(current["identity"], identity)
             found = (current, previous)
-        self._agree_error(self.comm.bcast(error, root=0))
+        error, broken = self.comm.bcast((error, broken), root=0)
+        if broken:  # the run cannot continue: what it owns outside the directory must not block the next
+            removed = remove_owned(self.comm, read_owned(self.path, self.comm))
+            error += f"{'; ' + '; '.join(removed) if removed else ''}; remove the directory to start afresh"
+        self._agree_error(error)
         self.manifest, self.previous = self.comm.bcast(found, root=0)
         self.faults += self.comm.bcast(faults, root=0)
         return self.manifest
@@ -376,6 +383,62 @@ class RunDirectory:
                 vec.getArray().reshape(controls[name].shape)[...] = f["grad/" + name][controls[name].slices]
                 grad[name] = vec
         return step, model.restore(snapshot), grad
+
+
+def record_owned(path: str, comm, run_id: str, local_dir: str | None, pfs_file: str | None) -> dict:
+    """Record in directory ``path`` the level files a run owns outside it, before it creates any:
+    its node-local directories (``hpcadj-<run_id>`` under ``local_dir``) and its HDF5 file (only when
+    nothing exists at ``pfs_file`` yet: a file already there is someone else's). Collective."""
+    error, record = None, None
+    if comm.rank == 0:
+        pfs = os.path.abspath(pfs_file) if pfs_file else None
+        record = {"run_id": run_id, "local_dir": os.path.abspath(local_dir) if local_dir else None,
+                  "pfs_file": pfs if pfs and not os.path.lexists(pfs) else None}
+        try:
+            _write_json(os.path.join(path, OWNED), {**record, "crc32": json_crc32(record)})
+        except OSError as exc:
+            error = f"cannot write {os.path.join(path, OWNED)}: {exc.strerror}"
+    agree_or_raise(comm, comm.bcast(error, root=0), RunDirError, first=True)
+    return comm.bcast(record, root=0)
+
+
+def read_owned(path: str, comm) -> dict | None:
+    """The record :func:`record_owned` wrote in ``path`` (None: none, or it fails its checksum)."""
+    record = None
+    if comm.rank == 0:
+        try:
+            with open(os.path.join(path, OWNED)) as f:
+                record = json.load(f)
+            body = {k: v for k, v in record.items() if k != "crc32"}
+            record = body if record.get("crc32") == json_crc32(body) else None
+        except (OSError, ValueError, AttributeError):
+            record = None
+    return comm.bcast(record, root=0)
+
+
+def remove_owned(comm, record: dict | None, local_dir: str | None = None, pfs_file: str | None = None) -> list[str]:
+    """Remove what a killed process of the run in ``record`` left: its node-local snapshots (one
+    rank per node) and its HDF5 file (``local_dir``, ``pfs_file``: where a level of that run put
+    them, by default the recorded ones; an HDF5 file that no longer opens is taken as the run's only
+    where ``record`` claims the path). Collective; what went, for a report."""
+    from ..checkpoint.storage.local import purge_node_local
+    from ..checkpoint.storage.pfs_attach import remove_dead_file
+
+    if not record:
+        return []
+    purge_node_local(comm, local_dir or record.get("local_dir"), record["run_id"])
+    note = remove_dead_file(comm, pfs_file or record.get("pfs_file"), record["run_id"],
+                            claimed=record.get("pfs_file") is not None)
+    return [note] if note else []
+
+
+def _write_json(path: str, obj) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def json_crc32(body: dict) -> int:

@@ -181,3 +181,29 @@ def _rank_crcs(h5file, g, k: int) -> list[int]:
             d.read_direct(block, source_sel=lay.slices)
         out.append(block_checksum(block))
     return out
+
+
+def remove_dead_file(comm, path: str | None, run_id: str, claimed: bool = True) -> str | None:
+    """Remove the checkpoint file a killed process of run ``run_id`` left at ``path`` (collective).
+
+    A file that opens is removed when it is run ``run_id``'s; one that does not open (killed
+    mid-write) when ``claimed``: the caller recorded ``path`` as the run's before any file existed
+    there. Returns what was removed, for a report, or None."""
+    note = None
+    if path and comm.rank == 0 and os.path.lexists(path):
+        try:
+            with h5py().File(path, "r") as f:
+                owner = f.attrs.get("run_id")
+                owner = owner.decode() if isinstance(owner, bytes) else owner
+                fmt = f.attrs.get("format")
+                ours = owner == run_id and (fmt.decode() if isinstance(fmt, bytes) else fmt) == FORMAT
+        except Exception:  # noqa: BLE001 - not an HDF5 file any more: the killed write's, if claimed
+            ours = claimed
+        if ours:
+            try:
+                size = os.path.getsize(path)
+                os.remove(path)
+                note = f"removed the checkpoint file {path} ({size / 2**20:.1f} MiB) a killed run left"
+            except OSError:
+                pass
+    return comm.bcast(note, root=0)

@@ -21,7 +21,9 @@ property, PASSED, FAILED, WARNING or NOT CHECKED with a short reason:
   one is given: ``variant``; otherwise NOT CHECKED);
 - ``working_set``: the declared ``working_set_states()`` against the peak resident memory a few
   steps and adjoint steps add, per state (VmHWM; under-declared fails, over-declared warns, a state
-  too small for RSS to resolve warns and says so).
+  too small for RSS to resolve warns and says so);
+- ``advance``: a model's own ``advance(i, u, k)`` against k calls of ``step``, bitwise, for runs
+  around its time tile depth (:func:`check_advance`; NOT CHECKED for a model without one).
 
 Collective: call it on every rank; every rank returns the same report.
 """
@@ -41,7 +43,7 @@ from .guards import checksum, finite
 from .probes import adjoint_properties
 
 PROPERTIES = ("step_pure", "inputs_untouched", "snapshot_round_trip", "adjoint_transpose", "adjoint_difference",
-              "parameters_used", "describe", "working_set")
+              "parameters_used", "describe", "working_set", "advance")
 PASSED, FAILED, WARNING, NOT_CHECKED = "PASSED", "FAILED", "WARNING", "NOT CHECKED"
 
 #: per-step dot products must agree to this relative mismatch (or the model's dot_product_tolerance)
@@ -492,6 +494,7 @@ def check_contract(model, controls=None, *, steps: int = 3, variant=None, factor
     results["describe"] = guarded("describe", lambda: _describe(model, variant))
     results["working_set"] = guarded("working_set",
                                      lambda: _working_set(model, controls, factory, steps, memory_tolerance))
+    results["advance"] = guarded("advance", lambda: check_advance(model, controls))
     model.set_controls(controls)
     try:
         facts = model.describe()
@@ -502,3 +505,45 @@ def check_contract(model, controls=None, *, steps: int = 3, variant=None, factor
     facts.setdefault("model", getattr(model, "name", type(model).__name__))
     return ContractReport(model=facts, ranks=comm.size, steps=steps,
                           properties=[results[name] for name in PROPERTIES])
+
+
+def check_advance(model, controls=None, *, start: int = 1, lengths=None) -> PropertyResult:
+    """``advance``: the model's ``advance(i, u, k)`` from u_start against k calls of ``step``, bitwise
+    on every rank, with its objective terms too where it evaluates them (``advance_objective``).
+
+    ``lengths`` default: 1, 2, T - 1, T, T + 1 and 2T + 1 (T the model's ``tile_depth()``, 4 without
+    one) within the model's steps. Collective; the same result on every rank."""
+    from ..models.base import Stepper
+
+    if type(model).advance is Stepper.advance:
+        return PropertyResult("advance", NOT_CHECKED, "the model has no advance of its own (the default loops step)")
+    depth = int(model.tile_depth()) if hasattr(model, "tile_depth") else 4
+    n = model.n_steps if model.n_steps is not None else start + 2 * depth + 2
+    if lengths is None:
+        lengths = (1, 2, depth - 1, depth, depth + 1, 2 * depth + 1)
+    lengths = sorted({k for k in lengths if k >= 1 and start + k <= n})
+    if not lengths:
+        return PropertyResult("advance", NOT_CHECKED, f"the model runs too few steps ({n}) past u_{start}")
+    model.set_controls(controls if controls is not None else model.default_controls())
+    u = model.initial_state()
+    for i in range(start):
+        u = model.step(i, u)
+    with_terms = bool(getattr(model, "advance_objective", False))
+    wrong = None
+    for k in lengths:
+        stepped, terms = u, []
+        for i in range(start, start + k):
+            stepped = model.step(i, stepped)
+            terms.append(model.objective(i + 1, stepped))
+        got = model.advance(start, u, k, objective=with_terms)
+        advanced, got_terms = got if with_terms else (got, terms)
+        if not _same(_array(advanced), _array(stepped)):
+            wrong = wrong or f"advance({start}, u, {k}) differs from {k} steps by up to " \
+                             f"{_max_diff(_array(advanced), _array(stepped)):.3g}"
+        elif got_terms != terms:
+            wrong = wrong or f"advance({start}, u, {k}, objective=True) gives other objective terms than the steps"
+    problem = _agree(model.comm, wrong)
+    if problem:
+        return PropertyResult("advance", FAILED, problem)
+    return PropertyResult("advance", PASSED, f"bitwise k steps for k = {', '.join(map(str, lengths))}"
+                          + (f" (tile depth {depth})" if hasattr(model, "tile_depth") else ""))

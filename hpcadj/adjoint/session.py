@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from ..checkpoint.manager import build_levels
 from ..checkpoint.memory import process_rss_bytes
-from ..checkpoint.options import (Checkpointing, ConfigError, agreed, check_can_create, fmt_bytes,
+from ..checkpoint.options import (Checkpointing, ConfigError, agreed, apply_time_tile, check_can_create, fmt_bytes,
                                   load_costs, memory_bytes)
 from ..checkpoint.provision import PlannedRun, Resuming, provision, recompute_warning
 from ..checkpoint.schedules import CostProfile, simulate
@@ -184,6 +184,7 @@ class GradientSession:
         self._steps = begin_evaluation(self.model)  # adaptive steps: this evaluation's own sequence
         try:
             self.check()
+            apply_time_tile(self.model, self.checkpointing.time_tile)
             self._open_run_directory()
             self.planned = provision(self.model, self.controls, self.checkpointing, config=self._config,
                                      baseline_bytes=self._baseline, resuming=self._resuming(),

@@ -56,6 +56,7 @@ class Checkpointing:
     compress_disk: str | None = None
     compress_pfs: str | None = None
     compress_probe_steps: int | None = None  # the compression probe's last state (default 4)
+    time_tile: int | None = None  # advances in time tiles of this depth (1: single steps; None: the model's choice)
 
     def codecs(self) -> dict:
         """Level name -> codec of the compressed levels (ConfigError on a bad spec)."""
@@ -76,6 +77,9 @@ class Checkpointing:
         if self.pfs_file and self.pfs is None:
             raise ConfigError(f"--pfs-file {self.pfs_file} names the HDF5 level's file, but no --pfs budget "
                               "is given: add --pfs SLOTS|BYTES or drop --pfs-file")
+        if self.time_tile is not None and (isinstance(self.time_tile, bool) or not isinstance(self.time_tile, int)
+                                           or self.time_tile < 1):
+            raise ConfigError(f"--time-tile must be a whole number >= 1 (1: single steps), got {self.time_tile!r}")
         if self.minimize not in ("time", "energy"):
             raise ConfigError(f"minimize must be 'time' or 'energy', got {self.minimize!r}")
         if self.local_dir and self.disk is not None:
@@ -177,3 +181,15 @@ def check_usable_directory(path: str, flag: str) -> None:
             pass
     except OSError as exc:
         raise ConfigError(f"{flag} {path}: cannot create files in {existing} ({exc.strerror or exc})") from None
+
+
+def apply_time_tile(model, depth) -> None:
+    """Give ``model`` the time tile depth of its advances (collective; None keeps the model's own
+    choice; a model without ``set_time_tile`` has no tiles); ConfigError naming the limit it breaks."""
+    setter = getattr(model, "set_time_tile", None)
+    if setter is None or depth is None:
+        return
+    try:
+        setter(depth)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None

@@ -52,6 +52,9 @@ def _declarations(schedules) -> dict:
             "calibrate": "do not measure how much of a write asynchronous I/O hides"}),
         "--keep-checkpoints": ({"action": "store_true"}, {
             "run": "keep checkpoint files after the run"}),
+        "--time-tile": ({"type": int, "default": None, "metavar": "T"}, {
+            "run": "advance runs of forward steps T at a time in cache (time tiling; bitwise the single "
+                   "steps'; 1: single steps; default: the model's choice)"}),
         "--costs": ({"default": None, "metavar": "PROFILE.json"}, {
             "run": "cost profile from 'hpcadj calibrate' (else a brief calibration when needed)",
             "plan": "cost profile (forward/adjoint step, write/read per level); default: documented model"}),
@@ -98,7 +101,7 @@ def add_checkpoint_arguments(parser) -> None:
     """Every checkpoint option, in the groups ``checkpointing`` and ``compression``: ``run`` and ``invert``."""
     add_checkpoint_options(parser.add_argument_group("checkpointing"), "run",
                            "--schedule", "--ram", "--disk", "--pfs", "--memory", "--local-dir", "--pfs-file",
-                           "--async", "--no-async", "--keep-checkpoints", "--costs", "--minimize")
+                           "--async", "--no-async", "--keep-checkpoints", "--costs", "--minimize", "--time-tile")
     add_checkpoint_options(parser.add_argument_group("compression"), "run", "--compress",
                            *(f"--compress-{name}" for name in LEVEL_NAMES), "--compress-probe")
 
@@ -108,7 +111,7 @@ _FIELDS = {"ram": "ram", "disk": "disk", "pfs": "pfs", "local_dir": "local_dir",
            "keep": "keep_checkpoints", "schedule": "schedule", "minimize": "minimize", "costs": "costs",
            "memory": "memory", "memory_baseline": "memory_baseline", "compress": "compress",
            "compress_ram": "compress_ram", "compress_disk": "compress_disk", "compress_pfs": "compress_pfs",
-           "compress_probe_steps": "compress_probe"}
+           "compress_probe_steps": "compress_probe", "time_tile": "time_tile"}
 
 
 def checkpointing(args):

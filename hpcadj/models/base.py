@@ -71,6 +71,22 @@ class Stepper(abc.ABC):
     def step(self, i: int, u):
         """Return u_{i+1} (a new Vec) from u_i; pure in ``(i, u)``."""
 
+    #: whether :meth:`advance` can evaluate the objective inside (``objective=True``); the first
+    #: sweep hands runs of steps to it only then, recomputation always
+    advance_objective: bool = False
+
+    def advance(self, i: int, u, k: int, objective: bool = False):
+        """Return u_{i+k} from u_i: k steps whose intermediate states nobody reads, bitwise equal to k
+        calls of :meth:`step` (docs/models.md, "Advances"); with ``objective`` the pair (u_{i+k},
+        [J_{i+1}, .., J_{i+k}]), each bitwise :meth:`objective`'s. The default loops :meth:`step`; a
+        model overrides it to time-tile. The input is the caller's (never changed, never destroyed)."""
+        terms = []
+        for j in range(i, i + k):
+            u = self.step(j, u)
+            if objective:
+                terms.append(self.objective(j + 1, u))
+        return (u, terms) if objective else u
+
     @abc.abstractmethod
     def objective(self, i: int, u) -> float:
         """Contribution J_i(u_i) of state i to the objective (0.0 where there is none)."""

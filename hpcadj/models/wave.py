@@ -52,6 +52,13 @@ kern = kernels.lazy("wave")
 _NO_FACE = kernels.readonly(np.zeros((1, 1)))
 
 
+def _tiled():
+    """The tiled advance's module (kernels/wave_tiled.py), imported when first used."""
+    from .kernels import wave_tiled
+
+    return wave_tiled
+
+
 def ricker(t, f0: float):
     """Ricker wavelet (1 - 2 (pi f0 s)^2) exp(-(pi f0 s)^2), s = t - 1/f0."""
     s = math.pi * f0 * (t - 1.0 / f0)
@@ -334,8 +341,75 @@ class WaveModel(AdaptiveSteps, Stepper):
         return [(k, loc, current[loc] - self.observed[i, k]) for k, loc in self._receivers_local]
 
     def objective(self, i, u):
-        local = 0.5 * sum(r * r for _k, _loc, r in self._residuals(i, u))
+        current = self._fields(u)[1]
+        return self._objective_term(i, [current[loc] for _k, loc in self._receivers_local])
+
+    def _objective_term(self, i, values):
+        """J_i from this rank's receivers' values of u^i (in ``_receivers_local`` order)."""
+        if self.observed is not None:
+            values = [v - self.observed[i, k] for (k, _loc), v in zip(self._receivers_local, values)]
+        local = 0.5 * sum(r * r for r in values)
         return self.comm.allreduce(float(local))
+
+    # -- advances (time tiling, kernels/wave_tiled.py) ----------------------------------------
+    time_tile: int | None = None  # requested depth T; None: automatic (:func:`wave_tiled.auto_depth`)
+    advance_objective = True      # the receivers are sampled inside the tile
+    _tiler = None
+
+    def time_tile_limit(self) -> int:
+        """The largest T the partition allows (collective): the thinnest owned extent along a split
+        axis (a halo then comes from the next rank only), at most ``wave_tiled.MAX_DEPTH``."""
+        return _tiled().depth_limit(self.field, self.comm)
+
+    def set_time_tile(self, depth) -> None:
+        """Use time tiles of depth T (1: single steps; None: automatic); ValueError naming the limit."""
+        if depth is not None:
+            if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+                raise ValueError(f"--time-tile must be a whole number >= 1, got {depth!r}")
+            limit = self.time_tile_limit()
+            if depth > limit:
+                raise ValueError(f"--time-tile {depth} exceeds this partition's limit {limit} "
+                                 f"({_tiled().limit_reason(self.field, self.comm)})")
+        self.time_tile = depth
+        self._tiler = None
+
+    def tile_depth(self) -> int:
+        """The time tile depth in use (collective the first time: the automatic choice agrees)."""
+        if self.time_tile is None:
+            self.time_tile = min(_tiled().auto_depth(self.field), self.time_tile_limit())
+        return self.time_tile
+
+    def advance(self, i, u, k, objective=False):
+        """u_{i+k} from u_i in tiles of depth T (bitwise k single steps); with ``objective`` also
+        [J_{i+1} .. J_{i+k}] from the receivers sampled inside the tiles."""
+        depth = self.tile_depth()
+        if depth > 1 and (self._tiler is None or self._tiler.depth != depth):
+            self._tiler = _tiled().Tiler(self, depth)
+        tiler, terms, first = self._tiler, [], u
+        while k > 0:
+            t = min(depth, k)
+            if t == 1:  # a lone step (T = 1, or the last of a run): the single-step kernel
+                out = self.step(i, u)
+                if u is not first:
+                    u.destroy()
+                if objective:
+                    terms.append(self.objective(i + 1, out))
+                u, i, k = out, i + 1, k - 1
+                continue
+            params = []
+            for j in range(i, i + t):
+                dt, r, dt2 = self._step_params(j)
+                params.append((0.5 * dt, r, dt2, self._source_value(j)))
+            traces = np.zeros((t, tiler.n_traces))
+            out = self._pool.new_vec()
+            tiler.run(u, out, params, traces)
+            if u is not first:
+                u.destroy()  # an intermediate tile's state: its buffer goes back to the pool
+            if objective:
+                terms += [self._objective_term(i + s + 1, [traces[s, kk] for kk, _loc in self._receivers_local])
+                          for s in range(t)]
+            u, i, k = out, i + t, k - t
+        return (u, terms) if objective else u
 
     def objective_gradient(self, i, u):
         g = self._pool.new_vec()  # a pooled buffer (often an idle one), zeroed

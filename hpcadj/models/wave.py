@@ -296,8 +296,11 @@ class WaveModel(AdaptiveSteps, Stepper):
         slots: sigma and c (1 state: a field is half a pair), halo buffers and faces, the receivers'
         traces. Its kept u0 is u_0 itself. Measured by experiments/memory_budget/probe.py (2 ranks,
         3 RAM slots, 10 steps; peak RSS above baseline per state per rank): 128^3 11.3 states in all,
-        1.3 of them the model's; 64^3 11.7 (1.7); 2-D 1024^2 11.6 (1.6). Was 24.1 at 128^3."""
-        return 2.0
+        1.3 of them the model's; 64^3 11.7 (1.7); 2-D 1024^2 11.6 (1.6). Was 24.1 at 128^3.
+        Time tiles add what the tiler holds (``wave_tiled.extra_states``: c and sigma on the extended
+        block, about one state)."""
+        depth = self.time_tile if self.time_tile is not None else _tiled().auto_depth(self.field)
+        return 2.0 + (_tiled().extra_states(self.field, depth) if depth > 1 else 0.0)
 
     def initial_state(self):
         """u_0: the split u0 made by set_controls, shared (states are never changed in place)."""

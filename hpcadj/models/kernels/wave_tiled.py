@@ -97,43 +97,43 @@ def advance(P, C, H, rowoff, lo, m, E, rng, sigma, c, ih2, has_b, hdts, rs, dt2s
             j0, j1 = rng[s, 1, 0], rng[s, 1, 1]
             i0, i1 = rng[s, 2, 0], rng[s, 2, 1]
             last = s == t
-            di = -lo[2] if last else 1
+            n = i1 - i0
             for j in range(j0, j1):
+                # row views starting at the first point computed, indexed from 0: indices LLVM can
+                # prove non-negative, so the loop vectorises (a runtime start kept it scalar)
                 if last:
-                    orow = out_c[p - lo[0], j - lo[1]]
+                    orow = out_c[p - lo[0], j - lo[1], i0 - lo[2]:]
                 else:
-                    orow = ring[s + 1, p % 3, j + 1]
-                row = cen[j + 1]
-                bm = cen[j]
-                bp = cen[j + 2]
-                zm = am[j + 1]
-                zp = ap[j + 1]
-                prow = prv[j + 1]
-                srow = sigma[p, j]
-                crow = c[p, j]
-                for i in range(i0, i1):
+                    orow = ring[s + 1, p % 3, j + 1, i0 + 1:]
+                row = cen[j + 1, i0:]
+                bm = cen[j, i0 + 1:]
+                bp = cen[j + 2, i0 + 1:]
+                zm = am[j + 1, i0 + 1:]
+                zp = ap[j + 1, i0 + 1:]
+                prow = prv[j + 1, i0 + 1:]
+                srow = sigma[p, j, i0:]
+                crow = c[p, j, i0:]
+                for i in range(n):
                     u = row[i + 1]
-                    lap = _lap_t(u, zm[i + 1], zp[i + 1], bm[i + 1], bp[i + 1], row[i], row[i + 2],
-                                 iha2, ihb2, ihx2, has_b)
+                    lap = _lap_t(u, zm[i], zp[i], bm[i], bp[i], row[i], row[i + 2], iha2, ihb2, ihx2, has_b)
                     sg = hdt * srow[i]
                     a = 1.0 / (1.0 + sg)
                     b = r - sg
                     ci = crow[i]
-                    orow[i + di] = a * ((two * u - b * prow[i + 1]) + dt2 * ((ci * ci) * lap))
+                    orow[i] = a * ((two * u - b * prow[i]) + dt2 * ((ci * ci) * lap))
                 if p == sa and j == sb and i0 <= sx < i1:
-                    i = sx
+                    i = sx - i0
                     u = row[i + 1]
-                    lap = _lap_t(u, zm[i + 1], zp[i + 1], bm[i + 1], bp[i + 1], row[i], row[i + 2],
-                                 iha2, ihb2, ihx2, has_b)
+                    lap = _lap_t(u, zm[i], zp[i], bm[i], bp[i], row[i], row[i + 2], iha2, ihb2, ihx2, has_b)
                     sg = hdt * srow[i]
                     a = 1.0 / (1.0 + sg)
                     b = r - sg
                     ci = crow[i]
-                    orow[i + di] = a * ((two * u - b * prow[i + 1]) + dt2 * ((ci * ci) * lap + fvals[s - 1]))
+                    orow[i] = a * ((two * u - b * prow[i]) + dt2 * ((ci * ci) * lap + fvals[s - 1]))
                 rid = recrow[p, j]
                 if rid >= 0:
                     for q in range(rec_start[rid], rec_start[rid + 1]):
-                        traces[s - 1, rec_col[q]] = orow[rec_x[q] + di]
+                        traces[s - 1, rec_col[q]] = orow[rec_x[q] - i0]
         pp = kk - (t - 1)  # level t - 1's plane finished this iteration: the owned part is u^{i+t-1}
         if lo[0] <= pp < lo[0] + m[0]:
             plane = ring[t, pp % 3]
@@ -311,13 +311,6 @@ class Tiler:
         scatter.scatter(u, seq, addv=PETSc.InsertMode.INSERT, mode=PETSc.ScatterMode.FORWARD)
         return seq.getArray(readonly=True).reshape(2, self.ext.size)
 
-    def extra_states(self) -> float:
-        """What the tiler holds, in state-equivalents (a state is two owned fields): the extended
-        sigma and c, the halo buffer and the ring planes."""
-        owned = float(np.prod(self.ext.m))
-        extended = float(np.prod(self.ext.E))
-        return (2 * extended + 2 * self.ext.size + self.ring.size) / (2 * owned)
-
     def run(self, u, out, params, traces):
         """One tile: ``out`` = the state t = len(params) steps after ``u``; params per step are
         (hdt, r, dt2, source value)."""
@@ -384,6 +377,33 @@ def _l2_bytes() -> int:
     return 2 ** 20
 
 
+def _tile_shape(field):
+    """(owned shape, split flags) in tile coordinates: (z, y, x), or (y, 1, x) in 2-D."""
+    shape = tuple(field.shape)
+    split = [len(r) > 1 for r in reversed(field.ownership_ranges)]
+    if field.dim == 2:
+        return (shape[0], 1, shape[1]), (split[0], False, split[1])
+    return shape, tuple(split)
+
+
+def _ring_bytes(field, depth: int) -> int:
+    """Bytes of the ring planes at ``depth`` (three halo-padded planes per level, T + 1 levels)."""
+    (_ma, mb, mx), (_sa, sb, sx) = _tile_shape(field)
+    plane = (mb + 2 * depth * sb + 2) * (mx + 2 * depth * sx + 2) * 8
+    return (depth + 1) * 3 * plane
+
+
 def auto_depth(field) -> int:
-    """The default tile depth: 4."""
-    return 4
+    """The default tile depth: 16 or 8 where their ring planes fit in twice the L2 cache, else 4
+    (the ring is what a plane's T steps reuse; the coefficients stream past once)."""
+    budget = 2 * _l2_bytes()
+    return next((d for d in (16, 8) if _ring_bytes(field, d) <= budget), 4)
+
+
+def extra_states(field, depth: int) -> float:
+    """What :class:`Tiler` holds, in state-equivalents (a state is two owned fields), no more than:
+    sigma and c on the extended block, the halo buffer of both fields and the ring planes."""
+    shape, split = _tile_shape(field)
+    owned = float(np.prod(shape))
+    extended = float(np.prod([m + 2 * depth * s for m, s in zip(shape, split)]))
+    return (2 * extended + 2 * (extended - owned) + _ring_bytes(field, depth) / 8) / (2 * owned)

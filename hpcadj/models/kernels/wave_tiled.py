@@ -62,7 +62,7 @@ def _fill(plane, F, Hf, rowoff, q, lo, m, E):
 
 @njit(cache=True, error_model="numpy")
 def advance(P, C, H, rowoff, lo, m, E, rng, sigma, c, ih2, has_b, hdts, rs, dt2s, fvals, src,
-            recrow, rec_start, rec_x, rec_col, traces, ring, zero, out_p, out_c):
+            recrow, rec_start, rec_x, rec_col, traces, ring, zero, aring, out_p, out_c):
     """(out_p, out_c) = (u^{i+t-1}, u^{i+t}) from (P, C) = (u^{i-1}, u^i), t = len(hdts).
 
     P, C, out_*: owned blocks (tile coordinates); H (2, nh): the halo of P and C (depth T);
@@ -71,16 +71,31 @@ def advance(P, C, H, rowoff, lo, m, E, rng, sigma, c, ih2, has_b, hdts, rs, dt2s
     sigma, c: the coefficients on the extended block; per step s: hdts (dt/2), rs (r), dt2s, fvals
     (the source's value, at extended node src). Receivers: recrow[a, b] indexes rec_start for a
     row holding receivers (else -1); traces[s - 1, rec_col] gets level s there. ring
-    (t + 1, 3, EB + 2, EX + 2) and zero (EB + 2, EX + 2) are scratch with zero pads.
+    (t + 1, 3, EB + 2, EX + 2) and zero (EB + 2, EX + 2) are scratch with zero pads; aring
+    (>= t + 1, EB, EX) too: where every step of the tile has the same dt/2, a = 1/(1 + s) is made
+    once per point there and read by all t levels (the same double every level would make).
     """
     iha2, ihb2, ihx2 = ih2
     t = hdts.shape[0]
     sa, sb, sx = src
     EA = E[0]
+    R = aring.shape[0]
+    uniform = True
+    for q in range(t):
+        if hdts[q] != hdts[0]:
+            uniform = False
     for kk in range(EA + t):
         if kk < EA:
             _fill(ring[0, kk % 3], P, H[0], rowoff, kk, lo, m, E)
             _fill(ring[1, kk % 3], C, H[1], rowoff, kk, lo, m, E)
+            if uniform:
+                hdt0 = hdts[0]
+                ap_ = aring[kk % R]
+                sp_ = sigma[kk]
+                for j in range(E[1]):
+                    arow_, srow_ = ap_[j], sp_[j]
+                    for i in range(E[2]):
+                        arow_[i] = 1.0 / (1.0 + hdt0 * srow_[i])
         for s in range(1, t + 1):
             p = kk - s
             if p < rng[s, 0, 0] or p >= rng[s, 0, 1]:
@@ -113,14 +128,23 @@ def advance(P, C, H, rowoff, lo, m, E, rng, sigma, c, ih2, has_b, hdts, rs, dt2s
                 prow = prv[j + 1, i0 + 1:]
                 srow = sigma[p, j, i0:]
                 crow = c[p, j, i0:]
-                for i in range(n):
-                    u = row[i + 1]
-                    lap = _lap_t(u, zm[i], zp[i], bm[i], bp[i], row[i], row[i + 2], iha2, ihb2, ihx2, has_b)
-                    sg = hdt * srow[i]
-                    a = 1.0 / (1.0 + sg)
-                    b = r - sg
-                    ci = crow[i]
-                    orow[i] = a * ((two * u - b * prow[i]) + dt2 * ((ci * ci) * lap))
+                if uniform:
+                    arow = aring[p % R, j, i0:]
+                    for i in range(n):
+                        u = row[i + 1]
+                        lap = _lap_t(u, zm[i], zp[i], bm[i], bp[i], row[i], row[i + 2], iha2, ihb2, ihx2, has_b)
+                        b = r - hdt * srow[i]
+                        ci = crow[i]
+                        orow[i] = arow[i] * ((two * u - b * prow[i]) + dt2 * ((ci * ci) * lap))
+                else:
+                    for i in range(n):
+                        u = row[i + 1]
+                        lap = _lap_t(u, zm[i], zp[i], bm[i], bp[i], row[i], row[i + 2], iha2, ihb2, ihx2, has_b)
+                        sg = hdt * srow[i]
+                        a = 1.0 / (1.0 + sg)
+                        b = r - sg
+                        ci = crow[i]
+                        orow[i] = a * ((two * u - b * prow[i]) + dt2 * ((ci * ci) * lap))
                 if p == sa and j == sb and i0 <= sx < i1:
                     i = sx - i0
                     u = row[i + 1]
@@ -251,6 +275,7 @@ class Tiler:
         EB, EX = ext.shape[1], ext.shape[2]
         self.ring = np.zeros((self.depth + 1, 3, EB + 2, EX + 2))
         self.zero = np.zeros((EB + 2, EX + 2))
+        self.aring = np.zeros((self.depth + 1, EB, EX))
         self._state_scatter = None
         self.sigma = readonly(self._extend_field(model._sigma))
         self._c_of = None  # (the model's c array it was made from, the extended c)
@@ -325,7 +350,7 @@ class Tiler:
         advance(P, C, H, self.ext.rowoff, self.ext.lo, self.ext.m, self.ext.E, self.ranges(t),
                 self.sigma, self.velocity(), ih2, model.dim == 3, hdts, rs, dt2s, fvals, self.src,
                 self.recrow, self.rec_start, self.rec_x, self.rec_col, traces, self.ring, self.zero,
-                out_p, out_c)
+                self.aring, out_p, out_c)
 
 
 #: the deepest tile offered: the ring holds T + 1 levels of three planes each
@@ -390,7 +415,7 @@ def _ring_bytes(field, depth: int) -> int:
     """Bytes of the ring planes at ``depth`` (three halo-padded planes per level, T + 1 levels)."""
     (_ma, mb, mx), (_sa, sb, sx) = _tile_shape(field)
     plane = (mb + 2 * depth * sb + 2) * (mx + 2 * depth * sx + 2) * 8
-    return (depth + 1) * 3 * plane
+    return (depth + 1) * 4 * plane  # and the plane of a per level
 
 
 def auto_depth(field) -> int:

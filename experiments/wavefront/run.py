@@ -1,0 +1,148 @@
+"""Wavefront (time-tiled) advances of the wave model against its single steps and a triad.
+
+For each grid and rank count, one mpirun measures, interleaved round by round in the same
+processes: a STREAM-like triad (experiments/kernels/run.py's ``Triad``), m single steps as the
+driver takes them (``step``), and ``advance(0, u, m)`` at T = 1, 2, 4, 8, 16 (``--time-tile``).
+Per variant: seconds per step (slowest rank; minimum and median over the rounds), the speed-up over
+the single step, and the effective bandwidth (the 48 bytes a point a single step must move, over
+the time per step) against the triad's. Writes results.csv, wavefront.png and prints a table.
+
+    .venv/bin/python experiments/wavefront/run.py [--grids 96x96x96,128x128x128,192x192x192]
+        [--ranks 1,2] [--steps 32] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent / "kernels"))
+
+import _harness as H  # noqa: E402
+
+DEPTHS = (1, 2, 4, 8, 16)
+STEP_BYTES = 48  # per point: read u^{i-1}, u^i, sigma, c; write both fields of the pair
+
+
+def worker(grid: str, steps: int, rounds: int) -> None:
+    """Under mpirun: the interleaved measurement; rank 0 prints one JSON row per variant."""
+    from run import Triad
+
+    from hpcadj.imports import mpi, petsc
+    from hpcadj.models.dmda import parse_grid
+    from hpcadj.models.wave import WaveModel
+
+    comm = mpi().COMM_WORLD
+    MPI = mpi()
+    model = WaveModel(comm, parse_grid(grid), n_steps=10 * steps)
+    model.set_controls(model.default_controls())
+    u = model.initial_state()
+    for i in range(4):
+        u = model.step(i, u)
+    limit = model.time_tile_limit()
+    depths = [d for d in DEPTHS if d <= limit]
+    triad = Triad(comm, n=1 << 23)
+
+    def single(_):
+        v = u
+        for i in range(steps):
+            w = model.step(i, v)
+            if v is not u:
+                v.destroy()
+            v = w
+        return v
+
+    def tiled(depth):
+        def go(_):
+            model.set_time_tile(depth)
+            return model.advance(0, u, steps)
+        return go
+
+    variants = [("step", single)] + [(f"T{d}", tiled(d)) for d in depths]
+    for _name, fn in variants:  # warm: compile, fault in the pool's buffers
+        fn(0).destroy()
+        petsc().garbage_cleanup(comm)
+    times = {name: [] for name, _ in variants}
+    bandwidth = []
+    for r in range(rounds):
+        bandwidth += triad.samples(2)
+        order = variants[r % len(variants):] + variants[:r % len(variants)]
+        for name, fn in order:
+            comm.Barrier()
+            t0 = time.perf_counter()
+            out = fn(r)
+            dt = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+            out.destroy()
+            petsc().garbage_cleanup(comm)
+            times[name].append(dt / steps)
+    if comm.rank == 0:
+        points = 1
+        for n in parse_grid(grid):
+            points *= n
+        triad_gbps = max(bandwidth)
+        base = min(times["step"])
+        for name, _ in variants:
+            best = min(times[name])
+            print(json.dumps({"grid": grid, "ranks": comm.size, "variant": name, "steps": steps,
+                              "s_per_step_min": best, "s_per_step_median": statistics.median(times[name]),
+                              "speedup_vs_step": base / best,
+                              "effective_GBps": STEP_BYTES * points / best / 1e9, "triad_GBps": triad_gbps,
+                              "ratio_to_triad": STEP_BYTES * points / best / 1e9 / triad_gbps}))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--grids", default="96x96x96,128x128x128,192x192x192")
+    p.add_argument("--ranks", default="1,2")
+    p.add_argument("--steps", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        worker(args.worker, args.steps, args.rounds)
+        return 0
+    rows = []
+    for ranks in (int(r) for r in args.ranks.split(",")):
+        for grid in args.grids.split(","):
+            H.log(f"{grid} on {ranks} rank(s)")
+            out = H.mpirun(ranks, [str(H.PY), str(Path(__file__).resolve()), "--worker", grid,
+                                   "--steps", str(args.steps), "--rounds", str(args.rounds)], timeout=3600)
+            rows += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    info = H.machine()
+    for row in rows:
+        row.update(date=info["date"], loadavg_1m=info["loadavg_1m"])
+    H.write_csv(HERE / "results.csv", rows)
+    print(H.markdown_table(rows, ["grid", "ranks", "variant", "s_per_step_min", "s_per_step_median",
+                                  "speedup_vs_step", "effective_GBps", "triad_GBps", "ratio_to_triad"]))
+    print(json.dumps(info))
+    plot(rows)
+    return 0
+
+
+def plot(rows) -> None:
+    plt = H.pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, ranks in zip(axes, (1, 2)):
+        for grid in sorted({r["grid"] for r in rows}):
+            sel = [r for r in rows if r["ranks"] == ranks and r["grid"] == grid and r["variant"] != "step"]
+            if sel:
+                ax.plot([int(r["variant"][1:]) for r in sel], [r["speedup_vs_step"] for r in sel], "o-", label=grid)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.axhline(1.8, color="red", lw=0.8, ls="--")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tile depth T")
+        ax.set_title(f"{ranks} rank(s)")
+    axes[0].set_ylabel("speed-up over the single step (min of rounds)")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(HERE / "wavefront.png", dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

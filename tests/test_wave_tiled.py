@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hpcadj.adjoint.contract import FAILED, PASSED, check_advance
-from hpcadj.adjoint.driver import AdvanceMismatch
+from hpcadj.adjoint.advances import AdvanceMismatch
 from hpcadj.adjoint.session import Checkpointing, ConfigError, compute_gradient_checkpointed
 from hpcadj.imports import mpi
 from hpcadj.models.wave import WaveModel

@@ -28,6 +28,7 @@ from ..telemetry import Telemetry
 from ..models.base import SolverError, Stepper
 from ..runstate import ResumePoint
 from ..snapshot import layout_bytes
+from .advances import AdvanceRuns
 from .guards import InputModified, NonFinite, checksum, finite
 
 
@@ -61,10 +62,6 @@ def _where(where: str):
         raise
 
 
-class AdvanceMismatch(SolverError):
-    """A model's ``advance()`` gave another state than its single steps."""
-
-
 class StopRequested(Exception):
     """The run was asked to stop (SIGTERM/SIGUSR1); its state was made durable first."""
 
@@ -89,7 +86,7 @@ class GradientResult:
         return self.forward_steps - self.recomputed_steps
 
 
-class Driver:
+class Driver(AdvanceRuns):
     """Runs one forward + reverse sweep following ``schedule`` over ``levels`` (index = plan level).
 
     Parameters
@@ -284,8 +281,6 @@ class Driver:
             self.on_replan(self.result.forward_steps + sum(a.n1 - a.n0 for a in plan if isinstance(a, Advance)))
         return iter(plan)
 
-    #: steps of the check of a model's advance against its single steps, once per run
-    ADVANCE_CHECK = 8
     LOOKAHEAD = 64
     GC_EVERY = 64
     #: first-sweep steps of a run whose input is checksummed before and after ``step()``
@@ -486,76 +481,6 @@ class Driver:
         self.work.advanced(action.n0, action.n1, previous, u)
         if self.observer is not None and self.lam_step is None and self.frontier == action.n1:
             self.observer.advanced(self.frontier, u, self.result.J)
-
-    def _advance_run(self, k: int, stop: int, u, first: bool):
-        """Steps k..stop-1 handed to the model's :meth:`~hpcadj.models.base.Stepper.advance` where it
-        has one (time tiling), counted and guarded as single steps are; returns (u, the step the
-        single steps go on from). The first sweep checks its first steps' inputs one step at a time
-        and uses an advance only where the model evaluates the objective inside
-        (``advance_objective``); a kill injected at a frontier inside the run lands there."""
-        stepper = self.stepper
-        if not self._advances or (first and not stepper.advance_objective):
-            return u, k
-        while first and self._input_checks_left > 0 and k < stop:
-            with _where(f"forward step {k}"):
-                self._J_before = self.result.J
-                u, J_i = self._first_sweep_step(k, u)
-            self.result.J += J_i
-            self._collect_garbage()
-            k += 1
-        split = self._split_at if first and self.lam_step is None else None
-        while stop - k >= 2:
-            end = split if split is not None and k < split < stop else stop
-            what = f"{'forward' if first else 'recomputed'} steps {k}..{end - 1} (an advance)"
-            with _where(what):
-                if not self._advance_checked:
-                    self._check_advance(k, u, end - k)
-                if first:
-                    u, terms = stepper.advance(k, u, end - k, objective=True)
-                    for J_i in terms:
-                        self._J_before = self.result.J
-                        self.result.J += J_i
-                else:
-                    u = stepper.advance(k, u, end - k)
-            self._collect_garbage()
-            if first:
-                self._check_advanced(end, u)
-            k = end
-            if end == split and end == self._kill_at_frontier:
-                os.kill(os.getpid(), signal.SIGKILL)
-        return u, k
-
-    def _check_advanced(self, end: int, u) -> None:
-        """The first sweep's guard after an advance: u_end and J finite (one agreement)."""
-        if self._agree_flags(0 if math.isfinite(self.result.J) and finite([u]) else 2):
-            raise NonFinite(f"forward sweep: a non-finite value (inf or NaN) in u_{end} or the objective"
-                            f"{self._since(end, self._finite_state)}; stopped, no gradient")
-        self._finite_state = end
-
-    def _check_advance(self, k: int, u, length: int) -> None:
-        """Once per run, before its first advance is used: the model's advance of ``length`` steps
-        (at most ``ADVANCE_CHECK`` of them) from u_k against its single steps, bitwise on every rank;
-        AdvanceMismatch on every rank when they differ (no gradient is reported)."""
-        from ..collective import any_rank
-
-        self._advance_checked = True
-        stepper, m = self.stepper, min(length, self.ADVANCE_CHECK)
-        advanced = stepper.advance(k, u, m)
-        want = checksum(stepper, advanced)
-        advanced.destroy()
-        stepped = u
-        for i in range(k, k + m):
-            following = stepper.step(i, stepped)
-            if stepped is not u:
-                stepped.destroy()
-            stepped = following
-        differs = checksum(stepper, stepped) != want
-        stepped.destroy()
-        self._collect_garbage()
-        if any_rank(self.comm, differs):
-            raise AdvanceMismatch(f"the model's advance of steps {k}..{k + m - 1} differs from its single steps "
-                                  f"(advance() must give u_{{i+k}} bitwise equal to k calls of step()); see "
-                                  f"'hpcadj check'")
 
     @execute.register
     def _(self, action: Store) -> None:

@@ -26,8 +26,9 @@ def _version(petsc_dir: str) -> tuple[int, ...]:
 
 
 def _debian_petsc_dir() -> str | None:
-    candidates = [d for d in glob.glob("/usr/lib/petscdir/petsc[0-9]*/*-real")
-                  if os.path.isdir(os.path.join(d, "lib", "python3", "dist-packages", "petsc4py"))]
+    candidates = [d for d in glob.glob("/usr/lib/petscdir/petsc[0-9]*/*-real")  # petsc64-*: 64-bit indices
+                  if not d.startswith("/usr/lib/petscdir/petsc64-")
+                  and os.path.isdir(os.path.join(d, "lib", "python3", "dist-packages", "petsc4py"))]
     return max(candidates, key=_version) if candidates else None
 
 

@@ -29,7 +29,8 @@ fi
 # unchanged `import petsc4py; petsc4py.init(sys.argv)` works in the venv and in /usr/bin/python3.
 # Same name and link as the -dev package's, at a lower priority: installing that package later wins.
 if [ ! -d /usr/lib/petsc/lib/python3/dist-packages/petsc4py ]; then
-  petsc_real=$(for d in /usr/lib/petscdir/petsc[0-9]*/*-real; do
+  petsc_real=$(for d in /usr/lib/petscdir/petsc[0-9]*/*-real; do   # not petsc64-* (64-bit indices)
+                 case "$d" in /usr/lib/petscdir/petsc64-*) continue ;; esac
                  [ -d "$d/lib/python3/dist-packages/petsc4py" ] && echo "$d"
                done | sort -V | tail -n 1)
   if [ -z "$petsc_real" ]; then

@@ -140,3 +140,44 @@ def test_invert_job_stopped_by_usr1_is_requeued_and_resumes_from_its_last_iterat
         final = np.array(f["c"]).ravel()
     assert final.tobytes() == ref["controls"].tobytes(), np.abs(final - ref["controls"]).max()
     assert job_J[-1] < job_J[0]
+
+
+def test_invert_job_requeued_after_a_rank_kill_with_three_levels_resumes_and_leaves_nothing(cluster, tmp_path):
+    """A rank SIGKILLed mid-evaluation (RAM, node-local and HDF5 levels in use): the attempt fails, the
+    requeued one passes --resume, takes over what the killed evaluation left (removes it) and
+    completes; iterates 0..K are the first attempt's, and no node-local snapshot or HDF5 file stays."""
+    import signal
+    import subprocess
+
+    env = slurm_job_env(tmp_path, PYTHONPATH=str(ROOT), HPCADJ_GRID=GRID, HPCADJ_STEPS=STEPS,
+                        HPCADJ_SHOTS=SHOTS, HPCADJ_RANKS_PER_SHOT=1, HPCADJ_MAX_IT=MAX_IT, HPCADJ_RAM=2,
+                        HPCADJ_DISK=2, HPCADJ_PFS=4, HPCADJ_EXTRA_ARGS="--gatol 0 --grtol 0 --gttol 0")
+    job = cluster.sbatch(["--ntasks=2", str(ROOT / "jobs" / "invert.sbatch")], env=env, cwd=tmp_path)
+    job_dir = tmp_path / "hpcadj-jobs" / f"invert-{job}"
+    log = job_dir / "inversion.jsonl"
+    deadline = time.monotonic() + WAIT
+    while not any(r["iteration"] >= 1 for r in iterations(log)) or not list(job_dir.glob("checkpoints-shot*.h5")):
+        assert cluster.state(job) in ("PENDING", "RUNNING", "CONFIGURING"), batch_output(tmp_path)
+        assert time.monotonic() < deadline, f"no accepted iterate after {WAIT} s\n{batch_output(tmp_path)}"
+        time.sleep(0.1)
+    ranks = subprocess.run(["pgrep", "-f", f"hpcadj invert .*invert-{job}"], capture_output=True,
+                           text=True).stdout.split()
+    assert ranks, "no rank process of the job found"
+    os.kill(int(ranks[-1]), signal.SIGKILL)
+    cluster.wait_until(job, lambda r: r[0]["JobState"] in ("FAILED", "COMPLETED"), WAIT, "the failed attempt")
+    assert (job_dir / "FAILED").exists(), batch_output(tmp_path)
+    before = iterations(log)
+    K = json.loads((job_dir / "state" / "inversion.json").read_text())["iteration"]
+    assert 1 <= K < MAX_IT and [r["iteration"] for r in before] == list(range(K + 1)), before
+    assert list(job_dir.glob("checkpoints-shot*.h5")), "the killed evaluation left no HDF5 file"
+
+    cluster.run(["scontrol", "requeue", job])  # what a node failure or an operator does
+    assert_jobs_completed(cluster, job, tmp_path, WAIT)
+    assert marker(job_dir / "COMPLETE")["resumed"] == "1"
+    result = json.loads((job_dir / "result.json").read_text())
+    assert result["status"] == "max_it" and result["resumed_from"] == K and result["iterations"] == MAX_IT, result
+    history = iterations(log)
+    assert [r["iteration"] for r in history] == list(range(MAX_IT + 1))
+    assert history[:K + 1] == before and history[-1]["J"] < history[0]["J"]
+    assert not list(job_dir.glob("checkpoints*.h5")), list(job_dir.iterdir())
+    assert not list((tmp_path / "tmp").rglob("*.snap")), "node-local snapshots left behind"

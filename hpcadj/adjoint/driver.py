@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import singledispatchmethod
 
-from ..checkpoint.schedules.actions import (Adjoint, Advance, EndForward, EndReverse, Free, Move, PlanError,
-                                            Restore, Store, WorkingStates)
+from ..checkpoint.schedules.actions import (Adjoint, AdjointData, Advance, EndForward, EndReverse, Free, Move,
+                                            PlanError, Restore, Store, StoreData, WorkingStates)
 from ..checkpoint.schedules.base import ScheduleError
 from ..checkpoint.schedules.resume import residual_plan
 from ..checkpoint.storage.base import LevelError, LevelFault
@@ -29,6 +29,7 @@ from ..models.base import SolverError, Stepper
 from ..runstate import ResumePoint
 from ..snapshot import layout_bytes
 from .advances import AdvanceRuns
+from .data_actions import DataActions
 from .guards import InputModified, NonFinite, checksum, finite
 
 
@@ -86,7 +87,7 @@ class GradientResult:
         return self.forward_steps - self.recomputed_steps
 
 
-class Driver(AdvanceRuns):
+class Driver(AdvanceRuns, DataActions):
     """Runs one forward + reverse sweep following ``schedule`` over ``levels`` (index = plan level).
 
     Parameters
@@ -145,6 +146,7 @@ class Driver(AdvanceRuns):
         self._controls, self._pause, self.paused = controls, pause_before_reverse, False
         self._check_steps(schedule)
         self.snapshot_bytes = layout_bytes(stepper.snapshot_layout())
+        self._data_layout, self._data_store = stepper.adjoint_data_layout(), {}
         u0 = stepper.initial_state()
         self.work = WorkingStates(0, u0)
         self.grad = {name: vec.duplicate() for name, vec in controls.items()}
@@ -455,8 +457,9 @@ class Driver(AdvanceRuns):
             first = k >= self.frontier
             end = action.n1 if first else min(action.n1, self.frontier)
             with self.telemetry.phase("forward" if first else "recompute", step=k, steps=end - k):
-                # the last step alone when u_{n1-1} is kept (nothing held beyond n1)
-                u, start = self._advance_run(k, end - 1 if end == action.n1 and not beyond else end, u, first)
+                # the last step alone when u_{n1-1} is kept (nothing held beyond n1, or step data held)
+                u, start = self._advance_run(k, end - 1 if end == action.n1 and not (beyond and self._data_layout is None)
+                                             else end, u, first)
                 for i in range(start, end):
                     if i == action.n1 - 1:
                         previous = u
@@ -478,7 +481,7 @@ class Driver(AdvanceRuns):
             if self.progress is not None:
                 self.progress.forward(end - k, recompute=not first)
             k = end
-        self.work.advanced(action.n0, action.n1, previous, u)
+        self.work.advanced(action.n0, action.n1, previous, u, data=self._data_source(previous, u))
         if self.observer is not None and self.lam_step is None and self.frontier == action.n1:
             self.observer.advanced(self.frontier, u, self.result.J)
 
@@ -559,7 +562,7 @@ class Driver(AdvanceRuns):
     def _(self, action: EndReverse) -> None:
         if self.lam_step != 0:
             raise PlanError(f"EndReverse with lambda_{self.lam_step}, not lambda_0")
-        left = [(level.name, level.occupied) for level in self.levels if level.occupied]
+        left = [(level.name, level.occupied) for level in self.levels + self._data_levels() if level.occupied]
         if left:
             raise PlanError(f"snapshots left stored at the end: {left}")
         self.stepper.initial_adjoint(self.lam, self.grad)
@@ -569,3 +572,11 @@ class Driver(AdvanceRuns):
             raise NonFinite(f"the gradient {', '.join(f'dJ/d{n}' for n in names)} holds a non-finite value "
                             f"(inf or NaN) after the reverse sweep; stopped, no gradient")
         self.finished = True
+
+    @execute.register
+    def _(self, action: StoreData) -> None:
+        self.store_data(action)
+
+    @execute.register
+    def _(self, action: AdjointData) -> None:
+        self.adjoint_from_data(action)

@@ -194,6 +194,22 @@ class Stepper(abc.ABC):
         """Bytes of one snapshot over all ranks."""
         return layout_global_bytes(self.snapshot_layout())
 
+    # -- adjoint data (optional): what the adjoint step reads, stored instead of a restart state --
+    def adjoint_data_layout(self) -> SnapshotLayout | None:
+        """The layout of one step's *adjoint data* (what :meth:`adjoint_step` reads of u_i), or None:
+        the model declares none and is planned with restart states only."""
+        return None
+
+    def adjoint_data(self, i: int, u, u_next) -> Snapshot:
+        """Step i's adjoint data, captured right after the step from its input u_i and output u_{i+1}:
+        this rank's blocks, copies (a view would keep the whole state alive)."""
+        raise NotImplementedError
+
+    def adjoint_data_state(self, i: int, data: Snapshot):
+        """A stand-in for u_i built from step i's data alone: :meth:`adjoint_step` (with u_next None)
+        and :meth:`add_objective_gradient` given it must return bitwise what they return given u_i."""
+        raise NotImplementedError
+
 
 class SecondOrderSteps:
     """Optional methods a Stepper adds for Hessian-vector products (:mod:`hpcadj.adjoint.hessian`).

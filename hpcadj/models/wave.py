@@ -515,6 +515,21 @@ class WaveModel(AdaptiveSteps, Stepper):
         """A state from a snapshot, in a pooled buffer or shared (see :meth:`SplitPair.restore`)."""
         return self._split_pair.restore(snapshot["u_prev"], snapshot["u"])
 
+    # -- adjoint data: the leapfrog adjoint step reads u^i alone, one field of the pair ------------
+    def adjoint_data_layout(self):
+        return {"u": self.field.layout()}
+
+    def adjoint_data(self, i, u, u_next):
+        return {"u": np.array(self._fields(u)[1])}
+
+    def adjoint_data_state(self, i, data):
+        """A pair whose u^i is the data; its u^{i-1} is zero (the adjoint step never reads it)."""
+        out = self._pool.new_vec()
+        fields = self._fields(out, readonly=False)
+        fields[0][...] = 0.0
+        fields[1][...] = data["u"]
+        return out
+
     def control_layout(self):
         return {"c": self.field.layout(), "u0": self.grid.layout()}
 

@@ -1,0 +1,69 @@
+"""Mixed plans run by the driver: steps' adjoint data (wave: u^i) beside restart states in one RAM
+budget give the store-all gradient bitwise, with the plan's forward steps, at every budget."""
+
+import numpy as np
+import pytest
+
+from model_checks import owned
+
+from hpcadj.adjoint import Driver
+from hpcadj.checkpoint.schedules import Mixed, make_schedule, simulate
+from hpcadj.checkpoint.storage.ram import RamLevel
+from hpcadj.models.wave import WaveModel
+
+N = 24
+#: budgets in fields (a restart state is 2, a step's data 1): store-all with data, one field a step,
+#: one and a half, a middle one that mixes both kinds, the least that would do (one restart state)
+BUDGETS = {"store-all-data": N - 1, "1-field": N, "1.5-fields": 3 * N // 2, "mixed": 9, "tight": 2}
+
+
+def _controls(model):
+    """Controls away from the defaults: a scaled velocity, a nonzero initial pair."""
+    controls = model.default_controls()
+    controls["c"].scale(1.03)
+    u0 = controls["u0"].getArray()
+    u0[...] = np.sin(np.arange(u0.size) + controls["u0"].getOwnershipRange()[0])
+    return controls
+
+
+def _run(model, plan, slots, controls):
+    level = RamLevel(slots, model.snapshot_layout())
+    driver = Driver(model, [level])
+    result = driver.run(plan, controls)
+    return result, driver
+
+
+@pytest.fixture(scope="module")
+def reference(comm):
+    model = WaveModel(comm, (14, 12), n_steps=N)
+    controls = _controls(model)
+    result, _ = _run(model, make_schedule("store-all", N, [N]), N, controls)
+    return model, controls, result.J, owned(result)
+
+
+@pytest.mark.parametrize("budget", BUDGETS, ids=list(BUDGETS))
+def test_mixed_plan_gives_the_store_all_gradient_bitwise(reference, budget):
+    model, controls, J, grad = reference
+    fields = BUDGETS[budget]
+    plan = Mixed(N, [fields], state_size=2, data_size=1)
+    result, driver = _run(model, plan, fields // 2, controls)
+    assert result.J == J
+    got = owned(result)
+    for name in grad:
+        assert np.array_equal(got[name], grad[name]), name
+    summary = simulate(plan.actions(), N, [fields], sizes=(2, 1))
+    assert result.forward_steps == summary.forward_steps == plan.forward_steps()
+    assert driver.data_stats()["writes"] == summary.data_writes[0]
+    if budget != "tight":
+        assert summary.data_writes[0] > 0
+    if fields >= N - 1:
+        assert result.forward_steps == N
+
+
+def test_a_plan_storing_data_for_a_model_without_any_is_refused(comm):
+    from hpcadj.checkpoint.schedules.actions import PlanError
+
+    model = WaveModel(comm, (14, 12), n_steps=6)
+    model.adjoint_data_layout = lambda: None
+    with pytest.raises(PlanError, match="declares no adjoint data"):
+        _run(model, Mixed(6, [5], state_size=2, data_size=1), 2, model.default_controls())

@@ -88,3 +88,17 @@ def test_plan_shows_the_breakdown():
     assert info["levels"][0]["name"] == "ram" and info["levels"][0]["slots"] == m["ram_slots_fit"]
     proc = hpcadj(["plan", "--steps", "300", "--memory", "100MiB", "--snapshot-bytes", str(16 * MiB)])
     assert proc.returncode == 2 and "least budget" in proc.stderr
+
+
+def test_a_bad_pfs_file_is_refused_before_the_warm_up_gradient(tmp_path, monkeypatch):
+    """--memory measures its baseline after a warm-up gradient: a path no run can use is refused first."""
+    import hpcadj.cli.run as run
+
+    warmed = []
+    monkeypatch.setattr(run, "memory_baseline", lambda args, comm: warmed.append(args.grid) or 0)
+    bad = tmp_path / "no-such-dir" / "c.h5"
+    proc = hpcadj_in_process(["run", "--model", "heat", "--grid", "32x32", "--steps", "4", "--memory", "400MiB",
+                              "--pfs", "4", "--pfs-file", str(bad)])
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("hpcadj: error:")]
+    assert proc.returncode == 2 and len(errors) == 1 and "--pfs-file" in errors[0], proc.stderr
+    assert warmed == [], "the warm-up gradient ran before the configuration was checked"

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sys
+from dataclasses import replace
 
 from . import CliError, together
 from .common import add_model_arguments, build_model, world
@@ -114,11 +115,12 @@ def main(args) -> int:
     stop.install()  # from the start: a SIGUSR1 during set-up must not kill the run either
     comm = world(args)
     try:
-        args.memory_baseline = memory_baseline(args, comm)  # before the model: its working set is predicted
         options, resumable = checkpointing(args), restart(args)
-        check_configuration(comm, options, resumable, args.gradient_out)
+        check_configuration(comm, options, resumable, args.gradient_out)  # before any gradient
         with together():
             energy_model = load_energy_model(args)
+        # before the model (its working set is predicted on top), after the checks (it runs a gradient)
+        options = replace(options, memory_baseline=memory_baseline(args, comm))
         model = build_model(args, comm)
         return solve(args, comm, model, options, resumable, energy_model, stop)
     except ConfigError as exc:

@@ -60,3 +60,27 @@ def test_a_model_without_fixed_steps_is_one_line_exit_2():
     rc, out, err = invoke(["hesscheck", "--model", "heat", "--grid", "8x8", "--adaptive", "--t-final", "1e-3"])
     lines = [line for line in err.splitlines() if line.strip()]
     assert rc == 2 and out == "" and len(lines) == 1 and "fixed step count" in lines[0], (rc, out, err)
+
+
+#: heat at ordinary sizes, where the gradient differences at the default step sit in the solver's
+#: noise (the check must choose larger steps, or say that the tolerance limits it)
+ORDINARY = [["--grid", "48x48", "--steps", "10"], ["--grid", "32x32", "--steps", "20"],
+            ["--grid", "32x32", "--steps", "10", "--theta", "1"]]
+
+
+@pytest.mark.parametrize("size", ORDINARY, ids=["48x48x10", "32x32x20", "theta1"])
+def test_heat_passes_at_ordinary_sizes(size):
+    rc, out, err = invoke(["hesscheck", "--model", "heat", *size, "--json"])
+    info = json.loads(out)
+    assert rc == 0 and info["passed"], (out, err)
+    assert info["taylor"]["rate"] >= 2.9 and info["symmetry"]["relative"] <= 1e-10
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_heat_passes_at_its_size_on_several_ranks(nranks):
+    from .helpers import hpcadj
+
+    proc = hpcadj(["hesscheck", "--model", "heat", *ORDINARY[0], "--json"], nranks, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    info = json.loads(proc.stdout)
+    assert info["passed"] and info["ranks"] == nranks

@@ -31,7 +31,7 @@ from ..checkpoint.schedules.storeall import StoreAll, store_all_slots
 from ..checkpoint.storage import RamLevel
 from ..snapshot import layout_global_bytes
 from .driver import Driver, GradientResult
-from .verify import evaluate_objective, random_direction
+from .verify import evaluate_objective, noise_floor, random_direction, solver_tolerance, taylor_remainders
 
 PREFIX = "d_"
 
@@ -316,31 +316,17 @@ def scaled_direction(model, controls, seed: int, scale: dict | None = None) -> d
     return direction
 
 
-@dataclass
-class SecondOrderTaylor:
-    eps: list
-    remainders: list
-    rates: list
-
-    @property
-    def min_rate(self) -> float:
-        return min(self.rates)
-
-
 def second_order_taylor_test(model, controls, direction, *, eps0: float = 1e-2, halvings: int = 4,
-                             hess: HessianResult | None = None) -> SecondOrderTaylor:
-    """|J(m + e v) - J(m) - e <g, v> - e^2/2 <v, H v>| for e = eps0 / 2^k: rate -> 3 when H v is exact."""
+                             hess: HessianResult | None = None, need: float | None = None):
+    """|J(m + e v) - J(m) - e <g, v> - e^2/2 <v, H v>| for e = eps0 / 2^k: rate -> 3 when H v is exact
+    (:func:`~.verify.taylor_remainders`, the gradients' loop; ``need``: halve on until the rate shows)."""
     hess = hess or hessian_action(model, controls, direction)
     gv, vhv = _dot(hess.gradient, direction), _dot(hess.hessian, direction)
-    eps_list, rem = [], []
-    for k in range(halvings + 1):
-        eps = eps0 / 2 ** k
-        J = evaluate_objective(model, _shifted(controls, eps, direction))
-        eps_list.append(eps)
-        rem.append(abs(J - hess.J - eps * gv - 0.5 * eps * eps * vhv))
+    out = taylor_remainders(lambda e: evaluate_objective(model, _shifted(controls, e, direction)),
+                            lambda e: hess.J + e * gv + 0.5 * e * e * vhv, eps0=eps0, halvings=halvings,
+                            floor=noise_floor(model, hess.J), need=need)
     model.set_controls(controls)
-    rates = [math.log(rem[k] / rem[k + 1], 2) if rem[k + 1] > 0 else math.inf for k in range(halvings)]
-    return SecondOrderTaylor(eps_list, rem, rates)
+    return out
 
 
 def symmetry_test(model, controls, v, w, *, gauss_newton: bool = False) -> tuple[float, float]:
@@ -370,6 +356,58 @@ def gradient_difference(model, controls, direction, eps: float, checkpointing=No
         out[k].scale(1.0 / (2.0 * eps))
     model.set_controls(controls)
     return out
+
+
+@dataclass
+class DifferenceCheck:
+    """H v against central gradient differences at step pairs (e, e / 2), the steps growing 4x a rung
+    until the errors fall at the rate truncation gives: ``eps`` and ``errors`` per rung tried,
+    ``rate`` the last rung's, ``noise`` the solver-tolerance bound on the last rung's smaller step
+    (:func:`difference_check`), ``limited`` why no rung showed the rate, when noise explains it."""
+
+    eps: list
+    errors: list
+    rate: float
+    noise: float
+    passed: bool
+    limited: str | None = None
+
+
+#: rungs of step pairs a gradient-difference check tries, each step 4x the last
+DIFFERENCE_RUNGS = 4
+
+
+def difference_check(model, controls, direction, hess: HessianResult, *, eps0: float, need: float,
+                     floor: float, checkpointing=None) -> DifferenceCheck:
+    """Whether H v matches (g(m + e v) - g(m - e v)) / 2e. A pair passes when its errors fall at rate
+    >= ``need`` or are <= ``floor``. An error e(e) also holds the gradients' own error, the solvers'
+    relative tolerance t times ||g||, divided by 2e: ``noise`` = NOISE_UNITS t ||g|| / (2 e ||H v||)
+    grows as e shrinks, so the steps are chosen from the problem: from ``eps0`` up by 4x a rung (at
+    most :data:`DIFFERENCE_RUNGS`) until truncation shows its rate. When none does and every error is
+    within that noise, the check is limited by the solver tolerance, not failed."""
+    from .verify import NOISE_UNITS
+
+    gnorm, hnorm = math.sqrt(_dot(hess.gradient, hess.gradient)), math.sqrt(_dot(hess.hessian, hess.hessian))
+    tol = solver_tolerance(model)
+    eps, errors, rate, noise, within = [], [], -math.inf, math.inf, []
+    for k in range(DIFFERENCE_RUNGS):
+        e = eps0 * 4 ** k
+        pair = [relative_difference(gradient_difference(model, controls, direction, x, checkpointing), hess.hessian)
+                for x in (e, 0.5 * e)]
+        eps.append([e, 0.5 * e])
+        errors.append(pair)
+        rate = math.log2(pair[0] / pair[1]) if pair[1] > 0 else math.inf
+        noise = NOISE_UNITS * tol * gnorm / (e * max(hnorm, 1e-300))  # at the pair's smaller step
+        if rate >= need or pair[0] <= floor:
+            return DifferenceCheck(eps, errors, rate, noise, True)
+        if min(pair) <= noise:
+            within.append((min(pair), noise, 0.5 * e))
+    if within:
+        error, bound, step = within[0]
+        return DifferenceCheck(eps, errors, rate, noise, True, limited=(
+            f"limited by the solver tolerance: the error {error:.1e} at eps {step:.2g} is within the gradients' "
+            f"own error over 2 eps ({bound:.1e}), and no larger step shows the O(eps^2) rate"))
+    return DifferenceCheck(eps, errors, rate, noise, False)
 
 
 def relative_difference(a: dict, b: dict) -> float:

@@ -76,36 +76,102 @@ def _axpy_controls(controls, eps, direction, names):
     return out
 
 
+#: a remainder within this many units of J's round-off (or of its solvers' relative tolerance) is noise
+NOISE_UNITS = 10.0
+#: halvings a Taylor test adds past those asked while its rate has not reached the rate it needs
+EXTRA_HALVINGS = 6
+
+
+def solver_tolerance(stepper) -> float:
+    """The relative tolerance J's solves are made to (a model's ``ksp_rtol``/``snes_rtol``, the larger;
+    0 for an explicit model), or the machine's epsilon where that is larger."""
+    tol = max(float(getattr(stepper, name, 0.0) or 0.0) for name in ("ksp_rtol", "snes_rtol"))
+    return max(tol, float(np.finfo(float).eps))
+
+
+def noise_floor(stepper, J: float) -> float:
+    """What an evaluation of J cannot resolve: :data:`NOISE_UNITS` times its solvers' tolerance
+    (or round-off) times |J|. A Taylor remainder below it says nothing about a rate."""
+    return NOISE_UNITS * solver_tolerance(stepper) * abs(J)
+
+
 @dataclass
 class TaylorResult:
-    control: str
+    """A Taylor test's steps, remainders and rates; ``floor`` the noise below which a remainder is
+    round-off or solver tolerance (:func:`noise_floor`)."""
+
+    control: str | None
     eps: list
     remainders: list
     rates: list
+    floor: float = 0.0
 
     @property
     def min_rate(self) -> float:
         return min(self.rates)
 
+    @property
+    def resolved(self) -> list:
+        """The rates of the step pairs whose remainders both stand above the noise floor."""
+        return [r for r, a, b in zip(self.rates, self.remainders, self.remainders[1:]) if min(a, b) > self.floor]
+
+    @property
+    def rate(self) -> float:
+        """The asymptotic rate: the last resolved pair's (inf when none is: the expansion is exact to
+        within the noise, so no step could show a wrong term)."""
+        return self.resolved[-1] if self.resolved else math.inf
+
+    @property
+    def limited(self) -> str | None:
+        """Why some remainders say nothing about the rate (None when all are resolved)."""
+        if len(self.resolved) == len(self.rates):
+            return None
+        return (f"remainders below {self.floor:.1e} are round-off or solver tolerance (|J| times "
+                f"{NOISE_UNITS:g} x the solver's relative tolerance): those steps are left out of the rate")
+
+
+def taylor_remainders(evaluate, expansion, *, eps0: float, halvings: int, floor: float = 0.0,
+                      need: float | None = None, control: str | None = None) -> TaylorResult:
+    """The one Taylor loop: |evaluate(e) - expansion(e)| for e = eps0 / 2^k, k = 0 .. ``halvings``.
+    With ``need``, it halves on (at most :data:`EXTRA_HALVINGS` more) while the last rate is below it
+    and the remainders are still well above ``floor``: a first step too large for the asymptotic
+    regime is the problem's scale, not a wrong derivative."""
+    eps, rem = [], []
+    k = 0
+    while True:
+        e = eps0 / 2 ** k
+        eps.append(e)
+        rem.append(abs(evaluate(e) - expansion(e)))
+        k += 1
+        if k <= halvings:
+            continue
+        if need is None or k > halvings + EXTRA_HALVINGS or _rate(rem[-2], rem[-1]) >= need:
+            break
+        if rem[-1] <= 4 * floor:  # the next halving would reach the noise
+            break
+    rates = [_rate(a, b) for a, b in zip(rem, rem[1:])]
+    return TaylorResult(control, eps, rem, rates, floor)
+
+
+def _rate(a: float, b: float) -> float:
+    return math.log(a / b, 2) if a > 0 and b > 0 else (math.inf if b == 0 else -math.inf)
+
 
 def taylor_test(stepper, controls, control: str, *, eps0: float = 1e-2, halvings: int = 4,
-                seed: int = 1234, gradient: GradientResult | None = None) -> TaylorResult:
+                seed: int = 1234, gradient: GradientResult | None = None, need: float | None = None) -> TaylorResult:
     """Remainders |J(m + eps dm) - J(m) - eps <dJ/dm, dm>| for eps0 / 2^k; rate -> 2 when dJ is exact.
 
-    The direction perturbs only ``control``, relative to its size for parameter fields.
+    The direction perturbs only ``control``, relative to its size for parameter fields. ``need``:
+    halve on while the rate is below it (see :func:`taylor_remainders`).
     """
     result = gradient or compute_gradient(stepper, controls)
     direction = random_direction(stepper, controls, seed, relative=(control != "u0"))
     dj = result.gradient[control].dot(direction[control])
-    eps_list, remainders = [], []
-    for k in range(halvings + 1):
-        eps = eps0 / 2 ** k
-        J = evaluate_objective(stepper, _axpy_controls(controls, eps, direction, [control]))
-        eps_list.append(eps)
-        remainders.append(abs(J - result.J - eps * dj))
+    out = taylor_remainders(lambda e: evaluate_objective(stepper, _axpy_controls(controls, e, direction, [control])),
+                            lambda e: result.J + e * dj, eps0=eps0, halvings=halvings,
+                            floor=noise_floor(stepper, result.J), need=need, control=control)
     stepper.set_controls(controls)
-    rates = [math.log(remainders[k] / remainders[k + 1], 2) for k in range(halvings)]
-    return TaylorResult(control, eps_list, remainders, rates)
+    return out
 
 
 @dataclass

@@ -21,6 +21,7 @@ import numbers
 
 import numpy as np
 
+from ..collective import problems
 from ..imports import petsc
 from ..models.base import SolverError
 
@@ -41,16 +42,27 @@ def _layout_mismatch(comm, size: int, local: int, want_size: int, want_local: in
     return None
 
 
+def _agreed(comm, problem: str | None) -> str | None:
+    """The first rank's problem, on every rank (a callback may go wrong on some ranks only)."""
+    failed = problems(comm, problem)
+    return failed[0][1] if failed else None
+
+
 def check_value(comm, where: str, value) -> str | None:
     """``value`` must be a real number, the same on every rank."""
     PETSc = petsc()
+    local = None
     if isinstance(value, PETSc.Vec):
-        return (f"{where} returned a PETSc Vec, not a number: return the value as a float, the same on every "
-                f"rank (e.g. u.dot(u) / 2)")
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value[()]
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return f"{where} returned a {_kind(value)}, not a number: return a float, the same on every rank"
+        local = (f"{where} returned a PETSc Vec, not a number: return the value as a float, the same on every "
+                 f"rank (e.g. u.dot(u) / 2)")
+    else:
+        if isinstance(value, np.ndarray) and value.ndim == 0:
+            value = value[()]
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            local = f"{where} returned a {_kind(value)}, not a number: return a float, the same on every rank"
+    problem = _agreed(comm, local)
+    if problem:
+        return problem
     values = comm.allgather(float(value))
     if len({v for v in values if v == v}) > 1:
         return (f"{where} differs between ranks ({min(values):.6g} .. {max(values):.6g}): reduce it over the "
@@ -61,11 +73,17 @@ def check_value(comm, where: str, value) -> str | None:
 def check_gradient(comm, where: str, grad, u0, allow_none: bool = False) -> str | None:
     """``grad`` must be a PETSc Vec laid out as the state u0."""
     PETSc = petsc()
-    if grad is None and allow_none:
-        return None
-    if not isinstance(grad, PETSc.Vec):
-        return (f"{where} returned a {_kind(grad)}, not a PETSc Vec: return a Vec laid out as the state "
-                f"(e.g. u.copy() scaled, or u.duplicate() filled)")
+    local = None
+    if not (grad is None and allow_none) and not isinstance(grad, PETSc.Vec):
+        local = (f"{where} returned a {_kind(grad)}, not a PETSc Vec: return a Vec laid out as the state "
+                 f"(e.g. u.copy() scaled, or u.duplicate() filled)")
+    problem = _agreed(comm, local)
+    if problem:
+        return problem
+    absent = [rank for rank, _ in problems(comm, "None" if grad is None else None)]
+    if absent:
+        return None if len(absent) == comm.size else \
+            f"{where} returned None on rank {absent[0]} but a Vec on others: return the same on every rank"
     wrong = _layout_mismatch(comm, grad.getSize(), grad.getLocalSize(), u0.getSize(), u0.getLocalSize())
     if wrong:
         return f"{where} returned a Vec of {wrong} (the state's layout): lay it out as the state (u.duplicate())"

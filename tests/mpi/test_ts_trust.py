@@ -163,3 +163,20 @@ def test_check_reports_what_applies(comm):
     assert report["adjoint_transpose"].status == "NOT CHECKED"
     for name in ("step_pure", "snapshot_round_trip", "adjoint_difference", "parameters_used"):
         assert report[name].status == "PASSED", (name, report[name].reason)
+
+
+def test_a_gradient_of_the_wrong_kind_on_some_ranks_only_is_refused_on_every_rank(comm):
+    """A Vec on rank 0, a numpy array elsewhere: one agreed line, no rank left in a collective."""
+    ts, u0, k_vec = _reaction(comm)
+    value, gradient = _objective(N_POINTS)
+
+    def mixed_gradient(u):
+        g = gradient(u)                                  # collective: made on every rank
+        return g if comm.rank == 0 else g.getArray().copy()
+
+    mixed = (value, mixed_gradient)
+    if comm.size == 1:
+        TSStepper(ts, u0, STEPS, parameters={"k": k_vec}, final=mixed)
+        return
+    text = _agreed_refusal(comm, lambda: TSStepper(ts, u0, STEPS, parameters={"k": k_vec}, final=mixed))
+    assert "final's gradient(u) returned a numpy.ndarray, not a PETSc Vec" in text

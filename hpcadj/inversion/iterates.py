@@ -10,6 +10,10 @@ Layout of ``run_dir``:
   regularisation, ‖g‖, the controls file and its SHA-256) and every accepted iterate's record, with
   the CRC-32 of its canonical JSON (``crc32``): an edited or damaged state is refused on resume.
 
+- ``owned.json``: the run id of the evaluations' level files, their node-local base and HDF5 path
+  (:meth:`IterateStore.own_levels`), written before any evaluation, so a resume removes what a
+  killed evaluation left.
+
 The previous iterate's file is removed only once ``inversion.json`` names the new one, so a crash at
 any point leaves one complete, checksummed iterate. petsc4py 3.18 exposes no LMVM history, so the
 optimiser's state is not stored: a resume starts TAO afresh at the stored controls.

@@ -185,7 +185,7 @@ def test_a_stop_asked_on_one_rank_stops_every_group_and_resume_continues(comm, s
                           max_it=3, run_dir=run_dir, should_stop=stop, on_iteration=seen.append)
     stopped = first.solve()
     assert stopped.status == "stopped" and stopped.iterations == 0
-    assert sorted(os.listdir(run_dir)) == ["inversion.json", "iterate-00000.h5"]
+    assert sorted(os.listdir(run_dir)) == ["inversion.json", "iterate-00000.h5", "owned.json"]
     first.close()
     again = ShotInversion(comm, factory(3), 3, ["c"], Checkpointing(ram=3, schedule="revolve"), tao_type="lmvm",
                           max_it=3, run_dir=run_dir, resume=True)

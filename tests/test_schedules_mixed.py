@@ -266,11 +266,11 @@ def test_the_plan_is_the_same_stream_every_time():
     assert list(plan.actions()) == list(plan.actions())
 
 
-def test_make_schedule_builds_the_mixed_plan_for_planning_only():
-    from hpcadj.checkpoint.schedules import PLAN_ONLY, SCHEDULES, make_schedule
+def test_make_schedule_builds_the_mixed_plan_and_run_offers_it():
+    from hpcadj.checkpoint.schedules import SCHEDULES, make_schedule
     plan = make_schedule("mixed", 20, [9], state_size=2, data_size=1)
     assert list(plan.actions()) == list(Mixed(20, [9], 2, 1).actions())
-    assert "mixed" in PLAN_ONLY and "mixed" not in SCHEDULES
+    assert "mixed" in SCHEDULES
     with pytest.raises(ScheduleError, match="least that would do is 2"):
         make_schedule("mixed", 20, [1], state_size=2, data_size=1)
 

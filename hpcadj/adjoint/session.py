@@ -459,6 +459,10 @@ class GradientSession:
         info.update(schedule=planned.schedule.name, minimize=ck.minimize, **profile.predicted(self._predicted(planned)),
                     costs_source=profile.source, levels=level_summary(comm, planned.plans, levels),
                     resumed=self.resuming)
+        if planned.schedule.name == "mixed":
+            from ..checkpoint.mixed_plan import mixed_summary
+
+            info["mixed"] = mixed_summary(comm, planned, driver)
         if planned.probes:
             from ..checkpoint.compression import summary
 

@@ -215,6 +215,11 @@ def provision(model, controls, checkpointing: Checkpointing, *, config=None, bas
     if search:
         plans, memory = _grown_pool(model, plans, probes, profile, name, ck.minimize, memory, notes)
 
+    if name == "mixed":  # restart states and steps' adjoint data in one RAM byte budget
+        from .mixed_plan import mixed_run
+
+        return mixed_run(model, plans, ck, profile, memory, probes, notes, warnings, durability)
+
     # 7. the plan, checked, and its predicted cost
     try:
         schedule = make_plan(name, n, plans, profile, ck.minimize)

@@ -8,8 +8,8 @@ Use :func:`make_schedule` (what ``hpcadj run --schedule NAME`` and ``hpcadj plan
 Names: ``store-all``, ``periodic``, ``revolve``, ``multilevel``, ``online``, and ``auto`` (revolve on
 one level, multilevel on two or more). ``capacities`` are slots per level, fastest level first.
 ``mixed`` (restart states or steps' adjoint data, mixed.py) takes ``state_size=``, ``data_size=`` and
-``states_suffice=``, with ``capacities`` in the sizes' unit; it is for planning (``PLAN_ONLY``), not a
-choice of ``--schedule``, because its plans contain the data actions.
+``states_suffice=``, with ``capacities`` in the sizes' unit; ``--schedule mixed`` sizes them from the
+model (checkpoint/mixed_plan.py).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from .mixed import Mixed
 from .simulate import PlanSummary, Simulator, simulate, simulate_online
 from .storeall import StoreAll, store_all_slots
 
-SCHEDULES = ("auto", "store-all", "periodic", "revolve", "multilevel", "online")
+SCHEDULES = ("auto", "store-all", "periodic", "revolve", "multilevel", "online", "mixed")
 #: schedules make_schedule builds whose plans the driver does not run yet
-PLAN_ONLY = ("mixed",)
+PLAN_ONLY = ()
 
 
 def make_schedule(name: str, n_steps: int | None, capacities: Sequence[int], costs: OpCosts | None = None,

@@ -30,6 +30,7 @@ import numpy as np
 from ..checkpoint.schedules.storeall import StoreAll, store_all_slots
 from ..checkpoint.storage import RamLevel
 from ..snapshot import layout_global_bytes
+from ..models.base import Stepper
 from .driver import Driver, GradientResult
 from .verify import evaluate_objective, noise_floor, random_direction, solver_tolerance, taylor_remainders
 
@@ -92,7 +93,7 @@ def check_model(model, gauss_newton: bool) -> None:
         raise ValueError(f"{model.name}: no hessian_adjoint_step: only the Gauss-Newton product is available")
 
 
-class SecondOrderStepper:
+class SecondOrderStepper(Stepper):
     """The model's forward + tangent step as one stepper; its adjoint is the first- and second-order
     adjoint together. Implements the Stepper seam (:mod:`hpcadj.models.base`), so any plan runs it.
 

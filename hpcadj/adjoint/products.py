@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, replace
 
 from ..checkpoint.memory import MemoryPlan
+from ..models.base import Stepper
 from .driver import Driver, GradientResult
 from .hessian import Pair, SecondOrderStepper, HessianResult, _result, _zero_like, check_model, owned_arrays
 
@@ -204,7 +205,7 @@ class _StateStore:
             self.level = None
 
 
-class TangentChain:
+class TangentChain(Stepper):
     """The chain du_0 -> du_1 -> ... of one direction v over kept forward states, as a Stepper: its
     state is du_i alone (one model state: a plan's slot holds one du), its step the model's tangent
     step reading u_i and u_{i+1} from a :class:`_StateStore`, its adjoint the composite's (first-
@@ -228,6 +229,9 @@ class TangentChain:
 
     def _pair(self, i, du):
         return None if du is None else Pair(self.states.get(i), du)
+
+    def default_controls(self):
+        return self.pair.default_controls()
 
     def set_controls(self, controls):
         self.pair.set_controls(controls)

@@ -433,12 +433,17 @@ def remove_owned(comm, record: dict | None, local_dir: str | None = None, pfs_fi
 
 
 def _write_json(path: str, obj) -> None:
+    """``obj`` as JSON at ``path``, synced and renamed into place; no temporary file left on failure."""
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def json_crc32(body: dict) -> int:

@@ -24,6 +24,8 @@ property, PASSED, FAILED, WARNING or NOT CHECKED with a short reason:
   too small for RSS to resolve warns and says so);
 - ``advance``: a model's own ``advance(i, u, k)`` against k calls of ``step``, bitwise, for runs
   around its time tile depth (:func:`check_advance`; NOT CHECKED for a model without one).
+- ``adjoint_data``: the adjoint step run from a model's declared adjoint data gives lambda_i and dJ/dp
+  bitwise as from u_i (:mod:`hpcadj.adjoint.data_check`; NOT CHECKED for a model that declares none).
 
 Collective: call it on every rank; every rank returns the same report.
 """
@@ -39,11 +41,12 @@ import numpy as np
 
 from ..collective import allgather, problems
 from ..snapshot import layout_bytes
+from .data_check import check_adjoint_data
 from .guards import checksum, finite
 from .probes import adjoint_properties
 
 PROPERTIES = ("step_pure", "inputs_untouched", "snapshot_round_trip", "adjoint_transpose", "adjoint_difference",
-              "parameters_used", "describe", "working_set", "advance")
+              "parameters_used", "describe", "working_set", "advance", "adjoint_data")
 PASSED, FAILED, WARNING, NOT_CHECKED = "PASSED", "FAILED", "WARNING", "NOT CHECKED"
 
 #: per-step dot products must agree to this relative mismatch (or the model's dot_product_tolerance)
@@ -495,6 +498,7 @@ def check_contract(model, controls=None, *, steps: int = 3, variant=None, factor
     results["working_set"] = guarded("working_set",
                                      lambda: _working_set(model, controls, factory, steps, memory_tolerance))
     results["advance"] = guarded("advance", lambda: check_advance(model, controls))
+    results["adjoint_data"] = guarded("adjoint_data", lambda: check_adjoint_data(model, controls))
     model.set_controls(controls)
     try:
         facts = model.describe()

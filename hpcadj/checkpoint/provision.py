@@ -218,7 +218,7 @@ def provision(model, controls, checkpointing: Checkpointing, *, config=None, bas
     if name == "mixed":  # restart states and steps' adjoint data in one RAM byte budget
         from .mixed_plan import mixed_run
 
-        return mixed_run(model, plans, ck, profile, memory, probes, notes, warnings, durability)
+        return mixed_run(model, controls, plans, ck, profile, memory, probes, notes, warnings, durability)
 
     # 7. the plan, checked, and its predicted cost
     try:

@@ -67,3 +67,29 @@ def test_a_plan_storing_data_for_a_model_without_any_is_refused(comm):
     model.adjoint_data_layout = lambda: None
     with pytest.raises(PlanError, match="declares no adjoint data"):
         _run(model, Mixed(6, [5], state_size=2, data_size=1), 2, model.default_controls())
+
+
+class WrongData(WaveModel):
+    """Declares u^{i-1} as its data, where its adjoint step reads u^i."""
+
+    def adjoint_data(self, i, u, u_next):
+        return {"u": np.array(self._fields(u)[0])}
+
+
+def test_check_catches_data_that_are_not_what_the_adjoint_step_reads(comm):
+    from hpcadj.adjoint.contract import check_contract
+
+    good = check_contract(WaveModel(comm, (14, 12), n_steps=6), steps=2)
+    assert good["adjoint_data"].status == "PASSED", good["adjoint_data"].reason
+    wrong = check_contract(WrongData(comm, (14, 12), n_steps=6), steps=2)
+    assert wrong["adjoint_data"].status == "FAILED"
+    assert "from its declared data gives another lambda, dJ/dc" in wrong["adjoint_data"].reason
+
+
+def test_a_mixed_run_refuses_a_model_whose_data_are_wrong_before_any_gradient(comm):
+    from hpcadj.adjoint.session import GradientSession
+    from hpcadj.checkpoint.options import Checkpointing, ConfigError
+
+    model = WrongData(comm, (14, 12), n_steps=6)
+    with pytest.raises(ConfigError, match="cannot trust 'wave''s adjoint data: .*from its declared data"):
+        GradientSession(model, Checkpointing(schedule="mixed")).solve()

@@ -1,0 +1,84 @@
+"""Check a model's declared adjoint data against what its adjoint step reads (``hpcadj check``, runs).
+
+For a few steps i from random states u_i: the data captured from (u_i, u_{i+1}) must match the declared
+layout, and the adjoint step and the objective's gradient run from the data's stand-in state must
+give lambda_i and dJ/dp bitwise as they do from u_i. A model whose data leave out something its
+adjoint step reads fails here, before any gradient is reported. Collective.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..collective import problems
+
+
+def _bits(vec) -> np.ndarray:
+    return np.ascontiguousarray(vec.getArray(readonly=True)).view(np.uint8).copy()
+
+
+def _random_like(vec, rng):
+    out = vec.duplicate()
+    out.getArray()[...] = rng.uniform(-1.0, 1.0, vec.getLocalSize())
+    return out
+
+
+def _layout_problem(data, layout) -> str | None:
+    if set(data) != set(layout):
+        return f"fields {sorted(data)}, declared {sorted(layout)}"
+    for name, field in layout.items():
+        if np.shape(data[name]) != tuple(field.shape):
+            return f"field {name!r} has this rank's shape {np.shape(data[name])}, declared {tuple(field.shape)}"
+    return None
+
+
+def adjoint_data_problem(model, controls, steps: int = 2, seed: int = 41) -> tuple[str | None, str]:
+    """(the first problem on any rank or None, what was checked), the same on every rank."""
+    layout = model.adjoint_data_layout()
+    if layout is None:
+        return None, ""
+    model.set_controls(controls)
+    rng = np.random.default_rng(seed + model.comm.rank)
+    u0 = model.initial_state()
+    n = steps if model.n_steps is None else min(steps, int(model.n_steps))
+    local = None
+    for i in range(n):
+        u = _random_like(u0, rng)
+        u_next = model.step(i, u)
+        lam = _random_like(u0, rng)
+        data = model.adjoint_data(i, u, u_next)
+        wrong = _layout_problem(data, layout)
+        if wrong:
+            local = local or f"step {i}'s adjoint data do not match adjoint_data_layout(): {wrong}"
+            break
+        results = []
+        for state, following in ((u, u_next if model.adjoint_reads_next else None),
+                                 (model.adjoint_data_state(i, data), None)):
+            grad = {name: vec.duplicate() for name, vec in controls.items()}
+            for vec in grad.values():
+                vec.set(0.0)
+            out = model.adjoint_step(i, state, following, lam, grad)
+            model.add_objective_gradient(i, state, out)
+            results.append([_bits(out)] + [_bits(grad[name]) for name in sorted(grad)])
+        differ = [what for what, a, b in zip(["lambda"] + [f"dJ/d{k}" for k in sorted(controls)], *results)
+                  if not np.array_equal(a, b)]
+        if differ:
+            local = local or (f"adjoint step {i} from its declared data gives another {', '.join(differ)} than "
+                              f"from u_{i} (the data leave out something the adjoint step reads)")
+    failed = problems(model.comm, local)
+    if failed:
+        rank, text = failed[0]
+        return (text if model.comm.size == 1 else f"rank {rank}: {text}"), ""
+    return None, f"adjoint steps {0}..{n - 1} from their data bitwise as from the states"
+
+
+def check_adjoint_data(model, controls=None):
+    """``adjoint_data`` as a contract property (NOT CHECKED for a model that declares none)."""
+    from .contract import FAILED, NOT_CHECKED, PASSED, PropertyResult
+
+    if model.adjoint_data_layout() is None:
+        return PropertyResult("adjoint_data", NOT_CHECKED, "the model declares no adjoint data")
+    problem, checked = adjoint_data_problem(model, controls if controls is not None else model.default_controls())
+    if problem:
+        return PropertyResult("adjoint_data", FAILED, problem)
+    return PropertyResult("adjoint_data", PASSED, checked)

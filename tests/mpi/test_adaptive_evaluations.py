@@ -1,7 +1,8 @@
 """The step sequence of an adaptive model belongs to the evaluation at one control, under mpirun:
 at m1, m2, m1 again, objective and gradient in every order, through the evaluation cache (each
 policy) and plain sessions on one model, every J, gradient and step sequence is bitwise a fresh
-model's session at that control (adaptive heat, adaptive wave, a Gray-Scott TS with TSAdapt)."""
+model's session at that control (adaptive heat, adaptive wave, a Gray-Scott TS with TSAdapt); the
+Hessian products, which keep no evaluation's sequence, refuse an adaptive model."""
 
 import numpy as np
 import pytest
@@ -93,3 +94,14 @@ def test_sessions_on_one_model_are_fresh_sessions_bitwise(comm, case):
         assert r.J == J and model.steps.dts == dts and model.n_steps == len(dts), tag
         for k, v in r.gradient.items():
             assert np.array_equal(v.getArray(readonly=True), grad[k]), (tag, k)
+
+
+def test_hessian_products_refuse_an_adaptive_model_after_an_evaluation(comm):
+    """The products keep no evaluation's step sequence: n known from a past evaluation is no licence."""
+    from hpcadj.adjoint.hessian import check_model
+
+    model = build("heat", comm, "hessian")
+    GradientSession(model, controls=model.default_controls()).solve()
+    assert model.n_steps is not None
+    with pytest.raises(ValueError, match="adaptive steps are not supported"):
+        check_model(model, gauss_newton=True)

@@ -23,9 +23,9 @@ class DataActions:
     """Mixed into :class:`~hpcadj.adjoint.driver.Driver`: the data slots and the two data actions."""
 
     def _data_source(self, u, u_next):
-        """What the held data of the step just run are made from (its input and output), for a
-        model that declares adjoint data; captured only if an action asks for them."""
-        return None if self._data_layout is None else (u, u_next)
+        """What the held data of the step just run are made from (its input and output), for a model
+        that declares adjoint data and a plan that uses them; captured only if an action asks."""
+        return (u, u_next) if self._hold_data else None
 
     def _data_levels(self) -> list:
         return list(self._data_store.values())

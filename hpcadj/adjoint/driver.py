@@ -147,6 +147,7 @@ class Driver(AdvanceRuns, DataActions):
         self._check_steps(schedule)
         self.snapshot_bytes = layout_bytes(stepper.snapshot_layout())
         self._data_layout, self._data_store = stepper.adjoint_data_layout(), {}
+        self._hold_data = self._data_layout is not None and getattr(schedule, "stores_data", False)
         u0 = stepper.initial_state()
         self.work = WorkingStates(0, u0)
         self.grad = {name: vec.duplicate() for name, vec in controls.items()}
@@ -458,7 +459,7 @@ class Driver(AdvanceRuns, DataActions):
             end = action.n1 if first else min(action.n1, self.frontier)
             with self.telemetry.phase("forward" if first else "recompute", step=k, steps=end - k):
                 # the last step alone when u_{n1-1} is kept (nothing held beyond n1, or step data held)
-                u, start = self._advance_run(k, end - 1 if end == action.n1 and not (beyond and self._data_layout is None)
+                u, start = self._advance_run(k, end - 1 if end == action.n1 and not (beyond and not self._hold_data)
                                              else end, u, first)
                 for i in range(start, end):
                     if i == action.n1 - 1:

@@ -140,6 +140,8 @@ class Mixed(Schedule):
     ``data_size`` units in ``capacities[level]`` units (bytes, say); see the module docstring."""
 
     name = "mixed"
+    #: its plans hold and store steps' adjoint data (the driver keeps the last step's data only then)
+    stores_data = True
 
     def __init__(self, n_steps: int, capacities, state_size: int = 1, data_size: int = 1,
                  states_suffice: bool = True, level: int = 0):

@@ -419,10 +419,13 @@ def _ring_bytes(field, depth: int) -> int:
 
 
 def auto_depth(field) -> int:
-    """The default tile depth: 16 or 8 where their ring planes fit in twice the L2 cache, else 4
-    (the ring is what a plane's T steps reuse; the coefficients stream past once)."""
-    budget = 2 * _l2_bytes()
-    return next((d for d in (16, 8) if _ring_bytes(field, d) <= budget), 4)
+    """The default tile depth: 16 on an unsplit block whose ring planes fit in twice the L2 cache,
+    else 8 (experiments/wavefront: 8 was the best or near it at 96^3-192^3 on 1 and 2 ranks, 2 and 4
+    gained little or nothing; a split block pays 2T halo planes of redundant work per tile)."""
+    _shape, split = _tile_shape(field)
+    if not any(split) and _ring_bytes(field, 16) <= 2 * _l2_bytes():
+        return 16
+    return 8
 
 
 def extra_states(field, depth: int) -> float:

@@ -44,34 +44,40 @@ def add_parser(subparsers) -> None:
 
 def main(args) -> int:
     from ..adjoint import hessian as H
-    from ..adjoint.session import Checkpointing, ConfigError
+    from ..adjoint.session import ConfigError
     from . import CliError
 
     comm = world(args)
+    baseline = warmed_baseline(args, comm) if args.memory is not None else None  # before the model
     model = build_model(args, comm)
     try:
         H.check_model(model, args.gauss_newton)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     controls = model.default_controls()
+    gn = args.gauss_newton
+    plan = ck = None
+    if args.memory is not None:  # every product and gradient of the command fits, checked before any work
+        try:
+            plan, ck = _budgeted_plan(model, controls, gn, args.memory, baseline)
+        except ConfigError as exc:
+            raise CliError(str(exc)) from None
     eps0 = args.eps if args.eps is not None else getattr(model, "hessian_taylor_eps", 0.5)
     scale = {k: 0.1 for k in controls}
     v = H.scaled_direction(model, controls, 11, scale=scale)
     w = H.scaled_direction(model, controls, 13, scale=scale)
-    gn = args.gauss_newton
     budget = None
     try:
         if args.memory is None:
             hv = H.hessian_action(model, controls, v, gauss_newton=gn)
             hw = H.hessian_action(model, controls, w, gauss_newton=gn)
         else:
-            hv, hw, budget = _budgeted_products(H, model, controls, v, w, gn, args.memory)
+            hv, hw, budget = _budgeted_products(model, controls, v, w, gn, plan)
         a, b = H._dot(hv.hessian, w), H._dot(v, hw.hessian)
         taylor = fd = None
         if not gn:
             taylor = H.second_order_taylor_test(model, controls, v, eps0=eps0, halvings=args.halvings, hess=hv,
                                                 need=MIN_RATE)
-            ck = None if args.memory is None else Checkpointing(memory=args.memory)
             fd = H.difference_check(model, controls, v, hv, eps0=args.fd_eps, need=MIN_FD_RATE, floor=FD_FLOOR,
                                     checkpointing=ck)
     except SolverError as exc:
@@ -116,12 +122,51 @@ def main(args) -> int:
     return 0 if passed else 1
 
 
-def _budgeted_products(H, model, controls, v, w, gauss_newton: bool, memory):
-    """H v and H w from one forward sweep under the whole-process budget ``memory``
-    (:class:`~hpcadj.adjoint.products.HessianProducts`), and how they fitted it."""
+def warmed_baseline(args, comm) -> int | None:
+    """The resident set a budget counts from, held for the whole command: measured as ``hpcadj run``
+    measures it (after a gradient of the model on a tiny grid), the second-order kernels warmed
+    first by a Hessian product there, so that what they load is in it (collective)."""
+    import copy
+
+    from ..adjoint.hessian import hessian_action, scaled_direction
+    from .run import memory_baseline
+
+    small = copy.copy(args)
+    small.grid = "x".join(["8"] * (args.grid.count("x") + 1)) if args.grid else None
+    small.steps = 2
+    try:
+        model = build_model(small, comm)
+        controls = model.default_controls()
+        result = hessian_action(model, controls, scaled_direction(model, controls, 1))
+        del model, controls, result
+    except ValueError:  # options tied to the real grid, a model without products: no warm-up
+        pass
+    return memory_baseline(args, comm)
+
+
+def _budgeted_plan(model, controls, gauss_newton: bool, memory, baseline):
+    """The products' plan and the gradients' checkpointing under ``memory`` from ``baseline``, both
+    provisioned now (a budget either cannot hold is refused before any step)."""
+    from ..adjoint.products import plan_products
+    from ..adjoint.session import Checkpointing, GradientSession
+
+    plan = plan_products(model, gauss_newton=gauss_newton, memory=memory, baseline=baseline)
+    ck = Checkpointing(memory=memory, memory_baseline=baseline)
+    if not gauss_newton:  # the gradient differences' sessions
+        session = GradientSession(model, ck, controls=controls)
+        try:
+            session.plan()
+        finally:
+            session.close()
+    return plan, ck
+
+
+def _budgeted_products(model, controls, v, w, gauss_newton: bool, plan):
+    """H v and H w from one forward sweep under ``plan`` (:class:`~hpcadj.adjoint.products.HessianProducts`),
+    and how they fitted the budget."""
     from ..adjoint.products import HessianProducts
 
-    products = HessianProducts(model, controls, gauss_newton=gauss_newton, memory=memory)
+    products = HessianProducts(model, controls, gauss_newton=gauss_newton, plan=plan)
     try:
         hv, hw = products.hessian_action(v), products.hessian_action(w)
     finally:

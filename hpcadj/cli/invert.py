@@ -12,6 +12,8 @@ from . import CliError
 from .common import add_model_arguments, build_model, positive_float, step_count, world
 from .options import add_checkpoint_arguments, checkpointing
 from .run import EXIT_FAILED, EXIT_STOPPED, StopFlag
+from ..imports import mpi
+from ..telemetry.jsonlog import peak_rss_bytes
 
 
 #: TAO's iteration cap is a PetscInt: the largest one of a 32-bit-index build
@@ -162,6 +164,23 @@ def write_gradient(path: str, inversion, result, invert, writes: bool) -> None:
         vec.destroy()
 
 
+def memory_baseline(args, comm) -> int | None:
+    """The resident set every evaluation's budget counts from, held for the whole inversion: as
+    ``hpcadj run`` measures it (after a warm-up gradient of the model on a tiny grid; a Newton type's
+    second-order kernels warmed there too). None without a budget (each session measures its own)."""
+    import os
+
+    from ..checkpoint.memory import budget_from_environment
+    from .hesscheck import warmed_baseline
+    from .run import memory_baseline as gradient_baseline
+
+    if args.memory is None and budget_from_environment(os.environ) is None:
+        return None
+    if (args.tao or "") in ("nls", "bntr") and args.shots is None:
+        return warmed_baseline(args, comm)
+    return gradient_baseline(args, comm)
+
+
 def main(args) -> int:
     import os
 
@@ -183,8 +202,8 @@ def main(args) -> int:
     if args.gradient_out and args.shots is None:
         raise CliError("--gradient-out needs --shots K (hpcadj run writes a single run's gradient)")
     comm = world(args)
-    args.memory_baseline = None
     try:
+        args.memory_baseline = memory_baseline(args, comm)
         options = checkpointing(args)
         check_configuration(comm, options, None, args.controls_out)
         settings = dict(bounds=bounds, regularization=args.regularization,
@@ -216,7 +235,8 @@ def main(args) -> int:
     info = {**model.describe(), "ranks": comm.size, "status": result.status, "reason": result.reason,
             "iterations": result.iterations, "J": result.J, "misfit": result.misfit,
             "regularization": result.regularization, "grad_norm": result.grad_norm,
-            "resumed_from": result.resumed_from, **result.counts}
+            "resumed_from": result.resumed_from, **result.counts,
+            "peak_rss_bytes": comm.allreduce(peak_rss_bytes(), op=mpi().MAX)}
     if comm.rank == 0:
         if args.json:
             print(json.dumps(info, default=lambda v: None))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..models.base import begin_evaluation
 from ..telemetry.jsonlog import peak_rss_bytes
@@ -193,7 +193,7 @@ class Inversion:
             scale.to_y(x)
         reference = space.pack(self.reference) if self.reference is not None else space.pack(self.controls)
         reg = Tikhonov(float(self.weight), reference)
-        cache = self.evaluations(self.model, space, self.checkpointing, policy=self.policy)
+        cache = self.evaluations(self.model, space, self._held(space), policy=self.policy)
         if owned is not None and hasattr(cache, "run_id"):  # the evaluations' levels are this run's
             cache.run_id = owned["run_id"]
             if self.resume:  # what a killed evaluation left goes before any evaluation
@@ -330,6 +330,15 @@ class Inversion:
             raise InversionError(str(exc)) from None
         return history, done, resumed_from, start, owned
 
+    def _held(self, space):
+        """The checkpointing every evaluation and product runs under: a measured baseline (held for
+        the whole inversion) grows by TAO's own vectors, which live beside every session."""
+        ck = self.checkpointing
+        if ck is None or ck.memory_baseline is None:
+            return ck
+        reserve = TAO_VECTORS * space.vec.getLocalSize() * space.vec.getArray().itemsize
+        return replace(ck, memory_baseline=int(ck.memory_baseline) + reserve)
+
     def _hessian(self, tao, space):
         """H v products (hpcadj.inversion.newton.HessianShell) as TAO's Hessian, for nls and bntr:
         planned before TAO starts (a budget no product fits is refused here), and held."""
@@ -337,11 +346,13 @@ class Inversion:
         from .newton import HessianShell
 
         options = product_options(self.checkpointing)
-        # TAO's Krylov and quasi-Newton vectors grow while the products live
+        held = self._held(space)
+        # TAO's Krylov and quasi-Newton vectors grow while the products live (in a held baseline)
         reserve = TAO_VECTORS * space.vec.getLocalSize() * space.vec.getArray().itemsize
         try:
-            plan = plan_products(self.model, gauss_newton=self.gauss_newton, reserve=reserve,
-                                 baseline=getattr(self.checkpointing, "memory_baseline", None), **options)
+            plan = plan_products(self.model, gauss_newton=self.gauss_newton, **(
+                {"reserve": reserve} if held is None or held.memory_baseline is None
+                else {"baseline": held.memory_baseline}), **options)
         except ValueError as exc:
             raise InversionError(f"-tao_type {tao.getType()}: {exc}") from None
         options = {"local_dir": options.get("local_dir")}

@@ -260,6 +260,25 @@ class RunDirectory:
         self.previous = None
         self.save()
 
+    @property
+    def recorded_ranks(self) -> int:
+        """The rank count the opened run's snapshots were written with."""
+        return self.manifest["ranks"]
+
+    def recorded_setup(self) -> dict:
+        """Where the opened run's levels keep their files: ``run_id``, ``local_dir``, ``pfs_file``."""
+        setup = self.manifest["setup"]
+        return {"run_id": setup["run_id"], "local_dir": setup.get("local_dir"), "pfs_file": setup.get("pfs_file")}
+
+    def recorded_compression(self) -> dict:
+        """Level name -> {"codec", "slot_bytes"} the opened run's compressed levels were sized with."""
+        return self.manifest["setup"].get("compression") or {}
+
+    def record_compression(self, compression: dict) -> None:
+        """Record the compressed levels' codecs and slot sizes, so a resume sizes its slots alike."""
+        self.manifest["setup"]["compression"] = compression
+        self.save()
+
     def check_trajectory(self, trajectory: dict) -> None:
         """RunDirError on every rank when this run's :func:`trajectory_fingerprint` is not the recorded one."""
         self._agree_error(trajectory_refusal(self.path, self.manifest.get("trajectory") or {}, trajectory,

@@ -57,18 +57,19 @@ def level_summary(comm, plans, levels) -> list[dict]:
     return out
 
 
-def predicted_makespan(planned, model, minimize: str) -> float:
-    """The plan's predicted makespan; an online plan's is known once n is: its plan for that n, simulated."""
+def predicted_makespan(planned, model, result, levels) -> float:
+    """The plan's predicted makespan. An online plan's (its n unknown when it was planned) prices
+    what the run executed: its forward and adjoint steps, each level's writes, reads and peak."""
     if planned.summary is not None or model.n_steps is None:
         return planned.predicted_s
-    from ..checkpoint.schedules import simulate
-    from ..checkpoint.schedules.online_plans import OnlineStoreAll, make_online_plan
+    from ..checkpoint.schedules import PlanSummary
 
-    n, caps = model.n_steps, [p.slots for p in planned.plans]
-    costs = planned.profile.vector(minimize)
-    store_all = isinstance(planned.schedule.planner, OnlineStoreAll)
-    summary = simulate(make_online_plan(caps, costs, n_steps=n, store_all=store_all).actions(), n, caps, costs)
-    return planned.profile.predicted_seconds(summary)
+    k = len(planned.plans)
+    done = PlanSummary(model.n_steps, tuple(p.slots for p in planned.plans), forward_steps=result.forward_steps,
+                       adjoint_steps=result.adjoint_steps, writes=[lv.stats.writes for lv in levels],
+                       reads=[lv.stats.reads for lv in levels], peak=[lv.stats.peak_slots for lv in levels],
+                       data_writes=[0] * k)
+    return planned.profile.predicted_seconds(done)
 
 
 def log_record(record: dict, model, checkpointing, planned, resumed: bool) -> dict:
@@ -103,7 +104,7 @@ def completed_info(model, comm, result, wall_s: float, planned, checkpointing, l
         info["run_dir_check"] = {"forward_steps": 1, "adjoint_steps": 1}
     if planned.memory is not None:
         info["memory"] = {**planned.memory.as_dict(), "source": planned.memory.detail["source"]}
-    predicted = predicted_makespan(planned, model, checkpointing.minimize)
+    predicted = predicted_makespan(planned, model, result, levels)
     info.update(schedule=planned.schedule.name, minimize=checkpointing.minimize, **profile.predicted(predicted),
                 costs_source=profile.source, levels=level_summary(comm, planned.plans, levels), resumed=resumed)
     if planned.schedule.name == "mixed":

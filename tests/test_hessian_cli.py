@@ -77,10 +77,13 @@ def test_heat_passes_at_ordinary_sizes(size):
 
 
 @pytest.mark.parametrize("nranks", [2, 3])
-def test_heat_passes_at_its_size_on_several_ranks(nranks):
+@pytest.mark.parametrize("model", sorted(SMALL))
+def test_every_model_passes_at_its_defaults_on_several_ranks(model, nranks):
+    """hesscheck's own steps and tolerances (no --eps, --fd-eps) on 2 and 3 ranks; heat at 48x48 x 10."""
     from .helpers import hpcadj
 
-    proc = hpcadj(["hesscheck", "--model", "heat", *ORDINARY[0], "--json"], nranks, timeout=300)
+    size = ORDINARY[0] if model == "heat" else SMALL[model]
+    proc = hpcadj(["hesscheck", "--model", model, *size, "--json"], nranks, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
     info = json.loads(proc.stdout)
     assert info["passed"] and info["ranks"] == nranks

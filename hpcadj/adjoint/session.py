@@ -1,4 +1,8 @@
-"""One gradient run as a library object: budgets -> plan -> levels -> driver -> result, logs and restart.
+"""One gradient run as a library object, sequenced: check -> open -> provision -> set up -> execute -> report.
+
+What it sequences lives beside it: ``runsetup`` (restart options, the configuration check, the run
+directory), ``costs`` (measured costs, the memory baseline), ``report`` (the ``run --json`` object,
+the log's record, the gradient file); provisioning in :mod:`hpcadj.checkpoint.provision`.
 
 :class:`GradientSession` is what ``hpcadj run`` does, without the command line: a user who brings
 their own :class:`~hpcadj.models.base.Stepper` gets the same checkpointed, restartable, logged

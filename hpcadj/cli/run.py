@@ -93,7 +93,7 @@ def memory_baseline(args, comm) -> int | None:
     import copy
 
     from ..checkpoint.memory import budget_from_environment, process_rss_bytes
-    from ..adjoint.session import warmed_baseline
+    from ..adjoint.costs import warmed_baseline
 
     if args.memory is None and budget_from_environment(os.environ) is None:
         return process_rss_bytes()

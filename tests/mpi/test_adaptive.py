@@ -5,7 +5,7 @@
   (<= 1e-10) tests;
 - online plans that learn n only when the model says the run is over (RAM, node-local, HDF5 and three
   levels) give gradients bitwise equal to store-all of the same adaptive run, with the simulator's
-  counts;
+  counts; a session reports the predicted makespan of the plan it ran without planning it again;
 - a run stopped at random points of either sweep and resumed gives the same gradient bitwise.
 """
 
@@ -193,3 +193,25 @@ def test_session_without_budgets_runs_online_store_all(frozen, comm):
     assert outcome.result.J == J_ref
     for control, ref in grad_ref.items():
         assert np.array_equal(outcome.result.gradient[control].getArray(), ref), control
+
+
+def test_session_reports_the_online_plan_it_ran_without_planning_it_again(frozen, comm, monkeypatch):
+    """The predicted makespan of an online run prices what ran: the same as its plan for the n reached."""
+    from hpcadj.checkpoint.schedules import online_plans
+
+    name, frozen_model, _controls, _J, _grad = frozen
+    model = adaptive_model(name, comm)
+    session = GradientSession(model, Checkpointing(ram=2, schedule="online"))
+    planned = session.set_up()
+
+    def planned_again(*args, **kwargs):
+        raise AssertionError("an online plan was planned again to report the run")
+
+    monkeypatch.setattr(online_plans, "make_online_plan", planned_again)
+    outcome = session.solve()
+    monkeypatch.undo()
+    n, caps, profile = model.n_steps, [p.slots for p in planned.plans], planned.profile
+    assert n == frozen_model.n_steps
+    expected = simulate(make_online_plan(caps, profile.vector("time"), n_steps=n).actions(), n, caps)
+    key = "predicted_relative" if profile.relative else "predicted_s"
+    assert outcome.info[key] == profile.predicted_seconds(expected)

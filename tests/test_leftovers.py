@@ -103,9 +103,10 @@ def test_resume_after_a_damaged_layout_json_recomputes_bitwise(tmp_path):
     assert everything(local) == []
 
 
-def test_a_refused_fresh_start_leaves_no_node_local_directory(tmp_path):
+def test_a_refused_fresh_start_leaves_nothing_that_blocks_the_next(tmp_path):
     """The HDF5 level refuses a file that is not this run's after the node-local level was made
-    (kept: a run directory's run): its LAYOUT.json and the --local-dir it created go again."""
+    (kept: a run directory's run): its LAYOUT.json, the --local-dir and the run directory it created
+    go again, so the same command with another file simply runs (no --resume asked for)."""
     with h5py().File(tmp_path / "ck.h5", "w") as f:
         f["foreign"] = 1
     local = tmp_path / "local"
@@ -114,3 +115,8 @@ def test_a_refused_fresh_start_leaves_no_node_local_directory(tmp_path):
                    "--run-dir", str(tmp_path / "run")], nranks=2, timeout=TIMEOUT)
     assert proc.returncode == 2 and "is not this run's checkpoint file" in proc.stderr, proc.stderr
     assert not local.exists(), everything(local)
+    assert not (tmp_path / "run").exists(), everything(tmp_path / "run")
+    again = hpcadj(["run", "--model", "heat", "--grid", "8x8", "--steps", "6", "--quiet", "--ram", "1", "--disk", "1",
+                    "--pfs", "2", "--pfs-file", str(tmp_path / "mine.h5"), "--local-dir", str(local),
+                    "--run-dir", str(tmp_path / "run")], nranks=2, timeout=TIMEOUT)
+    assert again.returncode == 0, again.stderr

@@ -147,7 +147,7 @@ class GradientSession:
                                      baseline_bytes=self._baseline, resuming=self._resuming(),
                                      durability=durable_seconds(self.restart) if self.restart else None)
         except BaseException:
-            self._release()
+            self._release(refused=True)
             raise
         self.notes += self.planned.notes
         for text in self.planned.warnings:
@@ -183,7 +183,7 @@ class GradientSession:
         except Exception as exc:  # noqa: BLE001 - any level that cannot open is a refusal
             if self.log is not None:
                 self.log.abort(str(exc))
-            self._release()
+            self._release(refused=True)
             raise ConfigError(str(exc)) from None
         if self.rundir is not None and planned.probes and (not self.resuming or self._fresh):
             self.rundir.record_compression({k: {"codec": v.codec.spec, "slot_bytes": v.slot_bytes}
@@ -204,8 +204,11 @@ class GradientSession:
         self.notes += opened.notes
         self.rundir = rundir
 
-    def _release(self) -> None:
-        """Give the run directory's lock up (any way the session ends)."""
+    def _release(self, refused: bool = False) -> None:
+        """Give the run directory's lock up (any way the session ends); a refused fresh start also
+        withdraws what it wrote there, so the same command can simply run again."""
+        if refused and self.rundir is not None and not self.resuming:
+            self.rundir.withdraw()
         if self._lock is not None:
             self._lock.release()
 

@@ -4,6 +4,7 @@ state files, and the lock that keeps one run at a time in it."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -201,6 +202,7 @@ class RunDirectory:
         self.previous: dict | None = None   # the generation before, when it checks out
         self.faults: list[str] = []         # durable artifacts found corrupt, and what was used instead
         self.lock = RunLock(self.path, comm)
+        self.created = False                # rank 0: this run made the directory
 
     # -- opening ---------------------------------------------------------------------------
     def _agree_error(self, message: str | None) -> None:
@@ -216,6 +218,7 @@ class RunDirectory:
         if self.comm.rank == 0:
             try:
                 if create:
+                    self.created = not os.path.isdir(self.path)
                     os.makedirs(self.path, exist_ok=True)
             except OSError as exc:
                 error = f"cannot create run directory {self.path}: {exc.strerror}"
@@ -245,6 +248,19 @@ class RunDirectory:
                          "created": time.time()}
         record_owned(self.path, self.comm, setup["run_id"], setup.get("local_dir"), setup.get("pfs_file"))
         self.save()
+
+    def withdraw(self) -> None:
+        """Undo a fresh start that was refused before any work: the manifest, the owned-files record,
+        the lock, and the directory when this run made it, so the same command can simply be run
+        again (rank 0 removes; collective only through the lock's release)."""
+        if self.comm.rank == 0:
+            for name in (MANIFEST, PREVIOUS, OWNED):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(self.path, name))
+        self.lock.release()
+        if self.comm.rank == 0 and self.created:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.path)
 
     def nothing_durable(self) -> bool:
         """Whether the opened run never reached a durable point (killed in start-up, say)."""

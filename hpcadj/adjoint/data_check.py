@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checkpoint.options import ConfigError
 from ..collective import problems
 
 
@@ -82,3 +83,12 @@ def check_adjoint_data(model, controls=None):
     if problem:
         return PropertyResult("adjoint_data", FAILED, problem)
     return PropertyResult("adjoint_data", PASSED, checked)
+
+
+def refuse_untrusted_data(model, controls) -> None:
+    """ConfigError on every rank, before any gradient, when a model's declared adjoint data disagree
+    with what its adjoint step reads (``--schedule mixed`` would reverse steps from them)."""
+    problem, _ = adjoint_data_problem(model, controls, steps=1)
+    if problem:
+        raise ConfigError(f"--schedule mixed cannot trust {model.name!r}'s adjoint data: {problem}; "
+                          f"see 'hpcadj check'")

@@ -32,6 +32,7 @@ from ..checkpoint.options import Checkpointing, ConfigError, apply_time_tile, fm
 from ..checkpoint.provision import PlannedRun, Resuming, provision, recompute_warning
 from ..models.base import begin_evaluation
 from .costs import measure_costs, warmed_baseline
+from .data_check import refuse_untrusted_data
 from .driver import Driver, StopRequested, Unrecoverable
 from .report import Outcome, completed_info, finish_info, log_record, stop_message, write_gradient
 from .runsetup import Restart, check_configuration, durable_seconds, open_run_directory, recovered_faults
@@ -121,6 +122,8 @@ class GradientSession:
         """Refuse a configuration no run can use, before any work (collective); once per session."""
         if not self._checked:
             check_configuration(self.comm, self.checkpointing, self.restart, self.gradient_out)
+            if self.checkpointing.schedule == "mixed":
+                refuse_untrusted_data(self.model, self.controls)
             self._checked = True
 
     @property

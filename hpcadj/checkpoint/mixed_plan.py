@@ -41,9 +41,8 @@ def mixed_sizes(model) -> tuple[int, int]:
 
 
 def mixed_run(model, controls, plans, ck, profile, memory, probes, notes, warnings, durability):
-    """The PlannedRun of ``--schedule mixed`` over ``plans`` (one RAM level); a model whose declared
-    data disagree with what its adjoint step reads is refused here, before any gradient."""
-    from ..adjoint.data_check import adjoint_data_problem
+    """The PlannedRun of ``--schedule mixed`` over ``plans`` (one RAM level); the session has refused a
+    model whose declared data disagree with what its adjoint step reads (``refuse_untrusted_data``)."""
     from .provision import PlannedRun, recompute_warning
 
     if durability is not None:
@@ -52,9 +51,6 @@ def mixed_run(model, controls, plans, ck, profile, memory, probes, notes, warnin
         _refuse("plans one uncompressed RAM level: give --ram alone (or no budget)")
     n = model.n_steps
     r, d = mixed_sizes(model)
-    problem, _ = adjoint_data_problem(model, controls, steps=1)
-    if problem:
-        _refuse(f"cannot trust {model.name!r}'s adjoint data: {problem}; see 'hpcadj check'")
     text = ck.budgets.get("ram")
     given = parse_budget(text) if text is not None and memory is None else None
     budget = given.nbytes if given is not None and given.nbytes is not None else plans[0].slots * r

@@ -167,6 +167,11 @@ def test_a_killed_inversion_resumes_with_three_levels_and_leaves_nothing(tmp_pat
     else:
         real_kill(args, tmp_path)
     assert leftovers(tmp_path), "the kill left no files: the test proves nothing"
+    if kill == "injected":  # and what a bntr/nls product's node-local states would have left
+        run_id = json.loads((tmp_path / "run" / "owned.json").read_text())["run_id"]
+        product = tmp_path / "local" / f"hpcadj-{run_id}-hv" / "rank0"
+        product.mkdir(parents=True)
+        (product / "step_3.snap").write_bytes(b"\0" * 64)
     again = hpcadj(args, 2, timeout=300)
     assert again.returncode == 0, again.stderr
     keys = ("iteration", "J", "misfit", "grad_norm", "step", "controls_hash")

@@ -166,14 +166,14 @@ class _StateStore:
 
     CACHE = 3
 
-    def __init__(self, model, *, local_dir=None):
+    def __init__(self, model, *, local_dir=None, run_id=None):
         self.model = model
         self.vecs, self.level, self.cache = [], None, {}
         if local_dir is not None:
             from ..checkpoint.storage import LocalLevel
 
             self.level = LocalLevel(model.n_steps + 1, model.snapshot_layout(), model.comm,
-                                    local_dir=local_dir, async_io=False, name="hessian-states")
+                                    local_dir=local_dir, run_id=run_id, async_io=False, name="hessian-states")
 
     @property
     def where(self) -> str:
@@ -335,10 +335,11 @@ class HessianProducts:
     """
 
     def __init__(self, model, controls, *, gauss_newton: bool = False, ram=None, local_dir=None,
-                 schedule: str = "revolve", memory=None, baseline=None, reserve: int = 0, plan=None):
+                 schedule: str = "revolve", memory=None, baseline=None, reserve: int = 0, plan=None,
+                 run_id=None):
         check_model(model, gauss_newton)
         self.model, self.gauss_newton = model, gauss_newton
-        self.local_dir = local_dir
+        self.local_dir, self.run_id = local_dir, run_id
         if plan is None:
             plan = plan_products(model, gauss_newton=gauss_newton, ram=ram, memory=memory, local_dir=local_dir,
                                  schedule=schedule, baseline=baseline, reserve=reserve)
@@ -361,7 +362,8 @@ class HessianProducts:
         model.set_controls(self.controls)
         keep = self.mode != "recompute"
         if keep:
-            self.states = _StateStore(model, local_dir=self.local_dir if self.mode == "local" else None)
+            self.states = _StateStore(model, local_dir=self.local_dir if self.mode == "local" else None,
+                                      run_id=self.run_id)
         u = model.initial_state()
         if keep:
             self.states.put(0, u)

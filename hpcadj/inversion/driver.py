@@ -343,6 +343,7 @@ class Inversion:
         """H v products (hpcadj.inversion.newton.HessianShell) as TAO's Hessian, for nls and bntr:
         planned before TAO starts (a budget no product fits is refused here), and held."""
         from ..adjoint.products import plan_products, product_options
+        from ..restart.rundir import products_run_id
         from .newton import HessianShell
 
         options = product_options(self.checkpointing)
@@ -355,8 +356,9 @@ class Inversion:
                 else {"baseline": held.memory_baseline}), **options)
         except ValueError as exc:
             raise InversionError(f"-tao_type {tao.getType()}: {exc}") from None
-        options = {"local_dir": options.get("local_dir")}
         cache, budgeted = self._cache, plan.memory is not None
+        run_id = getattr(cache, "run_id", None)  # a run directory's: a resume removes what products left
+        options = {"local_dir": options.get("local_dir"), "run_id": products_run_id(run_id) if run_id else None}
         shell = HessianShell(self.model, space, gauss_newton=self.gauss_newton, regularization=float(self.weight),
                              prepare=(lambda: _drop_kept(cache)) if budgeted else None, plan=plan, **options)
         if budgeted:

@@ -451,6 +451,12 @@ def read_owned(path: str, comm) -> dict | None:
     return comm.bcast(record, root=0)
 
 
+def products_run_id(run_id: str) -> str:
+    """The run id under which a run's Hessian products keep their node-local states (beside its
+    evaluations' levels, so a resume finds and removes what a killed product left)."""
+    return f"{run_id}-hv"
+
+
 def remove_owned(comm, record: dict | None, local_dir: str | None = None, pfs_file: str | None = None) -> list[str]:
     """Remove what a killed process of the run in ``record`` left: its node-local snapshots (one
     rank per node) and its HDF5 file (``local_dir``, ``pfs_file``: where a level of that run put
@@ -461,7 +467,8 @@ def remove_owned(comm, record: dict | None, local_dir: str | None = None, pfs_fi
 
     if not record:
         return []
-    purge_node_local(comm, local_dir or record.get("local_dir"), record["run_id"])
+    for run_id in (record["run_id"], products_run_id(record["run_id"])):
+        purge_node_local(comm, local_dir or record.get("local_dir"), run_id)
     note = remove_dead_file(comm, pfs_file or record.get("pfs_file"), record["run_id"],
                             claimed=record.get("pfs_file") is not None)
     return [note] if note else []

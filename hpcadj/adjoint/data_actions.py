@@ -87,9 +87,4 @@ class DataActions:
             self.stepper.add_objective_gradient(n0, u, lam)
             u = None
             self._check_lambda(n0, lam, f"adjoint step {n0}")
-        self.result.adjoint_steps += 1
-        self._collect_garbage()
-        if self.progress is not None:
-            self.progress.adjoint(1)
-        if self.observer is not None:
-            self.observer.adjoint(self.lam_step, self.lam, self.grad, self.result.J)
+        self._adjoint_done()

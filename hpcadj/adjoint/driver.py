@@ -552,6 +552,10 @@ class Driver(AdvanceRuns, DataActions):
             self._collect_garbage()
             self.stepper.add_objective_gradient(action.n0, u, lam)
             self._check_lambda(action.n0, lam, f"adjoint step {action.n0}")
+        self._adjoint_done()
+
+    def _adjoint_done(self) -> None:
+        """An adjoint step's bookkeeping, whether it ran from states or from its data."""
         self.result.adjoint_steps += 1
         self._collect_garbage()
         if self.progress is not None:

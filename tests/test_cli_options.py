@@ -49,3 +49,15 @@ def test_calibrate_keeps_the_library_defaults_for_what_it_does_not_take():
     assert (ck.ram, ck.disk, ck.pfs, ck.keep, ck.schedule, ck.minimize, ck.memory_baseline) == \
         (None, None, None, False, None, "time", None)
     assert checkpointing(PARSER.parse_args(["calibrate", "--no-async"])).async_io is False
+
+
+def test_options_and_their_level_configuration_are_never_changed_in_place():
+    import dataclasses
+
+    ck = checkpointing(PARSER.parse_args(["run", "--ram", "4", "--pfs", "2", "--pfs-file", "a.h5"]))
+    config = ck.config()
+    for obj, name in ((ck, "costs"), (config, "pfs_file")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(obj, name, "b.h5")
+    again = dataclasses.replace(config, pfs_file="b.h5")
+    assert (again.pfs_file, config.pfs_file, again.budgets) == ("b.h5", "a.h5", config.budgets)

@@ -17,9 +17,10 @@ from .schedules import CostProfile, ScheduleError, make_schedule, store_all_slot
 from .storage.factory import make_level
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckpointConfig:
-    """What the user asked for: budgets per level (slots or bytes) and where file levels live."""
+    """What the user asked for: budgets per level (slots or bytes) and where file levels live; never
+    changed in place (``dataclasses.replace`` makes a changed copy)."""
 
     budgets: dict = field(default_factory=dict)  # level name -> "8" | "2GiB" | None
     local_dir: str | None = None

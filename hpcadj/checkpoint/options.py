@@ -21,7 +21,7 @@ class ConfigError(ValueError):
     """A configuration no run can use (a budget too small, an unusable file): nothing was done."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Checkpointing:
     """Where snapshots may go and how the plan is chosen.
 
@@ -36,7 +36,8 @@ class Checkpointing:
     the file levels' staging are predicted (:mod:`hpcadj.checkpoint.memory`) and the rest goes to RAM
     slots, ``ram`` staying an upper bound. ``memory_baseline`` is the process's resident set before
     the model was built (default: measured when the session is created, which counts the model twice
-    and so errs on the safe side).
+    and so errs on the safe side). Frozen: a caller that needs other options makes a changed copy
+    (``dataclasses.replace``).
     """
 
     ram: object = None

@@ -155,9 +155,8 @@ def main(args) -> int:
     run = declared(args, comm)
     options = checkpointing(args)
     with together(errors=(CliError, ConfigError)):  # a profile some ranks cannot read: one agreed line
-        options.costs = load_costs(options.costs)
-    config = options.config()
-    config.pfs_file = config.pfs_file or "plan.h5"  # named only: plan opens no level
+        options = dataclasses.replace(options, costs=load_costs(options.costs))
+    config = dataclasses.replace(options.config(), pfs_file=options.pfs_file or "plan.h5")  # named only
     start = time.perf_counter()
     try:
         planned = provision(run, None, options, config=config, baseline_bytes=args.baseline_bytes)

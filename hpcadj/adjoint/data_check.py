@@ -1,8 +1,9 @@
 """Check a model's declared adjoint data against what its adjoint step reads (``hpcadj check``, runs).
 
 For a few steps i from random states u_i: the data captured from (u_i, u_{i+1}) must match the declared
-layout, and the adjoint step and the objective's gradient run from the data's stand-in state must
-give lambda_i and dJ/dp bitwise as they do from u_i. A model whose data leave out something its
+layout, and after a step from another state (so nothing the model kept of step i is left to read) the
+adjoint step and the objective's gradient run from the data's stand-in state must give lambda_i and
+dJ/dp bitwise as they do from u_i. A model whose data leave out something its
 adjoint step reads fails here, before any gradient is reported. Collective.
 """
 
@@ -52,9 +53,10 @@ def adjoint_data_problem(model, controls, steps: int = 2, seed: int = 41) -> tup
         if wrong:
             local = local or f"step {i}'s adjoint data do not match adjoint_data_layout(): {wrong}"
             break
+        model.step(i, _random_like(u0, rng))  # whatever a model keeps of its last step is now another's
         results = []
-        for state, following in ((u, u_next if model.adjoint_reads_next else None),
-                                 (model.adjoint_data_state(i, data), None)):
+        for state, following in ((model.adjoint_data_state(i, data), None),
+                                 (u, u_next if model.adjoint_reads_next else None)):
             grad = {name: vec.duplicate() for name, vec in controls.items()}
             for vec in grad.values():
                 vec.set(0.0)

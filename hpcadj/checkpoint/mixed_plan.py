@@ -40,6 +40,12 @@ def mixed_sizes(model) -> tuple[int, int]:
     return int(r), int(d)
 
 
+def recomputes(model) -> bool:
+    """Whether the model's adjoint step from states re-runs the step for what it reads (RK stages):
+    its plans then reverse a step only from its data (``states_suffice=False``)."""
+    return bool(getattr(model, "recomputes_in_adjoint", False))
+
+
 def mixed_run(model, controls, plans, ck, profile, memory, probes, notes, warnings, durability):
     """The PlannedRun of ``--schedule mixed`` over ``plans`` (one RAM level); the session has refused a
     model whose declared data disagree with what its adjoint step reads (``refuse_untrusted_data``)."""
@@ -53,10 +59,18 @@ def mixed_run(model, controls, plans, ck, profile, memory, probes, notes, warnin
     r, d = mixed_sizes(model)
     text = ck.budgets.get("ram")
     given = parse_budget(text) if text is not None and memory is None else None
-    budget = given.nbytes if given is not None and given.nbytes is not None else plans[0].slots * r
+    if given is not None and given.nbytes is not None:
+        budget = given.nbytes
+    elif memory is not None and text is None and memory.ram_slots_fit is not None:
+        budget = memory.ram_slots_fit * r   # what --memory leaves, not capped at n - 1 restart states
+    elif text is None and memory is None:
+        budget = max(n - 1, 1) * max(r, d)  # no budget: every step's data (or state) is kept
+    else:
+        budget = plans[0].slots * r
     unit = gcd(r, d)
     try:
-        schedule = Mixed(n, [budget // unit], state_size=r // unit, data_size=d // unit)
+        schedule = Mixed(n, [budget // unit], state_size=r // unit, data_size=d // unit,
+                         states_suffice=not recomputes(model))
     except ScheduleError as exc:
         least = str(exc).rsplit(" ", 1)[-1]
         _refuse(f"with --ram {text if text is not None else budget}: restart states of {r} bytes and step "
@@ -82,6 +96,8 @@ def mixed_summary(comm, planned, driver) -> dict:
     budget = schedule.capacities[0] * unit
     states = budget // r
     today = n if states >= n - 1 else min_forward_steps(n, max(states, 1))
+    if recomputes(driver.stepper):
+        today += n  # each adjoint step from states re-runs its step: a forward step the plan does not count
     data = driver.data_stats()
     return {"budget_bytes": budget, "restart_bytes": r, "data_bytes": d,
             "restart_writes": sum(summary.writes), "data_writes": data["writes"],

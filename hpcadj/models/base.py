@@ -52,6 +52,9 @@ class Stepper(abc.ABC):
     #: needs from u_i alone (explicit RK) sets False: the driver then lets u_{i+1} go before the
     #: step (it passes None), one state less at the adjoint step's peak.
     adjoint_reads_next: bool = True
+    #: whether :meth:`adjoint_step` re-runs the step from u_i for what it reads (RK stages): a mixed
+    #: plan (``--schedule mixed``) then reverses the model's steps only from their adjoint data
+    recomputes_in_adjoint: bool = False
 
     # -- controls ---------------------------------------------------------------------------
     @abc.abstractmethod

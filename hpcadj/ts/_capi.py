@@ -179,3 +179,63 @@ def adapt_settings(ts) -> dict:
     return {"type": adapt_type(ts), "safety": safety, "reject_safety": reject_safety, "clip": [clip_low, clip_high],
             "dt_min": dt_min, "dt_max": dt_max, "max_ignore": _one_real("TSAdaptGetMaxIgnore", ts),
             "scale_solve_failed": _one_real("TSAdaptGetScaleSolveFailed", ts)}
+
+
+def rk_stages_read(ts) -> int:
+    """How many of an RK tableau's stages ``TSAdjointStep_RK`` reads: all s, or s - 1 for a tableau
+    with the FSAL property (its adjoint skips the last stage, which equals u_{i+1})."""
+    s = _int_type()()
+    fsal = ctypes.c_int()
+    _call("TSRKGetTableau", _h(ts), ctypes.byref(s), None, None, None, None, None, None, ctypes.byref(fsal))
+    return int(s.value) - (1 if fsal.value else 0)
+
+
+def _local_size(handle) -> int:
+    n = _int_type()()
+    _call("VecGetLocalSize", handle, ctypes.byref(n))
+    return int(n.value)
+
+
+def stage_arrays(ts, count: int) -> list:
+    """Copies of this rank's entries of the TS's first ``count`` stage Vecs (TSGetStages), one
+    ``VecGetArrayRead`` and one copy each."""
+    import numpy as np
+
+    dtype = np.dtype(petsc().ScalarType)
+    out = []
+    for handle in stage_handles(ts)[:count]:
+        vec = ctypes.c_void_p(handle)
+        n = _local_size(vec)
+        ptr = ctypes.c_void_p()
+        _call("VecGetArrayRead", vec, ctypes.byref(ptr))
+        try:
+            if n and not ptr.value:
+                raise RuntimeError("PETSc VecGetArrayRead gave no array for a stage Vec with entries")
+            out.append(np.frombuffer((ctypes.c_char * (n * dtype.itemsize)).from_address(ptr.value), dtype).copy()
+                       if n else np.empty(0, dtype))
+        finally:
+            _call("VecRestoreArrayRead", vec, ctypes.byref(ptr))
+    return out
+
+
+def set_stage_arrays(ts, arrays) -> None:
+    """Write ``arrays`` (this rank's entries, one per stage, in order) into the TS's stage Vecs."""
+    import numpy as np
+
+    dtype = np.dtype(petsc().ScalarType)
+    handles = stage_handles(ts)
+    if len(arrays) > len(handles):
+        raise RuntimeError(f"{len(arrays)} stages given, the TS has {len(handles)}")
+    for handle, array in zip(handles, arrays):
+        vec = ctypes.c_void_p(handle)
+        n = _local_size(vec)
+        src = np.ascontiguousarray(array, dtype=dtype).reshape(-1)
+        if src.size != n:
+            raise RuntimeError(f"a stage of {src.size} entries on this rank for a stage Vec of {n}")
+        ptr = ctypes.c_void_p()
+        _call("VecGetArrayWrite", vec, ctypes.byref(ptr))
+        try:
+            if n:
+                np.frombuffer((ctypes.c_char * (n * dtype.itemsize)).from_address(ptr.value), dtype)[...] = src
+        finally:
+            _call("VecRestoreArrayWrite", vec, ctypes.byref(ptr))

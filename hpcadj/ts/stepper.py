@@ -9,9 +9,10 @@ Stages: for θ-endpoint methods (Crank–Nicolson, backward Euler) they are u_i 
 driver holds: they are copied in (``TSGetStages``), nothing is recomputed. θ-midpoint's one stage X
 is the Newton solution from which TSStep made u_{i+1} = u_i + (X - u_i)/θ: it is reconstructed as
 u_i + θ (u_{i+1} - u_i), equal to X up to round-off (the gradient to ~1e-13 relative, not bitwise).
-RK methods recompute the step from u_i before the adjoint step, so an adjoint step costs one forward
-step more; the cost the planner uses comes from timing :meth:`TSStepper.adjoint_step` itself
-(``hpcadj calibrate``), recomputation included.
+RK methods declare their stages as the step's adjoint data (:mod:`hpcadj.ts.stages`): a plan that
+keeps them (``--schedule mixed``) reverses the step from them; from a state alone the step is re-run
+from u_i before the adjoint step, an adjoint step then costing one forward step more (the cost the
+planner uses comes from timing :meth:`TSStepper.adjoint_step` itself, ``hpcadj calibrate``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..models.base import SolverError, Stepper
 from ..snapshot import FieldLayout
 from ..imports import petsc
 from . import _capi, preflight
+from .stages import StageData
 
 CONTROL_U0 = "u0"
 
@@ -46,7 +48,7 @@ def _version_text(v) -> str:
     return ".".join(str(x) for x in v)
 
 
-class TSStepper(AdaptiveSteps, Stepper):
+class TSStepper(StageData, AdaptiveSteps, Stepper):
     """Checkpointed gradients of a user's TS from PETSc's own adjoint, one step at a time.
 
     Parameters
@@ -120,6 +122,7 @@ class TSStepper(AdaptiveSteps, Stepper):
         _capi.use_memory_trajectory(ts)
         ts.setSolution(u0.copy())
         ts.setUp()
+        self._init_stage_data()
         self._refuse_version_specific()
         if self._pname is not None:
             self._p_initial = self._p0.copy()
@@ -277,6 +280,7 @@ class TSStepper(AdaptiveSteps, Stepper):
         if restart:
             ts.restartStep()
         self._last_taken = i
+        self._stages_changed()
         ts.step()
         reason = ts.getConvergedReason()
         if reason < 0:
@@ -295,6 +299,7 @@ class TSStepper(AdaptiveSteps, Stepper):
             self._first_adaptive_step(i, u, x)
         else:
             self._take_step(i, x, self._dt(i))
+        self._stages_taken(i, x)
         return x
 
     def _first_adaptive_step(self, i: int, u, x) -> None:
@@ -374,7 +379,7 @@ class TSStepper(AdaptiveSteps, Stepper):
             stage = u_next.copy()
             stage.axpby(1.0 - self._theta, self._theta, u)      # θ u_{i+1} + (1 - θ) u_i
             _capi.vec_copy_into(stage, _capi.stage_handles(ts)[0])
-        else:
+        elif not self._fill_stages_from_data(i, u):
             u.copy(self._sol)
             self._take_step(i, self._sol, dt, t=t_i)
         ts.setTime(t_next)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 import os
 import signal
+import time
 
+from ..checkpoint.schedules.actions import MIN_ADVANCE
 from ..collective import any_rank
 from ..models.base import SolverError
 from .guards import NonFinite, checksum, finite
@@ -47,6 +49,10 @@ class AdvanceRuns:
 
     #: steps of the check of a model's advance against its single steps, once per run
     ADVANCE_CHECK = 8
+    #: this rank's runs handed to the model's advance, their steps and seconds (``run --json``)
+    advance_runs = 0
+    advance_steps = 0
+    advance_s = 0.0
 
     def _advance_run(self, k: int, stop: int, u, first: bool):
         """Steps k..stop-1 through the model's own ``advance`` (the first sweep's only where it sets
@@ -65,7 +71,7 @@ class AdvanceRuns:
             self._collect_garbage()
             k += 1
         split = self._split_at if first and self.lam_step is None else None
-        while stop - k >= 2:
+        while stop - k >= MIN_ADVANCE:
             end = split if split is not None and k < split < stop else stop
             what = f"{'forward' if first else 'recomputed'} steps {k}..{end - 1} (an advance)"
             with _where(what):
@@ -73,6 +79,7 @@ class AdvanceRuns:
                     self._advance_checked = True
                     verify_advance(stepper, self.comm, k, u, min(end - k, self.ADVANCE_CHECK))
                     self._collect_garbage()
+                t0 = time.perf_counter()
                 if first:
                     u, terms = stepper.advance(k, u, end - k, objective=True)
                     for J_i in terms:
@@ -80,6 +87,9 @@ class AdvanceRuns:
                         self.result.J += J_i
                 else:
                     u = stepper.advance(k, u, end - k)
+                self.advance_s += time.perf_counter() - t0
+                self.advance_runs += 1
+                self.advance_steps += end - k
             self._collect_garbage()
             if first and self._agree_flags(0 if math.isfinite(self.result.J) and finite([u]) else 2):
                 raise NonFinite(f"forward sweep: a non-finite value (inf or NaN) in u_{end} or the objective"

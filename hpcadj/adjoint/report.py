@@ -72,6 +72,20 @@ def predicted_makespan(planned, model, result, levels) -> float:
     return planned.profile.predicted_seconds(done)
 
 
+def advance_summary(comm, planned, driver) -> dict | None:
+    """The runs handed to the model's advance: what the plan predicted (``advance_seconds``) and what
+    the run measured (``measured`` seconds, the slowest rank's, ``measured_runs``, ``measured_steps``);
+    None when neither the profile prices advances nor the run made any."""
+    from ..imports import mpi
+
+    predicted = planned.profile.advance_seconds(planned.summary)
+    measured = comm.allreduce(driver.advance_s, op=mpi().MAX)
+    if predicted is None and not driver.advance_runs:
+        return None
+    return {**(predicted or {}), "measured": measured, "measured_runs": driver.advance_runs,
+            "measured_steps": driver.advance_steps}
+
+
 def log_record(record: dict, model, checkpointing, planned, resumed: bool) -> dict:
     """The log's ``run.json``: ``record`` (the caller's facts) and the run's set-up."""
     ck = checkpointing
@@ -107,6 +121,9 @@ def completed_info(model, comm, result, wall_s: float, planned, checkpointing, l
     predicted = predicted_makespan(planned, model, result, levels)
     info.update(schedule=planned.schedule.name, minimize=checkpointing.minimize, **profile.predicted(predicted),
                 costs_source=profile.source, levels=level_summary(comm, planned.plans, levels), resumed=resumed)
+    advance = advance_summary(comm, planned, driver)
+    if advance is not None:
+        info["advance_s"] = advance
     if planned.schedule.name == "mixed":
         from ..checkpoint.mixed_plan import mixed_summary
 

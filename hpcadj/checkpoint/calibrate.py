@@ -11,6 +11,12 @@ that are not equally fast, or jitter on one of them, then cost what they cost in
 before every call hid a 30 % slower rank; predictions ran 16-26 % short). Timing the first calls
 overestimated a wave 128^3 step several times over.
 
+A model with an advance of its own (a time-tiled one) gets its cost as a function of the run length
+m (:func:`advance_cost`): advances of m = 2, 4, T, 2T, 4T steps (T its tile depth; fewer in a run's
+brief calibration) timed as the driver makes them, and a line ``fixed + m * per_step`` fitted through
+them (:class:`~.schedules.costs.AdvanceCost`); a model without one gets none, and its plans price a
+run of m steps as m single steps.
+
 A RAM level also gets its first-touch cost (``LevelCost.fill_s``): the mean seconds to fault in one
 snapshot's worth of fresh memory over as many slots as the level has, held at once as a run holds
 them, which a run pays once for every slot it fills (the state a level holds by reference is memory
@@ -24,6 +30,7 @@ import statistics
 import time
 
 from .schedules import CostProfile, LevelCost
+from .schedules.costs import AdvanceCost
 from ..snapshot import layout_bytes, mapped_empty
 from .storage.factory import make_level
 from .storage.base import agree_run_id
@@ -84,9 +91,53 @@ def _fill_seconds(comm, nbytes: int, slots: int, repeats: int) -> float:
     return (sum(samples) + (slots - probe) * tail) / slots
 
 
+def _fit_line(runs: list) -> tuple[float, float]:
+    """Least-squares ``(fixed, per_step)`` through ``runs`` ([m, seconds] pairs), both kept >= 0."""
+    ms = [m for m, _ in runs]
+    ts = [t for _, t in runs]
+    if len(set(ms)) >= 2:
+        mean_m, mean_t = statistics.fmean(ms), statistics.fmean(ts)
+        slope = (sum((m - mean_m) * (t - mean_t) for m, t in runs) / sum((m - mean_m) ** 2 for m in ms))
+        fixed = mean_t - slope * mean_m
+        if fixed >= 0 and slope >= 0:
+            return fixed, slope
+    per_step = sum(m * t for m, t in runs) / sum(m * m for m in ms)  # through the origin
+    return 0.0, max(per_step, 0.0)
+
+
+def advance_cost(model, comm, repeats: int = 3, brief: bool = False) -> AdvanceCost | None:
+    """The model's own advance timed over run lengths m = 2, 4, T, 2T, 4T (T its tile depth, 8 if it
+    has none; ``brief``: 2, T and 4T), each from u_0 as a recomputation makes it (the input kept, the
+    result freed, ``garbage_cleanup`` after), the slowest rank's median; None for a model whose
+    advance is the default loop over ``step``. Collective."""
+    from ..imports import petsc
+
+    if not getattr(model, "has_own_advance", lambda: False)() or (model.n_steps or 0) < 2:
+        return None
+    depth = model.tile_depth() if hasattr(model, "tile_depth") else None
+    T = depth or 8
+    wanted = (2, T, 4 * T) if brief else (2, 4, T, 2 * T, 4 * T)
+    lengths = sorted({min(m, model.n_steps) for m in wanted if m >= 2})
+    start = model.initial_state()
+
+    def advance(m):
+        model.advance(0, start, m).destroy()
+        petsc().garbage_cleanup(comm)
+
+    runs = []
+    for m in lengths:
+        advance(m)  # warm-up: the tiler's buffers, the kernels' first call
+        runs.append([m, _timed(comm, lambda: advance(m), repeats)])
+    start.destroy()
+    fixed, per_step = _fit_line(runs)
+    return AdvanceCost(fixed_s=fixed, step_s=per_step, first=bool(model.advance_objective), depth=depth,
+                       runs=runs)
+
+
 def calibrate(model, controls, comm, plans: list[LevelPlan], config: CheckpointConfig,
-              repeats: int = 3, energy_model=None, warmup: int = 2) -> CostProfile:
-    """A cost profile for ``model`` with the current ranks and the levels in ``plans``."""
+              repeats: int = 3, energy_model=None, warmup: int = 2, brief: bool = False) -> CostProfile:
+    """A cost profile for ``model`` with the current ranks and the levels in ``plans`` (``brief``: a
+    run's own calibration, fewer advance lengths)."""
     from ..imports import petsc
     from ..telemetry import load_model
 
@@ -122,6 +173,7 @@ def calibrate(model, controls, comm, plans: list[LevelPlan], config: CheckpointC
         adjoint()
     adjoint_s = _timed(comm, adjoint, repeats, BLOCK)
     lams.clear()
+    advance = advance_cost(model, comm, repeats, brief)
 
     layout = model.snapshot_layout()
     snapshot = model.snapshot(u_next)
@@ -134,7 +186,8 @@ def calibrate(model, controls, comm, plans: list[LevelPlan], config: CheckpointC
                                   energy, nbytes, cores, model))
     return CostProfile(forward_s=forward_s, adjoint_s=adjoint_s, levels=levels,
                        forward_j=energy.forward_step_joules(forward_s, cores),
-                       adjoint_j=energy.adjoint_step_joules(adjoint_s, cores), source="model")
+                       adjoint_j=energy.adjoint_step_joules(adjoint_s, cores), source="model",
+                       advance=advance)
 
 
 def _level_cost(plan, layout, comm, config, snapshot, repeats, forward_s, energy, nbytes, cores, model):

@@ -11,7 +11,8 @@
 5. the cost profile: given, or measured briefly when the plan needs one; codec seconds added;
 6. the pool's slots searched up at the probed sizes (:func:`~.compression.pooled_capacity`);
 7. the plan, simulated and checked (levels it never uses, extreme recomputation), and its predicted
-   makespan with the durable points of a restartable run.
+   makespan with the durable points of a restartable run; a raw RAM level whose slots' first touch
+   costs more than the recomputation they save gets fewer (:func:`_fill_priced`).
 
 The result, :class:`PlannedRun`, is immutable: each level's class, slots, codec and bytes, the memory
 plan, the profile and the plan. The session opens the levels it names and runs its plan. Collective.
@@ -220,8 +221,9 @@ def provision(model, controls, checkpointing: Checkpointing, *, config=None, bas
 
         return mixed_run(model, controls, plans, ck, profile, memory, probes, notes, warnings, durability)
 
-    # 7. the plan, checked, and its predicted cost
+    # 7. the plan, checked, and its predicted cost (RAM slots beyond what repays their first touch left)
     try:
+        plans = _fill_priced(plans, name, n, profile, ck.minimize, notes)
         schedule = make_plan(name, n, plans, profile, ck.minimize)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
@@ -449,7 +451,7 @@ def _calibrated(model, controls, plans, config) -> CostProfile:
     from .calibrate import calibrate
 
     try:
-        profile = calibrate(model, controls, model.comm, plans, config, repeats=2)
+        profile = calibrate(model, controls, model.comm, plans, config, repeats=2, brief=True)
     except (OSError, LevelError) as exc:  # an unusable local directory or HDF5 file
         raise ConfigError(f"cannot measure the levels' costs (give --costs PROFILE.json to skip it): "
                           f"{exc}") from None
@@ -476,6 +478,51 @@ def _grown_pool(model, plans, probes: dict, profile, name: str, minimize: str, m
     if memory is not None:
         memory = replace(memory, ram_slot_bytes=pool.pool_bytes, detail={**memory.detail, "ram_slots": slots})
     return [replace(p, slots=slots) if i == index else p for i, p in enumerate(plans)], memory
+
+
+#: schedules whose plans change with the RAM slots they are given, and the most steps for which the
+#: slots are searched (a plan simulated per candidate)
+FILL_PRICED_SCHEDULES = ("auto", "revolve", "multilevel")
+FILL_SEARCH_MAX_STEPS = 20000
+#: each candidate slot count is this fraction of the previous one
+FILL_SEARCH_RATIO = 0.85
+
+
+def _fill_priced(plans, name: str, n: int, profile: CostProfile, minimize: str, notes: list):
+    """The RAM level's slots lowered to the count whose plan costs least with the first touch of
+    every slot it fills (``LevelCost.fill_s``, measured by calibration) priced in: a slot more saves
+    recomputation and costs a slot's fresh pages. Candidates from the given slots down by
+    :data:`FILL_SEARCH_RATIO` (ties keep more slots); unchanged without a measured first touch."""
+    ram = next((i for i, p in enumerate(plans) if p.kind == "ram" and p.codec is None), None)
+    if ram is None or name not in FILL_PRICED_SCHEDULES or n > FILL_SEARCH_MAX_STEPS or minimize != "time":
+        return plans
+    fill = profile.levels[ram].fill_s
+    given = plans[ram].slots
+    if not fill > 0 or given <= 2:
+        return plans
+    candidates, s = [], given
+    while s >= 2 and s not in candidates:
+        candidates.append(s)
+        s = min(s - 1, int(s * FILL_SEARCH_RATIO))
+
+    def cost(slots):
+        trial = [replace(p, slots=slots) if i == ram else p for i, p in enumerate(plans)]
+        schedule = make_plan(name, n, trial, profile, minimize)
+        return profile.predicted_seconds(simulate(schedule.actions(), n, [p.slots for p in trial],
+                                                  profile.vector("time")))
+
+    priced = {c: cost(c) for c in candidates}
+    best = min(candidates, key=lambda c: (priced[c], -c))
+    k = candidates.index(best)  # then every count between the best's neighbours
+    for c in range(candidates[k + 1] + 1 if k + 1 < len(candidates) else 2,
+                   candidates[k - 1] if k > 0 else given):
+        priced.setdefault(c, cost(c))
+    best = min(priced, key=lambda c: (priced[c], -c))
+    if best == given:
+        return plans
+    notes.append(f"RAM level: {best} of its {given} slots used: filling more (first touch {fill * 1e3:.1f} ms a "
+                 f"slot) costs more than the recomputation they save")
+    return [replace(p, slots=best) if i == ram else p for i, p in enumerate(plans)]
 
 
 def _checked(name, schedule, plans, profile, ck: Checkpointing, notes: list, warnings: list, resuming: bool):

@@ -60,11 +60,19 @@ def main(args) -> int:
         if args.json:
             print(json.dumps({**profile.to_dict(), **({"compression": codec} if codec else {})}))
         else:
+            slot = model.snapshot_bytes() / comm.size  # a RAM slot's bytes on one rank (mean)
             print(f"hpcadj calibrate: {model.name} {model.describe().get('grid', '')}, {comm.size} rank(s)")
             print(f"  forward step {profile.forward_s * 1e3:.3f} ms, adjoint step {profile.adjoint_s * 1e3:.3f} ms")
+            adv = profile.advance
+            if adv is not None:
+                runs = ", ".join(f"{m}: {t / m * 1e3:.3f}" for m, t in adv.runs)
+                print(f"  advance of m steps: {adv.fixed_s * 1e3:.3f} ms + m x {adv.step_s * 1e3:.3f} ms "
+                      f"(T = {adv.depth}; measured ms per step at m = {runs})")
             for lv in profile.levels:
                 print(f"  {lv.name:<4}: write {lv.write_s * 1e3:.3f} ms, read {lv.read_s * 1e3:.3f} ms per "
-                      f"snapshot, async hides {lv.overlap:.0%} of a write")
+                      f"snapshot, async hides {lv.overlap:.0%} of a write"
+                      + (f", first touch {lv.fill_s * 1e3:.3f} ms a slot "
+                         f"({lv.fill_s / max(slot, 1) * 2 ** 30:.3f} s/GiB)" if lv.fill_s else ""))
             if codec:
                 print(f"  codec {codec['codec']}: encode {codec['encode_s'] * 1e3:.3f} ms, decode "
                       f"{codec['decode_s'] * 1e3:.3f} ms per snapshot, slot {codec['slot_bytes']} B of "

@@ -191,6 +191,9 @@ def summary(args, run, planned, planning_s: float) -> dict:
     }
     if args.minimize == "energy":
         info["predicted_j"] = result.cost(planned.profile.vector("energy"))
+    advance = planned.profile.advance_seconds(result)
+    if advance is not None:
+        info["advance_s"] = advance
     if getattr(args, "model_info", None):
         info["model"] = args.model_info
     if planned.memory is not None:
@@ -218,6 +221,10 @@ def print_human(info: dict) -> None:
     print(f"  predicted makespan {_makespan(info):.6g} {time_unit} ({source})")
     if "predicted_j" in info:
         print(f"  predicted energy {info['predicted_j']:.6g} {energy_unit}")
+    if "advance_s" in info:
+        a = info["advance_s"]
+        print(f"  advances: {a['runs']} runs of {a['steps']} steps, predicted {a['predicted']:.6g} {time_unit} "
+              f"({a['as_single_steps']:.6g} as single steps)")
     if "memory" in info:
         m = info["memory"]
         print(f"  memory per rank, budget {m['budget'] / 2**20:.1f} MiB: baseline {m['baseline'] / 2**20:.1f} + "

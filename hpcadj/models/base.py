@@ -78,6 +78,10 @@ class Stepper(abc.ABC):
     #: sweep hands runs of steps to it only then, recomputation always
     advance_objective: bool = False
 
+    def has_own_advance(self) -> bool:
+        """Whether the model overrides :meth:`advance` (calibration then prices its runs)."""
+        return type(self).advance is not Stepper.advance
+
     def advance(self, i: int, u, k: int, objective: bool = False):
         """Return u_{i+k} from u_i: k steps whose intermediate states nobody reads, bitwise equal to k
         calls of :meth:`step` (docs/models.md, "Advances"); with ``objective`` the pair (u_{i+k},

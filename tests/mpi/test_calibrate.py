@@ -78,3 +78,64 @@ def test_fill_probe_holds_its_slots_and_prices_the_rest_at_its_tail(comm, monkey
     peak[0] = 0
     assert cal._fill_seconds(comm, 8, slots=10 ** 6, repeats=2) == pytest.approx(1.0)
     assert peak[0] == cal.FILL_PROBE_SLOTS
+
+
+def test_profile_prices_the_models_own_advance_only(comm, shared_tmp):
+    """Wave's tiled advance is timed over run lengths around its tile depth and a line fitted; heat,
+    whose advance is the default loop over steps, gets none (its plans price m single steps)."""
+    from hpcadj.checkpoint.calibrate import advance_cost
+
+    model = wave(comm, steps=40)
+    model.set_time_tile(4)
+    model.set_controls(model.default_controls())
+    found = advance_cost(model, comm, repeats=1)
+    assert [m for m, _ in found.runs] == [2, 4, 8, 16]
+    assert all(t > 0 for _, t in found.runs)
+    assert found.depth == 4 and found.first
+    assert found.fixed_s >= 0 and found.step_s > 0
+    gathered = comm.allgather((found.fixed_s, found.step_s))
+    assert all(g == gathered[0] for g in gathered)
+    parser = Parser()
+    add_model_arguments(parser)
+    heat = build_model(parser.parse_args(["--model", "heat", "--grid", "16x16", "--steps", "10"]), comm)
+    assert advance_cost(heat, comm, repeats=1) is None
+
+
+def test_run_reports_predicted_and_measured_advances(comm):
+    """A plan priced with an advance model: the session reports the runs it predicted and those the
+    driver measured (the same runs; the first sweep's input checks take a step or two singly)."""
+    from hpcadj.checkpoint.schedules.costs import AdvanceCost
+
+    model = wave(comm, steps=30)
+    advance = AdvanceCost(fixed_s=0.2, step_s=0.3, first=True, depth=4)
+    profile = CostProfile(forward_s=1.0, adjoint_s=2.0, levels=[LevelCost("ram", 0.01, 0.01)], advance=advance)
+    with GradientSession(model, Checkpointing(ram="5", costs=profile)) as session:
+        outcome = session.solve()
+    got = outcome.info["advance_s"]
+    assert got["runs"] == got["measured_runs"] > 0
+    assert got["steps"] - 3 <= got["measured_steps"] <= got["steps"]
+    assert got["predicted"] == pytest.approx(got["runs"] * 0.2 + got["steps"] * 0.3)
+    assert got["measured"] > 0
+
+
+def test_first_touch_priced_leaves_ram_slots_unfilled(comm):
+    """RAM slots whose first touch costs more than the recomputation they save are not planned; a
+    profile without a first-touch cost keeps every slot given."""
+    model = wave(comm, steps=60)
+    levels = [LevelCost("ram", 0.0, 0.0, fill_s=0.0)]
+    free = GradientSession(model, Checkpointing(ram="20", schedule="revolve", costs=CostProfile(
+        forward_s=1.0, adjoint_s=2.0, levels=levels))).plan()
+    assert free.plans[0].slots == 20
+    dear = GradientSession(model, Checkpointing(ram="20", schedule="revolve", costs=CostProfile(
+        forward_s=1.0, adjoint_s=2.0, levels=[LevelCost("ram", 0.0, 0.0, fill_s=3.0)]))).plan()
+    slots = dear.plans[0].slots
+    assert 2 <= slots < 20
+    assert any("first touch" in note for note in dear.notes)
+    # the slots chosen cost least, first touch included, of every count from 2 to 20
+    from hpcadj.checkpoint.schedules import Revolve, simulate
+
+    def cost(s):
+        summary = simulate(Revolve(60, [s]).actions(), 60, [s])
+        return summary.forward_steps * 1.0 + 3.0 * summary.peak[0]
+
+    assert cost(slots) == min(cost(s) for s in range(2, 21))

@@ -6,7 +6,8 @@ Use :func:`make_schedule` (what ``hpcadj run --schedule NAME`` and ``hpcadj plan
     for action in plan.actions(): ...
 
 Names: ``store-all``, ``periodic``, ``revolve``, ``multilevel``, ``online``, and ``auto`` (revolve on
-one level, multilevel on two or more). ``capacities`` are slots per level, fastest level first.
+one level, multilevel on two or more; on one level with ``costs`` that price advances, the cheaper
+of the two as simulated). ``capacities`` are slots per level, fastest level first.
 ``mixed`` (restart states or steps' adjoint data, mixed.py) takes ``state_size=``, ``data_size=`` and
 ``states_suffice=``, with ``capacities`` in the sizes' unit; ``--schedule mixed`` sizes them from the
 model (checkpoint/mixed_plan.py).
@@ -53,7 +54,13 @@ def make_schedule(name: str, n_steps: int | None, capacities: Sequence[int], cos
     if n_steps is None:
         raise ScheduleError(f"schedule {name!r} needs the number of steps")
     if name == "auto":
-        name = "revolve" if sum(1 for c in capacities if c > 0) <= 1 else "multilevel"
+        one = sum(1 for c in capacities if c > 0) <= 1
+        if one and costs is not None and costs.advance is not None:
+            # advances priced: the DP weighs them but prices the first sweep's as recomputations,
+            # so the binomial plan can still be the cheaper one as run
+            plans = (Revolve(n_steps, capacities, **options), Multilevel(n_steps, capacities, costs, **options))
+            return min(plans, key=lambda plan: simulate(plan.actions(), n_steps, capacities, costs).predicted)
+        name = "revolve" if one else "multilevel"
     if name == "store-all":
         if "level" not in options:
             need = store_all_slots(n_steps)

@@ -130,6 +130,27 @@ class EndReverse(Action):
 
 T = TypeVar("T")
 
+#: the fewest consecutive steps the driver hands to a model's ``advance`` at once
+MIN_ADVANCE = 2
+
+
+def advance_runs(n0: int, n1: int, frontier: int, keeps_beyond: bool) -> list[tuple[int, bool]]:
+    """The runs of ``Advance(n0, n1)`` a driver hands to a model's ``advance``, as (steps, first
+    sweep): the range is split at the first sweep's ``frontier`` (steps from it on are first-sweep),
+    and the last step stays a single step when u_{n1-1} is kept (``keeps_beyond`` False: no state
+    is held beyond n1); runs shorter than :data:`MIN_ADVANCE` are single steps. The first sweep's
+    input checks and the model's ``advance_objective`` are the driver's to apply."""
+    runs = []
+    k = n0
+    while k < n1:
+        first = k >= frontier
+        end = n1 if first else min(n1, frontier)
+        stop = end - 1 if end == n1 and not keeps_beyond else end
+        if stop - k >= MIN_ADVANCE:
+            runs.append((stop - k, first))
+        k = end
+    return runs
+
 
 class PlanError(RuntimeError):
     """An action that cannot run in the current state: the plan is wrong."""

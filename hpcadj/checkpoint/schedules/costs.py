@@ -16,6 +16,16 @@ waits for them). ``overlap = 0`` (the default) is the synchronous H-Revolve mode
 optimistic when writes come faster than the compute they hide behind; a storage level that
 measures its real hidden fraction should record it here.
 
+Advances: a run of m >= 2 consecutive steps whose intermediate states nobody needs goes to the
+model's own ``advance`` (docs/architecture.md, Seam 1); a time-tiled one costs less per step than
+single steps. ``OpCosts.advance = (fixed, per_step)`` prices such a run ``fixed + m * per_step``
+(:meth:`OpCosts.run`), measured by calibration for models with an advance of their own
+(:class:`AdvanceCost`); without it (older profiles, models without their own advance) a run costs m
+forward steps, so their plans are unchanged. Which runs a plan's ``Advance`` hands over is
+``actions.advance_runs``; the simulator prices each so (the first sweep's only where
+``advance_first``, the model's ``advance_objective``), the multi-level DP prices every advance of
+its table as a recomputation's.
+
 First touch: a slot's memory is new to the process the first time the slot is filled (a RAM level
 holds states by reference; the model's next state then needs fresh pages). ``LevelCost.fill_s``,
 measured by calibration, is that one-off cost per slot; the predicted makespan adds ``peak_k *
@@ -34,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ...levelkinds import LEVEL_NAMES
-from .actions import Advance, Move, Restore, Store
+from .actions import MIN_ADVANCE, Advance, Move, Restore, Store
 
 #: default seconds per snapshot (write, read) for the standard levels, fastest first
 DEFAULT_LEVEL_SECONDS = {"ram": (0.01, 0.01), "disk": (0.2, 0.2), "pfs": (1.0, 1.0)}
@@ -51,15 +61,39 @@ class OpCosts:
     adjoint: float
     write: tuple[float, ...]
     read: tuple[float, ...]
+    #: (fixed, per step) of a run of m >= MIN_ADVANCE steps handed to the model's advance; None: m steps
+    advance: tuple[float, float] | None = None
+    #: whether the first sweep hands runs to the advance too (else only recomputation does)
+    advance_first: bool = False
 
     def __post_init__(self):
         if len(self.write) != len(self.read):
             raise ValueError("write and read costs need one entry per level")
-        values = (self.forward, self.adjoint, *self.write, *self.read)
+        values = (self.forward, self.adjoint, *self.write, *self.read, *(self.advance or ()))
         if any(not (v >= 0) or v == float("inf") for v in values):
             raise ValueError(f"costs must be finite and non-negative, got {values}")
         object.__setattr__(self, "write", tuple(float(w) for w in self.write))
         object.__setattr__(self, "read", tuple(float(r) for r in self.read))
+        if self.advance is not None:
+            object.__setattr__(self, "advance", (float(self.advance[0]), float(self.advance[1])))
+
+    def run(self, m: int) -> float:
+        """What m consecutive forward steps handed to the model's advance at once cost (m single
+        steps below MIN_ADVANCE or without an advance model)."""
+        if self.advance is None or m < MIN_ADVANCE:
+            return m * self.forward
+        return self.advance[0] + m * self.advance[1]
+
+    def stepping(self, forward_steps: int, runs: dict) -> float:
+        """``forward_steps`` forward steps of which ``runs[(m, first)]`` runs of m went to the advance
+        (first: in the first sweep, priced as an advance only with ``advance_first``)."""
+        total = forward_steps * self.forward
+        if self.advance is None:
+            return total
+        for (m, first), count in sorted(runs.items()):
+            if self.advance_first or not first:
+                total += count * (self.run(m) - m * self.forward)
+        return total
 
     @property
     def levels(self) -> int:
@@ -69,7 +103,7 @@ class OpCosts:
         """The same costs for the first ``k`` levels (levels beyond the profile are an error)."""
         if k > self.levels:
             raise ValueError(f"cost profile has {self.levels} levels, the plan needs {k}")
-        return OpCosts(self.forward, self.adjoint, self.write[:k], self.read[:k])
+        return OpCosts(self.forward, self.adjoint, self.write[:k], self.read[:k], self.advance, self.advance_first)
 
 
 @dataclass
@@ -93,6 +127,26 @@ class LevelCost:
 
 
 @dataclass
+class AdvanceCost:
+    """The model's own advance, measured: a run of m >= 2 steps costs ``fixed_s + m * step_s``
+    (a least-squares line through ``runs``: [m, seconds per advance] as measured)."""
+
+    fixed_s: float
+    step_s: float
+    #: the first sweep hands runs to it too (the model's ``advance_objective``)
+    first: bool = False
+    #: the time tile depth it was measured with, if the model has one
+    depth: int | None = None
+    runs: list = field(default_factory=list)
+
+    def __post_init__(self):
+        for value in (self.fixed_s, self.step_s):
+            if not (isinstance(value, (int, float)) and 0.0 <= value < float("inf")):
+                raise ValueError(f"bad cost profile: advance fixed_s and step_s must be non-negative numbers, "
+                                 f"got {value!r}")
+
+
+@dataclass
 class CostProfile:
     """Measured or default costs of a model on a machine, in seconds and joules (JSON-serialisable)."""
 
@@ -104,6 +158,8 @@ class CostProfile:
     source: str = "model"
     #: the documented default profile: its "seconds" are relative units (a forward step is 1), not measured
     relative: bool = False
+    #: the model's own advance (None: a run of m steps costs m forward steps)
+    advance: AdvanceCost | None = None
 
     @classmethod
     def default(cls, n_levels: int = 3) -> "CostProfile":
@@ -115,19 +171,25 @@ class CostProfile:
 
     def vector(self, minimize: str = "time") -> OpCosts:
         """Per-operation costs in seconds (``time``) or joules (``energy``), overlap applied to writes."""
+        adv = self.advance
+        first = bool(adv and adv.first)
         if minimize == "time":
             return OpCosts(self.forward_s, self.adjoint_s,
                            tuple(lv.write_s * (1.0 - lv.overlap) for lv in self.levels),
-                           tuple(lv.read_s for lv in self.levels))
+                           tuple(lv.read_s for lv in self.levels),
+                           (adv.fixed_s, adv.step_s) if adv else None, first)
         if minimize == "energy":
             watts = DEFAULT_WATTS
 
             def joules(j, s):
                 return j if j is not None else watts * s
 
+            # an advance draws the power a forward step does
+            power = self.forward_j / self.forward_s if self.forward_j is not None and self.forward_s > 0 else watts
             return OpCosts(joules(self.forward_j, self.forward_s), joules(self.adjoint_j, self.adjoint_s),
                            tuple(joules(lv.write_j, lv.write_s) for lv in self.levels),
-                           tuple(joules(lv.read_j, lv.read_s) for lv in self.levels))
+                           tuple(joules(lv.read_j, lv.read_s) for lv in self.levels),
+                           (power * adv.fixed_s, power * adv.step_s) if adv else None, first)
         raise ValueError(f"minimize must be 'time' or 'energy', got {minimize!r}")
 
     def fill_seconds(self, peak_slots) -> float:
@@ -138,6 +200,19 @@ class CostProfile:
         """A simulated plan's predicted makespan (a PlanSummary): its priced operations in seconds
         plus the first touch of every slot it fills."""
         return summary.cost(self.vector("time")) + self.fill_seconds(summary.peak)
+
+    def advance_seconds(self, summary) -> dict | None:
+        """The runs a simulated plan hands to the model's advance, as ``run --json`` and ``plan --json``
+        report them: ``runs``, ``steps``, their ``predicted`` seconds and the seconds of the same steps
+        taken one by one (``as_single_steps``); None without an advance model or a summary."""
+        costs = self.vector("time")
+        if costs.advance is None or summary is None:
+            return None
+        priced = {(m, first): c for (m, first), c in summary.advances.items() if costs.advance_first or not first}
+        steps = sum(m * c for (m, _), c in priced.items())
+        return {"runs": sum(priced.values()), "steps": steps,
+                "predicted": sum(c * costs.run(m) for (m, _), c in sorted(priced.items())),
+                "as_single_steps": steps * costs.forward}
 
     def predicted(self, makespan: float) -> dict:
         """A predicted makespan as reported (``run --json``, ``plan --json``): ``predicted_s`` in seconds,
@@ -152,8 +227,12 @@ class CostProfile:
     def from_dict(cls, data: dict) -> "CostProfile":
         try:
             levels = [LevelCost(**lv) for lv in data.get("levels", [])]
-            rest = {k: v for k, v in data.items() if k != "levels"}
-            profile = cls(levels=levels, **rest)
+            advance = data.get("advance")
+            if advance is not None and not isinstance(advance, dict):
+                raise ValueError(f"bad cost profile: advance must be an object, got {advance!r}")
+            advance = AdvanceCost(**advance) if advance is not None else None
+            rest = {k: v for k, v in data.items() if k not in ("levels", "advance")}
+            profile = cls(levels=levels, advance=advance, **rest)
         except TypeError as exc:
             raise ValueError(f"bad cost profile: {exc}") from None
         for value in (profile.forward_s, profile.adjoint_s):
@@ -182,12 +261,13 @@ def default_costs(n_levels: int) -> OpCosts:
 
 def price_actions(actions, costs: OpCosts) -> float:
     """The forward steps, writes and reads of an action list under ``costs`` (adjoint steps left out:
-    every plan of a given n has the same n of them). A Move is a read on its source and a write on
+    every plan of a given n has the same n of them), each Advance priced as one run of a
+    recomputation (:meth:`OpCosts.run`: reverse-sweep plans hold the state beyond it). A Move is a read on its source and a write on
     its destination, as the simulator counts it."""
     total = 0.0
     for a in actions:
         if isinstance(a, Advance):
-            total += (a.n1 - a.n0) * costs.forward
+            total += costs.run(a.n1 - a.n0)
         elif isinstance(a, Store):
             total += costs.write[a.level]
         elif isinstance(a, Restore):

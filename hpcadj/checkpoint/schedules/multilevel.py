@@ -17,6 +17,12 @@ level above k used. Its options:
   reverse the left part: ``j*u_f + A(L-j) + r_k + P[k][m][j]``;
 - *drop*: copy the base to a lower level k' and continue there: ``w_k' + P[k'][c_k'-1][L]``.
 
+Advancing j steps costs ``F(j) = j*u_f``, or, with an advance model (costs.py, ``OpCosts.run``),
+``fixed + j*per_step`` for j >= 2: every ``j*u_f`` and ``(L-1)*u_f`` above is ``F(j)``, ``F(L-1)``, so
+cheap advances make recomputing long chains cheaper than reading them from a slow level, and the DP
+finds where. It prices each advance as a recomputation's (the whole run handed over); the first
+sweep's keep their last step single (``actions.advance_runs``), which the simulator prices exactly.
+
 The first sweep costs one u_f more (the last step, evaluated once for the objective) with the same
 choices, so the total is ``u_f + n*u_b + min_k (w_k + P[k][c_k-1][n])``.
 
@@ -110,6 +116,9 @@ class MultilevelPlanner:
         equal = eq if kernels is None else kernels.equal
         K = len(self.caps)
         uf = self.costs.forward
+        # F[L]: advancing L steps (L * uf exactly as before when there is no advance model)
+        F = array("d", [L * uf for L in range(n + 1)]) if self.costs.advance is None else \
+            array("d", [self.costs.run(L) for L in range(n + 1)])
         self.layers: list[list[array]] = [[] for _ in range(K)]   # P[k][m] as arrays over L
         self.choices: list[list[array]] = [[] for _ in range(K)]  # j > 0 split, -(k'+1) drop to k'
         self.drop: list[array | None] = [None] * K                # D[k][L]: best base below level k
@@ -141,7 +150,7 @@ class MultilevelPlanner:
                 else:
                     right = array("d", map(min, D, map(add, repeat(self.costs.write[k]), previous)))
                 right[1] = 0.0  # a right part of one step needs no checkpoint
-                P, choice = self._layer(right, D, D_level, uf, self.costs.read[k], kernels)
+                P, choice = self._layer(right, D, D_level, F, self.costs.read[k], kernels)
                 if previous is not None and equal(P, previous):
                     break  # one more slot on this level lowers no cost: all further layers equal
                 self.layers[k].append(P)
@@ -151,25 +160,24 @@ class MultilevelPlanner:
         best, self.top_level = min(tops)
         self.predicted = uf + n * self.costs.adjoint + (best if n >= 2 else 0.0)
 
-    def _layer(self, right: array, D: array, D_level: array, uf: float, rk: float, kernels=None):
-        """One slot layer: P[L] and its choice for L = 1..n, given right-part costs ``right``
-        (``kernels``: multilevel_kernels, whose compiled loops give the same floats, or None)."""
+    def _layer(self, right: array, D: array, D_level: array, F: array, rk: float, kernels=None):
+        """One slot layer: P[L] and its choice for L = 1..n, given right-part costs ``right`` and
+        advance costs ``F`` (``kernels``: multilevel_kernels, whose compiled loops give the same
+        floats, or None)."""
         n = self.n
         P = array("d", [INF]) * (n + 1)
         choice = array("i", [0]) * (n + 1)
-        B = array("d", [INF]) * (n + 1)  # B[j] = j*uf + P[j]: cost of the left part with its advance
+        B = array("d", [INF]) * (n + 1)  # B[j] = F[j] + P[j]: cost of the left part with its advance
         if kernels is not None:
-            # float(uf): an int forward cost would compile another specialisation; L * uf is an
-            # integer below 2^53 then, exact either way
             view = kernels.view
-            views = (view(right), view(D), view(D_level), float(uf), float(rk), view(P), view(choice),
+            views = (view(right), view(D), view(D_level), view(F), float(rk), view(P), view(choice),
                      view(B))
             if self.exact:
                 kernels.exact_layer(*views)
             else:
                 kernels.candidate_layer(*views, _WINDOW, _POWER_BASE, _PROBE_EVERY)
             return P, choice
-        P[1], B[1] = 0.0, uf
+        P[1], B[1] = 0.0, F[1]
         if self.exact:
             reversed_right = right[::-1]  # reversed_right[n - x] = right[x]
             for L in range(2, n + 1):
@@ -179,7 +187,7 @@ class MultilevelPlanner:
                 best += rk
                 if D[L] < best:
                     best, j = D[L], -(D_level[L] + 1)
-                P[L], choice[L], B[L] = best, j, L * uf + best
+                P[L], choice[L], B[L] = best, j, F[L] + best
             return P, choice
         W, base = _WINDOW, _POWER_BASE
         jp = 1
@@ -210,7 +218,7 @@ class MultilevelPlanner:
             best += rk
             if D[L] < best:
                 best, bj = D[L], -(D_level[L] + 1)
-            P[L], choice[L], B[L] = best, bj, L * uf + best
+            P[L], choice[L], B[L] = best, bj, F[L] + best
         return P, choice
 
     def _right_base(self, k: int, m: int, length: int) -> tuple[int, int]:

@@ -1,5 +1,5 @@
 """Compiled loops of the multi-level DP (multilevel.py): one slot layer, exact or candidate splits,
-and the drop / right-part vectors a layer takes.
+and the drop / right-part vectors a layer takes (``F[L]``: what advancing L steps costs).
 
 Each is the Python loop of :class:`~.multilevel.MultilevelPlanner` line for line (numba,
 ``cache=True``, no ``fastmath``): the same float operations in the same order, the same comparisons
@@ -48,11 +48,11 @@ def right_part(right, D, previous, wk):
 
 
 @njit(cache=True)
-def exact_layer(right, D, D_level, uf, rk, P, choice, B):
+def exact_layer(right, D, D_level, F, rk, P, choice, B):
     """P[L], choice[L] for L = 2..n scanning every split j = 1..L-1 (the first least one wins)."""
     n = P.shape[0] - 1
     P[1] = 0.0
-    B[1] = uf
+    B[1] = F[1]
     for L in range(2, n + 1):
         best = B[1] + right[L - 1]
         j = 1
@@ -67,17 +67,17 @@ def exact_layer(right, D, D_level, uf, rk, P, choice, B):
             j = -(D_level[L] + 1)
         P[L] = best
         choice[L] = j
-        B[L] = L * uf + best
+        B[L] = F[L] + best
 
 
 @njit(cache=True)
-def candidate_layer(right, D, D_level, uf, rk, P, choice, B, window, base, probe_every):
+def candidate_layer(right, D, D_level, F, rk, P, choice, B, window, base, probe_every):
     """P[L], choice[L] for L = 2..n over the candidate splits of MultilevelPlanner._layer, in its
     order: j = 1, the window around the previous best, powers of ``base`` from either end every
     ``probe_every``-th L, then the local descent."""
     n = P.shape[0] - 1
     P[1] = 0.0
-    B[1] = uf
+    B[1] = F[1]
     jp = 1
     for L in range(2, n + 1):
         best = B[1] + right[L - 1]
@@ -121,4 +121,4 @@ def candidate_layer(right, D, D_level, uf, rk, P, choice, B, window, base, probe
             bj = -(D_level[L] + 1)
         P[L] = best
         choice[L] = bj
-        B[L] = L * uf + best
+        B[L] = F[L] + best

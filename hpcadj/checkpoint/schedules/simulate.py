@@ -14,7 +14,8 @@ the label it starts from). It applies the driver's exact working-state rule
 
 Capacities are slots unless ``sizes = (state, data)`` is given: then a restart state occupies
 ``state`` units of its level and a step's adjoint data ``data`` units (bytes, say). It counts
-forward-step evaluations, writes and reads per level (a ``Move`` is one read on its source and one
+forward-step evaluations (and the runs of them a driver hands to a model's advance,
+``actions.advance_runs``), writes and reads per level (a ``Move`` is one read on its source and one
 write on its destination; data separately), peak occupancy per level, and the predicted makespan.
 """
 
@@ -24,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .actions import (Action, Adjoint, AdjointData, Advance, EndForward, EndReverse, Free, Move, PlanError,
-                      Restore, Store, StoreData, WorkingStates)
+                      Restore, Store, StoreData, WorkingStates, advance_runs)
 from .costs import OpCosts
 
 
@@ -44,6 +45,8 @@ class PlanSummary:
     sizes: tuple[int, int] = (1, 1)
     data_writes: list[int] = field(default_factory=list)
     data_adjoints: int = 0
+    #: (m, first sweep) -> how many runs of m steps went to the model's advance
+    advances: dict = field(default_factory=dict)
 
     @property
     def recompute_factor(self) -> float:
@@ -55,7 +58,7 @@ class PlanSummary:
         a state's I/O scaled by their sizes (each data item is written once and read once)."""
         levels = costs.for_levels(len(self.capacities))
         scale = self.sizes[1] / self.sizes[0]
-        return (self.forward_steps * levels.forward + self.adjoint_steps * levels.adjoint
+        return (levels.stepping(self.forward_steps, self.advances) + self.adjoint_steps * levels.adjoint
                 + sum(w * c for w, c in zip(self.writes, levels.write))
                 + sum(r * c for r, c in zip(self.reads, levels.read))
                 + sum(w * scale * (cw + cr) for w, cw, cr in zip(self.data_writes, levels.write, levels.read)))
@@ -79,6 +82,7 @@ class Simulator:
         self.forward_done = False
         self.reverse_done = False
         self.next_adjoint = self.n - 1
+        self.frontier = 0  # the first sweep's furthest step, as the driver's
 
     @classmethod
     def resumed(cls, n_steps: int, capacities: Sequence[int], retained: dict[int, int],
@@ -91,6 +95,7 @@ class Simulator:
         if lam_step is not None:
             sim.forward_done = True
             sim.next_adjoint = lam_step - 1
+            sim.frontier = n_steps
         return sim
 
     def _level(self, level: int) -> dict[int, int]:
@@ -157,6 +162,10 @@ class Simulator:
             if start != action.n0:
                 raise PlanError(f"{action} starts from a state labelled u_{start}")
             self.summary.forward_steps += action.n1 - action.n0
+            beyond = any(k > action.n1 for k in self.work.steps())
+            for run in advance_runs(action.n0, action.n1, self.frontier, beyond):
+                self.summary.advances[run] = self.summary.advances.get(run, 0) + 1
+            self.frontier = max(self.frontier, action.n1)
             last = start + action.n1 - action.n0 - 1
             self.work.advanced(action.n0, action.n1, last, last + 1, data=last)
         elif isinstance(action, Store):

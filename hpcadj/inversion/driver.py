@@ -20,6 +20,7 @@ from ..models.base import begin_evaluation
 from ..telemetry.jsonlog import peak_rss_bytes
 from .cache import EvaluationCache
 from .iterates import IterateError, IterateStore
+from .problem import TaoProblem
 from .space import ControlSpace, Scaling, Tikhonov
 
 #: TAO types the inversion drives; the Newton types get H v through a shell matrix
@@ -171,105 +172,92 @@ class Inversion:
 
     # -- solve -----------------------------------------------------------------------------
     def solve(self) -> InversionResult:
-        from ..imports import petsc
-
+        """Run TAO from the start (or the last durable iterate) to convergence, the cap or a stop."""
         self.check()
-        PETSc = petsc()
         begin_evaluation(self.model)  # the identity's step count is no earlier evaluation's
         space = ControlSpace(self.controls, self.invert)
         store = IterateStore(self.run_dir, self.model, self.identity()) if self.run_dir else None
-        history, done, resumed_from, start, owned = self._open_store(store)
-        x = space.pack(start)
-        try:
-            scale = Scaling(space, self.scaling) if self.scaling else None
-        except ValueError as exc:
-            raise InversionError(str(exc)) from None
-        m_work = space.new() if scale is not None else None
-
-        def physical(xv):  # TAO's point as the model's controls m (s ⊙ y under a scaling)
-            return scale.to_m(xv, m_work) if scale is not None else xv
-
+        start = self._open_store(store)
+        x = space.pack(start.controls)
+        scale = self._scaling(space)
         if scale is not None:
             scale.to_y(x)
-        reference = space.pack(self.reference) if self.reference is not None else space.pack(self.controls)
-        reg = Tikhonov(float(self.weight), reference)
-        cache = self.evaluations(self.model, space, self._held(space), policy=self.policy)
-        if owned is not None and hasattr(cache, "run_id"):  # the evaluations' levels are this run's
-            cache.run_id = owned["run_id"]
-            if self.resume:  # what a killed evaluation left goes before any evaluation
-                self.removed = cache.remove_left(owned)
-        self._cache, self._space, self._energy = cache, space, None
+        reg = Tikhonov(float(self.weight), space.pack(self.reference if self.reference is not None else self.controls))
+        cache = self._open_cache(space, start.owned)
         t_start = time.perf_counter()
         self._mark = {"t": t_start, "forward": 0, "adjoint": 0, "naive": 0, "meter": self._meter()}
-        stop = self._stop_check(t_start)
-        trials = _Trials(cache)
+        problem = TaoProblem(space, cache, reg, scale, self._stop_check(t_start))
+        accepted = _Accepted(self, problem, start, store)
+        tao = self._tao(problem, x, accepted, start.done)
+        shell = self._hessian(tao, space) if tao.getType() in NEWTON_TYPES else None
+        status, reason = self._run(tao, cache, shell, self.max_it - start.done)
+        final = (problem.controls(tao.getSolution()) if status != "stopped" else
+                 store.load(self.controls)[1] if store is not None and start.history else problem.controls(x))
+        tao.destroy()
+        self._close_meter()
+        counts = {**cache.counts(), **(shell.counts() if shell else {}),
+                  "failed_evaluations": problem.trials.failed, "seconds": time.perf_counter() - t_start}
+        return _result(status, reason, accepted.last_or_start(), final, start, counts, self.removed)
 
-        def objective(tao, xv):
-            mv = physical(xv)
-            e = trials.evaluate(cache.objective, mv)
-            f = e.J + reg.value(mv) if e is not None else math.inf
-            stop()
-            return f
+    def _open_store(self, store) -> _Start:
+        """Where the solve starts, from the run directory: a resumed inversion's last durable iterate,
+        or a fresh one created there (the starting controls without a run directory)."""
+        start = _Start([], 0, None, self.controls, None)
+        self.removed = []
+        if store is None:
+            return start
+        try:
+            if self.resume and store.recorded():
+                state, start.controls = store.load(self.controls)
+                start.history, start.done = list(state["history"]), int(state["iteration"])
+                start.resumed_from = start.done
+            elif self.primary:  # a resume stopped before its first iterate starts afresh
+                store.create(resuming=self.resume)
+            start.owned = store.own_levels(self.checkpointing, self.resume, write=self.primary)
+        except IterateError as exc:
+            raise InversionError(str(exc)) from None
+        return start
 
-        def gradient_into(xv, g):
-            """g = the gradient at TAO's point xv (in y under a scaling); returns the objective there."""
-            mv = physical(xv)
-            e = trials.evaluate(cache.gradient, mv)
-            if e is None:  # a failed trial: TAO backtracks from an infinite objective
-                g.set(math.nan)
-                return math.inf
-            e.gradient.copy(g)
-            reg.add_gradient(mv, g)
-            if scale is not None:
-                scale.gradient(g)
-            return e.J + reg.value(mv)
+    def _scaling(self, space):
+        """The :class:`~.space.Scaling` of ``scaling``, or None without one (InversionError if unusable)."""
+        try:
+            return Scaling(space, self.scaling) if self.scaling else None
+        except ValueError as exc:
+            raise InversionError(str(exc)) from None
 
-        def gradient(tao, xv, g):
-            gradient_into(xv, g)
-            stop()
+    def _open_cache(self, space, owned):
+        """The evaluations, their levels named after the run directory's run (``owned``); a resume
+        first removes what a killed evaluation left."""
+        cache = self.evaluations(self.model, space, self._held(space), policy=self.policy)
+        if owned is not None and hasattr(cache, "run_id"):
+            cache.run_id = owned["run_id"]
+            if self.resume:
+                self.removed = cache.remove_left(owned)
+        self._cache, self._energy = cache, None
+        return cache
 
-        def objective_gradient(tao, xv, g):
-            f = gradient_into(xv, g)
-            stop()
-            return f
-
-        tao = PETSc.TAO().create(comm=self.comm)
-        tao.setType(self.tao_type)
-        tao.setObjective(objective)
-        tao.setGradient(gradient, space.new())
-        tao.setObjectiveGradient(objective_gradient, space.new())
-        tao.setSolution(x)
+    def _tao(self, problem, x, monitor, done: int):
+        """TAO set up for ``problem`` from ``x``: bounds, the iterations left, tolerances, the monitor
+        and this solve's ``-tao_*`` options (InversionError if they choose an unbounded type)."""
+        tao = problem.tao(self.comm, self.tao_type, x)
         if self.bounds:
-            lower = space.fill({k: v[0] for k, v in self.bounds.items() if v[0] is not None}, PETSc.NINFINITY)
-            upper = space.fill({k: v[1] for k, v in self.bounds.items() if v[1] is not None}, PETSc.INFINITY)
-            if scale is not None:
-                scale.to_y(lower)
-                scale.to_y(upper)
-            tao.setVariableBounds((lower, upper))
+            problem.set_bounds(tao, self.bounds)
         tao.setMaximumIterations(max(self.max_it - done, 0))
         tol = {k: v for k, v in zip(("gatol", "grtol", "gttol"), self.tolerances) if v is not None}
         if tol:
             tao.setTolerances(**tol)
-        state = {"last": None}
-
-        def monitor(t):
-            its, f, gnorm, _cnorm, step, _reason = t.getSolutionStatus()
-            if resumed_from is not None and its == 0:
-                return  # the stored iterate itself: already recorded and durable
-            record = self._record(done + its, physical(t.getSolution()), f, gnorm, step, reg)
-            history.append(record)
-            state["last"] = record
-            if store is not None and self.primary:
-                controls = space.unpack(physical(t.getSolution()))
-                store.save(record["iteration"], controls, record, history)
-                for vec in controls.values():
-                    vec.destroy()
-            self._write_log(record)
-            if self.on_iteration is not None:
-                self.on_iteration(record)
-
         tao.setMonitor(monitor)
-        database = PETSc.Options()
+        self._set_from_options(tao)
+        if self.bounds and tao.getType() not in BOUNDED_TYPES:
+            raise InversionError(f"bounds need a bounded method ({', '.join(BOUNDED_TYPES)}); -tao_type chose "
+                                 f"{tao.getType()}")
+        return tao
+
+    def _set_from_options(self, tao) -> None:
+        """``tao.setFromOptions()`` with ``tao_options`` in PETSc's database for this call only."""
+        from ..imports import petsc
+
+        database = petsc().Options()
         for key, value in self.tao_options:
             database.setValue(key, value)
         try:
@@ -277,58 +265,22 @@ class Inversion:
         finally:
             for key, _value in self.tao_options:
                 database.delValue(key)
-        if self.bounds and tao.getType() not in BOUNDED_TYPES:
-            raise InversionError(f"bounds need a bounded method ({', '.join(BOUNDED_TYPES)}); -tao_type chose "
-                                 f"{tao.getType()}")
-        shell = self._hessian(tao, space) if tao.getType() in NEWTON_TYPES else None
-        status = None
+
+    @staticmethod
+    def _run(tao, cache, shell, left: int) -> tuple[str, int]:
+        """TAO's solve over the ``left`` iterations: (status, TAO's converged reason); the kept
+        evaluations and the products go however it ends."""
         try:
-            if self.max_it - done > 0:
+            if left > 0:
                 tao.solve()
             reason = int(tao.getConvergedReason())
         except StopInversion:
-            status, reason = "stopped", 0
+            return "stopped", 0
         finally:
             cache.drop()  # a kept first sweep's levels (files included) go with the solve
             if shell is not None:
                 shell.close()
-        if status is None:
-            status = ("converged" if reason > 0 else "max_it" if reason == -2 or self.max_it - done <= 0
-                      else "diverged")
-        last = state["last"] or (history[-1] if history else None)
-        if last is None:  # stopped before the first iterate was accepted: the start
-            last = {"iteration": done, "J": math.nan, "misfit": math.nan, "regularization": math.nan,
-                    "grad_norm": math.nan}
-        final = space.unpack(physical(tao.getSolution())) if status != "stopped" else (
-            store.load(self.controls)[1] if store is not None and history else space.unpack(physical(x)))
-        tao.destroy()
-        if self._energy is not None:
-            self._energy.node_comm.Free()
-            self._energy = None
-        return InversionResult(status, reason, last["iteration"], last["J"], last["misfit"],
-                               last["regularization"], last["grad_norm"], final, history,
-                               {**cache.counts(), **(shell.counts() if shell else {}),
-                                "failed_evaluations": trials.failed,
-                                "seconds": time.perf_counter() - t_start}, resumed_from, self.removed)
-
-    def _open_store(self, store):
-        """(history, iterates done, resumed-from, starting controls, the record of the evaluations'
-        level files) from the run directory: a resumed inversion's, or a fresh one created there."""
-        history, done, resumed_from, start, owned = [], 0, None, self.controls, None
-        self.removed = []
-        if store is None:
-            return history, done, resumed_from, start, owned
-        try:
-            if self.resume and store.recorded():
-                state, start = store.load(self.controls)
-                history, done = list(state["history"]), int(state["iteration"])
-                resumed_from = done
-            elif self.primary:  # a resume stopped before its first iterate starts afresh
-                store.create(resuming=self.resume)
-            owned = store.own_levels(self.checkpointing, self.resume, write=self.primary)
-        except IterateError as exc:
-            raise InversionError(str(exc)) from None
-        return history, done, resumed_from, start, owned
+        return ("converged" if reason > 0 else "max_it" if reason == -2 or left <= 0 else "diverged"), reason
 
     def _held(self, space):
         """The checkpointing every evaluation and product runs under: a measured baseline (held for
@@ -389,6 +341,11 @@ class Inversion:
         self._energy.start()
         return self._energy
 
+    def _close_meter(self) -> None:
+        if self._energy is not None:
+            self._energy.node_comm.Free()
+            self._energy = None
+
     def _record(self, iteration: int, x, f: float, gnorm: float, step: float, reg) -> dict:
         """One accepted iterate's telemetry: J, its terms, ‖g‖, step, steps, seconds and joules."""
         cache, mark = self._cache, self._mark
@@ -421,29 +378,58 @@ class Inversion:
             fh.write(dumps({"time": iso_time(time.time()), **record}) + "\n")
 
 
-class _Trials:
-    """Evaluations as TAO sees them: a solver that fails at a control after the start's evaluation
-    succeeded (a line-search trial that made κ negative, say) is an infinite objective there, so TAO
-    backtracks; a failure at the start is the configuration's and is raised."""
+@dataclass
+class _Start:
+    """Where a solve starts: the accepted iterates' records so far (the monitor appends to them),
+    how many, the iterate resumed from (None: fresh), its controls and the record of the
+    evaluations' level files in the run directory."""
 
-    def __init__(self, cache):
-        self.cache, self.started, self.failed = cache, False, 0
+    history: list
+    done: int
+    resumed_from: int | None
+    controls: dict
+    owned: dict | None
 
-    def evaluate(self, request, x):
-        """``request(x)``'s Evaluation, or None for a failed trial (agreed: a model's solver failure
-        is raised on every rank alike)."""
-        from ..models.base import SolverError
 
-        try:
-            e = request(x)
-        except SolverError:
-            if not self.started:
-                raise
-            self.cache.drop()
-            self.failed += 1
-            return None
-        self.started = True
-        return e
+class _Accepted:
+    """TAO's monitor: each accepted iterate recorded, made durable (by the primary group), logged
+    and passed to ``on_iteration``; a resumed solve's iterate 0 is the stored one, already done."""
+
+    def __init__(self, inversion: Inversion, problem: TaoProblem, start: _Start, store):
+        self.inversion, self.problem, self.start, self.store = inversion, problem, start, store
+        self.last = None
+
+    def __call__(self, tao) -> None:
+        its, f, gnorm, _cnorm, step, _reason = tao.getSolutionStatus()
+        if self.start.resumed_from is not None and its == 0:
+            return
+        inv, x = self.inversion, self.problem.physical(tao.getSolution())
+        record = inv._record(self.start.done + its, x, f, gnorm, step, self.problem.reg)
+        self.start.history.append(record)
+        self.last = record
+        if self.store is not None and inv.primary:
+            controls = self.problem.space.unpack(x)
+            self.store.save(record["iteration"], controls, record, self.start.history)
+            for vec in controls.values():
+                vec.destroy()
+        inv._write_log(record)
+        if inv.on_iteration is not None:
+            inv.on_iteration(record)
+
+    def last_or_start(self) -> dict:
+        """The last accepted iterate's record: this solve's, a resumed one's, or the start's (NaN)."""
+        if self.last is not None:
+            return self.last
+        if self.start.history:
+            return self.start.history[-1]
+        return {"iteration": self.start.done, "J": math.nan, "misfit": math.nan, "regularization": math.nan,
+                "grad_norm": math.nan}
+
+
+def _result(status: str, reason: int, last: dict, final: dict, start: _Start, counts: dict,
+            removed: list) -> InversionResult:
+    return InversionResult(status, reason, last["iteration"], last["J"], last["misfit"], last["regularization"],
+                           last["grad_norm"], final, start.history, counts, start.resumed_from, removed)
 
 
 def _drop_kept(cache) -> None:

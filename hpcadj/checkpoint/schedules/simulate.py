@@ -156,18 +156,7 @@ class Simulator:
             raise PlanError(f"{action} after EndReverse")
         self.summary.actions += 1
         if isinstance(action, Advance):
-            if action.n1 > self.n:
-                raise PlanError(f"{action} goes beyond u_{self.n}")
-            start = self.work.get(action.n0)
-            if start != action.n0:
-                raise PlanError(f"{action} starts from a state labelled u_{start}")
-            self.summary.forward_steps += action.n1 - action.n0
-            beyond = any(k > action.n1 for k in self.work.steps())
-            for run in advance_runs(action.n0, action.n1, self.frontier, beyond):
-                self.summary.advances[run] = self.summary.advances.get(run, 0) + 1
-            self.frontier = max(self.frontier, action.n1)
-            last = start + action.n1 - action.n0 - 1
-            self.work.advanced(action.n0, action.n1, last, last + 1, data=last)
+            self._advance(action)
         elif isinstance(action, Store):
             self._put(action.level, action.n, self.work.get(action.n))
         elif isinstance(action, StoreData):
@@ -178,39 +167,65 @@ class Simulator:
             label = self._take(action.src, action.n, remove=True)
             self._put(action.dst, action.n, label)
         elif isinstance(action, Free):
-            slots = self._level(action.level)
-            if action.n not in slots:
-                raise PlanError(f"{action}: u_{action.n} is not stored on level {action.level}")
-            del slots[action.n]
+            self._free(action)
         elif isinstance(action, (Adjoint, AdjointData)):
-            if not self.forward_done:
-                raise PlanError(f"{action} before EndForward")
-            if action.n0 != self.next_adjoint:
-                raise PlanError(f"{action} out of order: adjoint step {self.next_adjoint} is next")
-            if isinstance(action, AdjointData):
-                self._adjoint_data(action)
-            elif self.work.get(action.n0) != action.n0 or self.work.get(action.n1) != action.n1:
-                raise PlanError(f"{action} on wrong states")
-            else:
-                self.work.adjoint_done(action.n0)
-            self.next_adjoint -= 1
-            self.summary.adjoint_steps += 1
+            self._adjoint(action)
         elif isinstance(action, EndForward):
-            if self.forward_done:
-                raise PlanError("EndForward twice")
-            if self.work.get(self.n) != self.n:
-                raise PlanError("EndForward without u_n held")
-            self.forward_done = True
+            self._end_forward()
         elif isinstance(action, EndReverse):
-            if self.next_adjoint != -1:
-                raise PlanError(f"EndReverse before adjoint step {self.next_adjoint}")
-            left = [(lv, sorted(s)) for lv, s in enumerate(self.slots) if s]
-            left += [(lv, "data", sorted(s)) for lv, s in enumerate(self.data) if s]
-            if left:
-                raise PlanError(f"EndReverse with snapshots still stored: {left}")
-            self.reverse_done = True
+            self._end_reverse()
         else:
             raise PlanError(f"unknown action {action!r}")
+
+    def _advance(self, action: Advance) -> None:
+        if action.n1 > self.n:
+            raise PlanError(f"{action} goes beyond u_{self.n}")
+        start = self.work.get(action.n0)
+        if start != action.n0:
+            raise PlanError(f"{action} starts from a state labelled u_{start}")
+        self.summary.forward_steps += action.n1 - action.n0
+        beyond = any(k > action.n1 for k in self.work.steps())
+        for run in advance_runs(action.n0, action.n1, self.frontier, beyond):
+            self.summary.advances[run] = self.summary.advances.get(run, 0) + 1
+        self.frontier = max(self.frontier, action.n1)
+        last = start + action.n1 - action.n0 - 1
+        self.work.advanced(action.n0, action.n1, last, last + 1, data=last)
+
+    def _free(self, action: Free) -> None:
+        slots = self._level(action.level)
+        if action.n not in slots:
+            raise PlanError(f"{action}: u_{action.n} is not stored on level {action.level}")
+        del slots[action.n]
+
+    def _adjoint(self, action: Adjoint | AdjointData) -> None:
+        if not self.forward_done:
+            raise PlanError(f"{action} before EndForward")
+        if action.n0 != self.next_adjoint:
+            raise PlanError(f"{action} out of order: adjoint step {self.next_adjoint} is next")
+        if isinstance(action, AdjointData):
+            self._adjoint_data(action)
+        elif self.work.get(action.n0) != action.n0 or self.work.get(action.n1) != action.n1:
+            raise PlanError(f"{action} on wrong states")
+        else:
+            self.work.adjoint_done(action.n0)
+        self.next_adjoint -= 1
+        self.summary.adjoint_steps += 1
+
+    def _end_forward(self) -> None:
+        if self.forward_done:
+            raise PlanError("EndForward twice")
+        if self.work.get(self.n) != self.n:
+            raise PlanError("EndForward without u_n held")
+        self.forward_done = True
+
+    def _end_reverse(self) -> None:
+        if self.next_adjoint != -1:
+            raise PlanError(f"EndReverse before adjoint step {self.next_adjoint}")
+        left = [(lv, sorted(s)) for lv, s in enumerate(self.slots) if s]
+        left += [(lv, "data", sorted(s)) for lv, s in enumerate(self.data) if s]
+        if left:
+            raise PlanError(f"EndReverse with snapshots still stored: {left}")
+        self.reverse_done = True
 
     def result(self, costs: OpCosts | None = None) -> PlanSummary:
         """The summary of a complete plan (PlanError if it did not reach EndReverse)."""

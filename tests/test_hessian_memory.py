@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from hpcadj.adjoint import hessian as H
+
+from hpcadj.adjoint import verify as V
 from hpcadj.adjoint import products as P
 from hpcadj.imports import mpi
 from hpcadj.models.wave import WaveModel
@@ -43,12 +45,12 @@ def products(model, controls, directions, **options):
 def problem():
     model = WaveModel(mpi().COMM_SELF, GRID, n_steps=N)
     controls = model.default_controls()
-    shift = H.scaled_direction(model, controls, 7, scale={k: 0.05 for k in controls})
+    shift = V.scaled_direction(model, controls, 7, scale={k: 0.05 for k in controls})
     for k in controls:  # controls no earlier evaluation in this process used
         controls[k].axpy(1.0, shift[k])
-    directions = [H.scaled_direction(model, controls, s, scale={k: 0.1 for k in controls}) for s in (11, 13)]
+    directions = [V.scaled_direction(model, controls, s, scale={k: 0.1 for k in controls}) for s in (11, 13)]
     small = WaveModel(mpi().COMM_SELF, (16, 16), n_steps=3)  # compiles the kernels before any baseline
-    H.hessian_action(small, small.default_controls(), H.scaled_direction(small, small.default_controls(), 1))
+    H.hessian_action(small, small.default_controls(), V.scaled_direction(small, small.default_controls(), 1))
     return model, controls, directions
 
 

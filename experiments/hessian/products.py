@@ -24,6 +24,7 @@ from hpcadj.imports import mpi, petsc
 
 petsc()
 from hpcadj.adjoint import hessian as H  # noqa: E402
+from hpcadj.adjoint import verify as V  # noqa: E402
 from hpcadj.adjoint import products as P  # noqa: E402
 from hpcadj.adjoint.verify import evaluate_objective  # noqa: E402
 
@@ -48,7 +49,7 @@ def main():
         controls = model.default_controls()
         evaluate_objective(model, controls)
         _, unit = timed(comm, lambda: evaluate_objective(model, controls))
-        dirs = [H.scaled_direction(model, controls, 100 + j, scale={c: 0.1 for c in controls}) for j in range(k)]
+        dirs = [V.scaled_direction(model, controls, 100 + j, scale={c: 0.1 for c in controls}) for j in range(k)]
         H.hessian_action(model, controls, dirs[0])
 
         def record(what, plan, seconds, counts):

@@ -21,6 +21,7 @@ from hpcadj.imports import mpi, petsc
 petsc()
 from hpcadj.adjoint import Driver, compute_gradient  # noqa: E402
 from hpcadj.adjoint import hessian as H  # noqa: E402
+from hpcadj.adjoint import verify as V  # noqa: E402
 from hpcadj.adjoint import products as P  # noqa: E402
 from hpcadj.checkpoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for  # noqa: E402
 from hpcadj.adjoint.verify import evaluate_objective  # noqa: E402
@@ -78,7 +79,7 @@ def main():
         _, t_fwd = timed(comm, lambda: evaluate_objective(model, controls))
         unit = t_fwd  # n forward steps
         slots = max(2, n // 10)
-        dirs = [H.scaled_direction(model, controls, 100 + j, scale={c: 0.1 for c in controls}) for j in range(args.k)]
+        dirs = [V.scaled_direction(model, controls, 100 + j, scale={c: 0.1 for c in controls}) for j in range(args.k)]
         H.hessian_action(model, controls, dirs[0])  # warm-up of the second-order paths
 
         def record(what, budget, seconds, forward_steps=None):

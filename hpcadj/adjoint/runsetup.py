@@ -119,3 +119,18 @@ def recovered_faults(rundir, levels) -> list[str]:
         if note and note.startswith("removed"):
             found.append(f"{level.name}: {note}")
     return found
+
+
+def attach_kinds(rundir, comm) -> frozenset:
+    """Levels a resumed run reopens: node-local files only on the same rank count, HDF5 always."""
+    return frozenset({"local", "pfs"} if rundir.recorded_ranks == comm.size else {"pfs"})
+
+
+def open_durability(rundir, restart: Restart, model, levels):
+    """The driver's observer that makes progress durable in ``rundir`` (None without a run directory)."""
+    if rundir is None:
+        return None
+    from ..restart import Durability
+
+    return Durability(rundir, model, levels, restart.durable_every, interval=restart.durable_interval,
+                      **restart.durability_options())

@@ -35,7 +35,8 @@ from .costs import measure_costs, warmed_baseline
 from .data_check import refuse_untrusted_data
 from .driver import Driver, StopRequested, Unrecoverable
 from .report import Outcome, completed_info, finish_info, log_record, stop_message, write_gradient
-from .runsetup import Restart, check_configuration, durable_seconds, open_run_directory, recovered_faults
+from .runsetup import (Restart, attach_kinds, check_configuration, durable_seconds, open_durability, open_run_directory,
+                       recovered_faults)
 
 __all__ = ["Checkpointing", "ConfigError", "GradientSession", "Outcome", "PlannedRun", "Restart",
            "check_configuration", "compute_gradient_checkpointed", "fmt_bytes", "load_costs", "measure_costs",
@@ -182,7 +183,7 @@ class GradientSession:
         self.telemetry = Telemetry(sinks=[self.log] if self.log is not None else [])
         try:
             self.levels = build_levels(planned.plans, self.model.snapshot_layout(), self.comm, self._config,
-                                       attach=self._attach_kinds())
+                                       attach=attach_kinds(self.rundir, self.comm) if self.resuming else frozenset())
         except Exception as exc:  # noqa: BLE001 - any level that cannot open is a refusal
             if self.log is not None:
                 self.log.abort(str(exc))
@@ -214,12 +215,6 @@ class GradientSession:
             self.rundir.withdraw()
         if self._lock is not None:
             self._lock.release()
-
-    def _attach_kinds(self) -> frozenset:
-        """Levels a resumed run reopens: node-local files only on the same rank count, HDF5 always."""
-        if not self.resuming:
-            return frozenset()
-        return frozenset({"local", "pfs"} if self.rundir.recorded_ranks == self.comm.size else {"pfs"})
 
     def _open_log(self, planned: PlannedRun) -> None:
         from ..telemetry import LogDirError, open_run_log
@@ -279,7 +274,7 @@ class GradientSession:
 
     def _execute(self, planned: PlannedRun, pause: bool = False) -> Outcome:
         from ..telemetry import SweepProgress
-        from ..restart import Durability, resume_point
+        from ..restart import resume_point
 
         if self._steps is not None:  # the model may have evaluated other controls since
             self.model.use_steps(self._steps)
@@ -297,11 +292,7 @@ class GradientSession:
             resumed, point = resume_point(self.rundir, model, self.controls, levels, costs,
                                           online=schedule if getattr(schedule, "online", False) else None)
             schedule = resumed or schedule
-        durability = None
-        if self.rundir is not None:
-            r = self.restart
-            durability = Durability(self.rundir, model, levels, r.durable_every, interval=r.durable_interval,
-                                    **r.durability_options())
+        durability = open_durability(self.rundir, self.restart, model, levels)
         unknown_n = model.n_steps is None  # adaptive steps: progress shows steps and simulated time
         progress = SweepProgress(model.n_steps, rank=comm.rank, ranks=comm.size, quiet=not self.progress,
                                  levels=levels, plan=None if unknown_n else schedule, costs=profile.vector("time"),

@@ -1,4 +1,6 @@
-"""Gradient verification: Taylor remainder convergence and the tangent-linear/adjoint dot product."""
+"""Derivative verification: a gradient's Taylor remainders and tangent-linear/adjoint dot product, and
+a Hessian-vector product's second-order Taylor remainders (the same loop), symmetry and agreement
+with central differences of gradients."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import numpy as np
 from ..checkpoint.schedules.storeall import StoreAll, store_all_slots
 from ..checkpoint.storage import RamLevel
 from .driver import Driver, GradientResult
+from .hessian import HessianResult, hessian_action
 
 
 def compute_gradient(stepper, controls, schedule=None, levels=None, telemetry=None) -> GradientResult:
@@ -212,3 +215,122 @@ def dot_product_test(stepper, controls, *, seed: int = 4321,
     adjoint = sum(result.gradient[name].dot(direction[name]) for name in sorted(direction))
     tangent = tangent_linear(stepper, controls, direction)
     return DotProductResult(tangent=tangent, adjoint=adjoint)
+
+
+# -- Hessian-vector products ------------------------------------------------------------------
+def controls_dot(a: dict, b: dict) -> float:
+    """The dot product over all controls together (name -> Vec each)."""
+    return sum(a[k].dot(b[k]) for k in sorted(a))
+
+
+def scaled_direction(model, controls, seed: int, scale: dict | None = None) -> dict:
+    """A random direction over every control, each relative to its control's size (u0-like
+    controls, possibly zero, get absolute entries), times ``scale[name]`` if given."""
+    direction = random_direction(model, controls, seed, relative=False)
+    for name, vec in direction.items():
+        size = controls[name].norm() / math.sqrt(max(controls[name].getSize(), 1))
+        factor = size if size > 0 else 1.0
+        vec.scale(factor * (scale or {}).get(name, 1.0))
+    return direction
+
+
+def second_order_taylor_test(model, controls, direction, *, eps0: float = 1e-2, halvings: int = 4,
+                             hess: HessianResult | None = None, need: float | None = None):
+    """|J(m + e v) - J(m) - e <g, v> - e^2/2 <v, H v>| for e = eps0 / 2^k: rate -> 3 when H v is exact
+    (:func:`taylor_remainders`, the gradients' loop; ``need``: halve on until the rate shows)."""
+    hess = hess or hessian_action(model, controls, direction)
+    gv, vhv = controls_dot(hess.gradient, direction), controls_dot(hess.hessian, direction)
+    out = taylor_remainders(lambda e: evaluate_objective(model, _axpy_controls(controls, e, direction, direction)),
+                            lambda e: hess.J + e * gv + 0.5 * e * e * vhv, eps0=eps0, halvings=halvings,
+                            floor=noise_floor(model, hess.J), need=need)
+    model.set_controls(controls)
+    return out
+
+
+def symmetry_test(model, controls, v, w, *, gauss_newton: bool = False) -> tuple[float, float]:
+    """(<H v, w>, <v, H w>): equal for an exact H."""
+    hv = hessian_action(model, controls, v, gauss_newton=gauss_newton).hessian
+    hw = hessian_action(model, controls, w, gauss_newton=gauss_newton).hessian
+    return controls_dot(hv, w), controls_dot(v, hw)
+
+
+def gradient_difference(model, controls, direction, eps: float, checkpointing=None) -> dict:
+    """(g(m + e v) - g(m - e v)) / 2e, control name -> Vec: H v to O(e^2). The two gradients are
+    store-all, or checkpointed sessions under ``checkpointing`` (a memory budget, say)."""
+    from .session import compute_gradient_checkpointed
+
+    def gradient(at):
+        if checkpointing is None:
+            return compute_gradient(model, at).gradient
+        return compute_gradient_checkpointed(model, checkpointing, controls=at).gradient
+
+    plus = gradient(_axpy_controls(controls, eps, direction, direction))
+    minus = gradient(_axpy_controls(controls, -eps, direction, direction))
+    out = {}
+    for k in plus:
+        out[k] = plus[k].copy()
+        out[k].axpy(-1.0, minus[k])
+        out[k].scale(1.0 / (2.0 * eps))
+    model.set_controls(controls)
+    return out
+
+
+@dataclass
+class DifferenceCheck:
+    """H v against central gradient differences at step pairs (e, e / 2), the steps growing 4x a rung
+    until the errors fall at the rate truncation gives: ``eps`` and ``errors`` per rung tried,
+    ``rate`` the last rung's, ``noise`` the solver-tolerance bound on the last rung's smaller step
+    (:func:`difference_check`), ``limited`` why no rung showed the rate, when noise explains it."""
+
+    eps: list
+    errors: list
+    rate: float
+    noise: float
+    passed: bool
+    limited: str | None = None
+
+
+#: rungs of step pairs a gradient-difference check tries, each step 4x the last
+DIFFERENCE_RUNGS = 4
+
+
+def difference_check(model, controls, direction, hess: HessianResult, *, eps0: float, need: float,
+                     floor: float, checkpointing=None) -> DifferenceCheck:
+    """Whether H v matches (g(m + e v) - g(m - e v)) / 2e. A pair passes when its errors fall at rate
+    >= ``need`` or are <= ``floor``. An error e(e) also holds the gradients' own error, the solvers'
+    relative tolerance t times ||g||, divided by 2e: ``noise`` = NOISE_UNITS t ||g|| / (2 e ||H v||)
+    grows as e shrinks, so the steps are chosen from the problem: from ``eps0`` up by 4x a rung (at
+    most :data:`DIFFERENCE_RUNGS`) until truncation shows its rate. When none does and every error is
+    within that noise, the check is limited by the solver tolerance, not failed."""
+    gnorm, hnorm = math.sqrt(controls_dot(hess.gradient, hess.gradient)), math.sqrt(controls_dot(hess.hessian, hess.hessian))
+    tol = solver_tolerance(model)
+    eps, errors, rate, noise, within = [], [], -math.inf, math.inf, []
+    for k in range(DIFFERENCE_RUNGS):
+        e = eps0 * 4 ** k
+        pair = [relative_difference(gradient_difference(model, controls, direction, x, checkpointing), hess.hessian)
+                for x in (e, 0.5 * e)]
+        eps.append([e, 0.5 * e])
+        errors.append(pair)
+        rate = math.log2(pair[0] / pair[1]) if pair[1] > 0 else math.inf
+        noise = NOISE_UNITS * tol * gnorm / (e * max(hnorm, 1e-300))  # at the pair's smaller step
+        if rate >= need or pair[0] <= floor:
+            return DifferenceCheck(eps, errors, rate, noise, True)
+        if min(pair) <= noise:
+            within.append((min(pair), noise, 0.5 * e))
+    if within:
+        error, bound, step = within[0]
+        return DifferenceCheck(eps, errors, rate, noise, True, limited=(
+            f"limited by the solver tolerance: the error {error:.1e} at eps {step:.2g} is within the gradients' "
+            f"own error over 2 eps ({bound:.1e}), and no larger step shows the O(eps^2) rate"))
+    return DifferenceCheck(eps, errors, rate, noise, False)
+
+
+def relative_difference(a: dict, b: dict) -> float:
+    """||a - b|| / ||b|| over all controls together."""
+    num = den = 0.0
+    for k in a:
+        d = a[k].copy()
+        d.axpy(-1.0, b[k])
+        num += d.norm() ** 2
+        den += b[k].norm() ** 2
+    return math.sqrt(num) / max(math.sqrt(den), 1e-300)

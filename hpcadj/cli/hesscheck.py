@@ -44,6 +44,7 @@ def add_parser(subparsers) -> None:
 
 def main(args) -> int:
     from ..adjoint import hessian as H
+    from ..adjoint import verify as V
     from ..adjoint.session import ConfigError
     from . import CliError
 
@@ -64,8 +65,8 @@ def main(args) -> int:
             raise CliError(str(exc)) from None
     eps0 = args.eps if args.eps is not None else getattr(model, "hessian_taylor_eps", 0.5)
     scale = {k: 0.1 for k in controls}
-    v = H.scaled_direction(model, controls, 11, scale=scale)
-    w = H.scaled_direction(model, controls, 13, scale=scale)
+    v = V.scaled_direction(model, controls, 11, scale=scale)
+    w = V.scaled_direction(model, controls, 13, scale=scale)
     budget = None
     try:
         if args.memory is None:
@@ -73,12 +74,12 @@ def main(args) -> int:
             hw = H.hessian_action(model, controls, w, gauss_newton=gn)
         else:
             hv, hw, budget = _budgeted_products(model, controls, v, w, gn, plan)
-        a, b = H._dot(hv.hessian, w), H._dot(v, hw.hessian)
+        a, b = V.controls_dot(hv.hessian, w), V.controls_dot(v, hw.hessian)
         taylor = fd = None
         if not gn:
-            taylor = H.second_order_taylor_test(model, controls, v, eps0=eps0, halvings=args.halvings, hess=hv,
+            taylor = V.second_order_taylor_test(model, controls, v, eps0=eps0, halvings=args.halvings, hess=hv,
                                                 need=MIN_RATE)
-            fd = H.difference_check(model, controls, v, hv, eps0=args.fd_eps, need=MIN_FD_RATE, floor=FD_FLOOR,
+            fd = V.difference_check(model, controls, v, hv, eps0=args.fd_eps, need=MIN_FD_RATE, floor=FD_FLOOR,
                                     checkpointing=ck)
     except SolverError as exc:
         raise solver_failure(exc, "a smaller --dt or --eps may help") from None
@@ -128,7 +129,8 @@ def warmed_baseline(args, comm) -> int | None:
     first by a Hessian product there, so that what they load is in it (collective)."""
     import copy
 
-    from ..adjoint.hessian import hessian_action, scaled_direction
+    from ..adjoint.hessian import hessian_action
+    from ..adjoint.verify import scaled_direction
     from .run import memory_baseline
 
     small = copy.copy(args)

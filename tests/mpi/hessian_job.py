@@ -30,16 +30,17 @@ def main():
 
     petsc()
     from hpcadj.adjoint import hessian as H
+    from hpcadj.adjoint import verify as V
     from hpcadj.adjoint.session import Checkpointing, ConfigError, Restart
     from hpcadj.models.wave import WaveModel
 
     comm = mpi().COMM_WORLD
     model = WaveModel(comm, tuple(int(x) for x in args.grid.split("x")), n_steps=args.steps)
     controls = model.default_controls()
-    shift = H.scaled_direction(model, controls, 7, scale={k: 0.05 for k in controls})
+    shift = V.scaled_direction(model, controls, 7, scale={k: 0.05 for k in controls})
     for k in controls:
         controls[k].axpy(1.0, shift[k])
-    v = H.scaled_direction(model, controls, 11, scale={k: 0.1 for k in controls})
+    v = V.scaled_direction(model, controls, 11, scale={k: 0.1 for k in controls})
     checkpointing = Checkpointing(ram=args.ram, disk=args.disk, local_dir=args.local_dir, memory=args.memory,
                                   schedule="revolve" if args.disk and not args.ram else None)
     options = {}

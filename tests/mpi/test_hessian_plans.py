@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 
 from hpcadj.adjoint import hessian as H
+
+from hpcadj.adjoint import verify as V
 from hpcadj.adjoint import products as P
 from hpcadj.checkpoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
 from hpcadj.adjoint.session import Checkpointing
@@ -26,7 +28,7 @@ def owned(vecs):
 def reference(request, comm):
     model = build(comm, request.param, steps=8)  # more steps than the plans below have slots
     controls = perturbed_controls(model)
-    v = H.scaled_direction(model, controls, 11, scale={k: 0.1 for k in controls})
+    v = V.scaled_direction(model, controls, 11, scale={k: 0.1 for k in controls})
     ref = H.hessian_action(model, controls, v)
     return model, controls, v, ref
 
@@ -74,7 +76,7 @@ def test_many_products_from_one_forward_sweep(reference, comm):
     """HessianProducts: the forward sweep once, then each product bitwise :func:`hessian_action`'s."""
     model, controls, v, ref = reference
     products = P.HessianProducts(model, controls)
-    w = H.scaled_direction(model, controls, 13, scale={k: 0.1 for k in controls})
+    w = V.scaled_direction(model, controls, 13, scale={k: 0.1 for k in controls})
     check_equal(products.hessian_action(v), ref)
     check_equal(products.hessian_action(w), H.hessian_action(model, controls, w))
     check_equal(products.hessian_action(v), ref)

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from hpcadj.adjoint import hessian as H
+
+from hpcadj.adjoint import verify as V
 from hpcadj.adjoint import products as P
 
 from test_hessian import build, perturbed_controls
@@ -34,7 +36,7 @@ CASES = [(name, mode, options, (i + j) % 2 == 1)
 def problem(request, comm):
     model = build(comm, request.param, steps=STEPS)
     controls = perturbed_controls(model)
-    dirs = [H.scaled_direction(model, controls, seed, scale={k: 0.1 for k in controls}) for seed in (11, 13)]
+    dirs = [V.scaled_direction(model, controls, seed, scale={k: 0.1 for k in controls}) for seed in (11, 13)]
     return model, controls, dirs
 
 

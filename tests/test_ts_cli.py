@@ -34,6 +34,17 @@ def test_petsc_options_reach_the_users_ts(reference):
     assert cn["ts_type"] == "cn" and cn["adjoint_stages"] == "filled" and cn["dt"] == 0.25
 
 
+def test_mixed_keeps_the_rk_stages(reference, tmp_path):
+    """--schedule mixed without a budget: every step's stages kept, n forward steps, the same gradient."""
+    info = hpcadj_json(["run", *MODEL, "--schedule", "mixed", "--gradient-out", str(tmp_path / "g.h5"),
+                        "-ts_type", "rk"], 2, timeout=240)
+    assert info["forward_steps"] == 12 and info["mixed"]["data_writes"] == 11, info["mixed"]
+    assert info["mixed"]["data_bytes"] == 4 * info["mixed"]["restart_bytes"]
+    grads = gradients(tmp_path / "g.h5")
+    for name, field in reference[1].items():
+        assert np.array_equal(grads[name], field), name
+
+
 @pytest.mark.parametrize("resume_ranks", [2, 3])
 def test_killed_then_resumed(reference, tmp_path, restart_costs, resume_ranks):
     ref_info, ref = reference

@@ -1,0 +1,234 @@
+"""A user's RK4 TS (allen_cahn.py) under hpcadj against TSAdjointSolve, side by side in one process.
+
+Per grid and rank count, one ``mpirun -n RANKS`` process (the worker below) runs, alternated, ``--repeats``
+times: TSSolve + TSAdjointSolve (the memory trajectory, keeping every step's stages), hpcadj's mixed
+store-all (every step's stages kept as adjoint data, ``--schedule mixed`` without a budget), with
+``--states`` today's hpcadj store-all (every state; each adjoint step re-runs its step), and the mixed
+session's data check alone (part of its wall). Wall and CPU seconds (the slowest rank's). Then, with ``--budgets``, RAM budgets
+of a fraction of store-all's stage bytes ((n − 1)·s states): the mixed plan against today's revolve plan
+with the same bytes in states, and what PETSc's own trajectory does with ``-ts_trajectory_max_cps_ram``.
+Wall times are the slowest rank's, forward steps PETSc's ``TSStep`` count (the steps re-run inside
+today's adjoint steps included); every gradient is compared bitwise with TSAdjointSolve's.
+
+    python experiments/mixed/rk_runs.py --grid 128 --ranks 1 --steps 200 --repeats 3 [--states] [--budgets 0.5 0.25 0.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+
+def _gathered(comm, vec):
+    import numpy as np
+
+    return np.concatenate(comm.allgather(vec.getArray(readonly=True).copy()))
+
+
+def _steps_counter():
+    from hpcadj.imports import petsc
+
+    event = petsc().Log.Event("TSStep")
+    return lambda: event.getPerfInfo()["count"]
+
+
+def _petsc(comm, m, n, options=None):
+    """TSSolve + TSAdjointSolve on a fresh TS: (wall, gradient or the error's first line, TSStep calls)."""
+    from hpcadj.imports import petsc
+    from hpcadj.ts.check import tsadjoint_gradient
+
+    import allen_cahn
+
+    opts = petsc().Options()
+    for key, value in (options or {}).items():
+        opts[key] = value
+    ts, u0, k_vec, _, objective = allen_cahn.make_ts(comm, m, steps=n)
+    if options:
+        ts.setSaveTrajectory()
+        ts.setFromOptions()  # the trajectory reads its (unprefixed) options here
+    count = _steps_counter()
+    before = count()
+    comm.Barrier()
+    t0, c0 = time.perf_counter(), time.process_time()
+    try:
+        if options:
+            ts.setMaxSteps(n)
+            u = u0.copy()
+            ts.solve(u)
+            lam, mu = objective[1](u), k_vec.duplicate()
+            mu.set(0.0)
+            ts.setCostGradients([lam], [mu])
+            ts.adjointSolve()
+            result = (lam, mu)
+        else:
+            got = tsadjoint_gradient(ts, u0, n, objective, parameters=k_vec)
+            result = (got.lam0, got.mu)
+    except petsc().Error as exc:  # PETSc's refusal, reported as its first line
+        result = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    finally:
+        for key in options or {}:
+            opts.delValue(key)
+    cpu = comm.allreduce(time.process_time() - c0, op=_max())
+    comm.Barrier()
+    return (time.perf_counter() - t0, cpu), result, comm.allreduce(count() - before, op=_max())
+
+
+def _max():
+    from hpcadj.imports import mpi
+
+    return mpi().MAX
+
+
+def _hpcadj(comm, stepper, schedule, ram=None):
+    from hpcadj.adjoint.session import Checkpointing, GradientSession
+
+    controls = stepper.default_controls()
+    count = _steps_counter()
+    before = count()
+    comm.Barrier()
+    t0, c0 = time.perf_counter(), time.process_time()
+    outcome = GradientSession(stepper, Checkpointing(schedule=schedule, ram=ram), controls=controls).solve()
+    cpu = comm.allreduce(time.process_time() - c0, op=_max())
+    comm.Barrier()
+    wall = time.perf_counter() - t0
+    assert outcome.status == "complete", outcome.message
+    return (wall, cpu), outcome, comm.allreduce(count() - before, op=_max())
+
+
+def _data_check(comm, stepper):
+    """Seconds of the data check a mixed session runs first (refuse_untrusted_data), alone."""
+    from hpcadj.adjoint.data_check import refuse_untrusted_data
+
+    comm.Barrier()
+    t0 = time.perf_counter()
+    refuse_untrusted_data(stepper, stepper.default_controls())
+    comm.Barrier()
+    return time.perf_counter() - t0
+
+
+def _same(comm, outcome, reference) -> bool:
+    import numpy as np
+
+    if isinstance(reference, str):
+        return False
+    g = outcome.result.gradient
+    return bool(np.array_equal(_gathered(comm, g["u0"]), _gathered(comm, reference[0]))
+                and np.array_equal(_gathered(comm, g["k"]), _gathered(comm, reference[1])))
+
+
+def worker(args) -> None:
+    from hpcadj.imports import mpi, petsc
+
+    petsc().Log.begin()
+    sys.path.insert(0, str(HERE))
+    import allen_cahn
+
+    comm = mpi().COMM_WORLD
+    m, n = args.grid, args.steps
+    stepper = allen_cahn.build(comm, argparse.Namespace(grid=str(m), steps=n))
+    rows = []
+
+    def emit(**row):
+        row.update(grid=f"{m}x{m}", ranks=comm.size, n=n)
+        rows.append(row)
+        if comm.rank == 0:
+            print("ROW " + json.dumps(row), flush=True)
+
+    for rep in range(args.repeats):
+        (wall_p, cpu_p), ref, steps_p = _petsc(comm, m, n)
+        (wall_m, cpu_m), mixed, steps_m = _hpcadj(comm, stepper, "mixed")
+        row = dict(part="store-all", repeat=rep, petsc_s=wall_p, petsc_cpu_s=cpu_p, petsc_steps=steps_p,
+                   mixed_s=wall_m, mixed_cpu_s=cpu_m, mixed_steps=steps_m, check_s=_data_check(comm, stepper),
+                   mixed_ratio=wall_m / wall_p, mixed_cpu_ratio=cpu_m / cpu_p, mixed_bitwise=_same(comm, mixed, ref))
+        if args.states:
+            (wall_s, cpu_s), states, steps_s = _hpcadj(comm, stepper, "store-all")
+            row.update(states_s=wall_s, states_cpu_s=cpu_s, states_steps=steps_s, states_ratio=wall_s / wall_p,
+                       states_cpu_ratio=cpu_s / cpu_p, states_bitwise=_same(comm, states, ref))
+        emit(**row)
+    if not args.budgets:
+        return
+    _, ref, _ = _petsc(comm, m, n)
+    info = _hpcadj(comm, stepper, "mixed")[1].info["mixed"]
+    r, d = info["restart_bytes"], info["data_bytes"]
+    full = (n - 1) * d
+    for fraction in args.budgets:
+        budget = int(full * fraction)
+        slots = min(budget // r, n - 1)
+        (wall_m, cpu_m), mixed, steps_m = _hpcadj(comm, stepper, "mixed", ram=f"{budget}B")
+        (wall_r, cpu_r), today, steps_r = _hpcadj(comm, stepper, "revolve" if slots < n - 1 else "store-all",
+                                                  ram=slots)
+        emit(part="budget", fraction=fraction, budget_states=budget / r, mixed_s=wall_m, mixed_cpu_s=cpu_m,
+             today_cpu_s=cpu_r, mixed_steps=steps_m,
+             mixed_plan_steps=mixed.result.forward_steps, data_writes=mixed.info["mixed"]["data_writes"],
+             restart_writes=mixed.info["mixed"]["restart_writes"], today_slots=slots, today_s=wall_r,
+             today_steps=steps_r, mixed_bitwise=_same(comm, mixed, ref), today_bitwise=_same(comm, today, ref))
+        cps = max(1, int(budget // (r * (d // r + 1))))  # checkpoints of a state and its stages
+        for memory_type in ("revolve", "petsc"):
+            (wall, cpu), got, steps = _petsc(comm, m, n, {"ts_trajectory_type": "memory",
+                                                   "ts_trajectory_max_cps_ram": str(cps),
+                                                   "ts_trajectory_memory_type": memory_type})
+            emit(part="petsc-own", fraction=fraction, memory_type=memory_type, max_cps_ram=cps, wall_s=wall,
+                 cpu_s=cpu, steps=steps if not isinstance(got, str) else None, outcome=got if isinstance(got, str) else "ran",
+                 bitwise=not isinstance(got, str) and _same_vecs(comm, got, ref))
+
+
+def _same_vecs(comm, got, ref) -> bool:
+    import numpy as np
+
+    return bool(np.array_equal(_gathered(comm, got[0]), _gathered(comm, ref[0]))
+                and np.array_equal(_gathered(comm, got[1]), _gathered(comm, ref[1])))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grid", type=int, default=128)
+    parser.add_argument("--ranks", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--budgets", type=float, nargs="*", default=[])
+    parser.add_argument("--states", action="store_true", help="also today's store-all of states (steps re-run)")
+    parser.add_argument("--out", default=str(HERE / "rk_runs.jsonl"), help="rows appended here (JSON lines)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1", PYTHONUNBUFFERED="1")
+    load = os.getloadavg()
+    cmd = ["mpirun", "-n", str(args.ranks), str(ROOT / ".venv/bin/python"), __file__, "--worker",
+           "--grid", str(args.grid), "--steps", str(args.steps), "--repeats", str(args.repeats),
+           "--budgets", *map(str, args.budgets), *(["--states"] if args.states else [])]
+    with tempfile.TemporaryDirectory() as tmp:  # PETSc's trajectories write their directories here
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp, timeout=3600)
+    if proc.returncode:
+        sys.exit(f"worker failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    rows = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("ROW ")]
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    with open(args.out, "a") as out:
+        for row in rows:
+            row.update(when=stamp, load_before=[round(x, 2) for x in load],
+                       load_after=[round(x, 2) for x in os.getloadavg()])
+            out.write(json.dumps(row) + "\n")
+    for row in rows:
+        print(json.dumps(row))
+    store = [row for row in rows if row["part"] == "store-all"]
+    if store:
+        best = min(r["mixed_s"] for r in store) / min(r["petsc_s"] for r in store)
+        print(f"mixed/TSAdjointSolve wall: median {statistics.median(r['mixed_ratio'] for r in store):.3f}, "
+              f"best-of {best:.3f}; CPU median {statistics.median(r['mixed_cpu_ratio'] for r in store):.3f}; "
+              f"load {load[0]:.1f} -> {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

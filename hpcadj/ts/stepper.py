@@ -217,14 +217,15 @@ class TSStepper(StageData, AdaptiveSteps, Stepper):
 
     @property
     def recomputes_in_adjoint(self) -> bool:
-        """True where an adjoint step re-runs the forward step for its stages (RK and other non-θ types)."""
+        """True where an adjoint step from the states re-runs the forward step for its stages (RK and other
+        non-θ types); from the stages kept as adjoint data (:mod:`hpcadj.ts.stages`) it does not."""
         return not (self._endpoint or self._midpoint)
 
     @property
     def adjoint_stages(self) -> str:
         """How an adjoint step gets its stages: 'filled' (θ-endpoint: u_i and u_{i+1} copied in),
         'reconstructed' (θ-midpoint: X = u_i + θ (u_{i+1} - u_i), round-off from TSStep's X) or
-        'recomputed' (the step re-run from u_i)."""
+        'recomputed' (RK: the step re-run from u_i, unless a plan kept its stages as adjoint data)."""
         return "filled" if self._endpoint else "reconstructed" if self._midpoint else "recomputed"
 
     # -- controls ----------------------------------------------------------------------------

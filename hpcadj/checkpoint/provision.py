@@ -481,9 +481,9 @@ def _grown_pool(model, plans, probes: dict, profile, name: str, minimize: str, m
 
 
 #: schedules whose plans change with the RAM slots they are given, and the most steps for which the
-#: slots are searched (a plan simulated per candidate)
+#: slots are searched with the multi-level DP (one DP per candidate; revolve's count is closed-form)
 FILL_PRICED_SCHEDULES = ("auto", "revolve", "multilevel")
-FILL_SEARCH_MAX_STEPS = 20000
+FILL_SEARCH_MAX_STEPS = 5000
 #: each candidate slot count is this fraction of the previous one
 FILL_SEARCH_RATIO = 0.85
 
@@ -491,26 +491,34 @@ FILL_SEARCH_RATIO = 0.85
 def _fill_priced(plans, name: str, n: int, profile: CostProfile, minimize: str, notes: list):
     """The RAM level's slots lowered to the count whose plan costs least with the first touch of
     every slot it fills (``LevelCost.fill_s``, measured by calibration) priced in: a slot more saves
-    recomputation and costs a slot's fresh pages. Candidates from the given slots down by
-    :data:`FILL_SEARCH_RATIO` (ties keep more slots); unchanged without a measured first touch."""
+    recomputation and costs a slot's fresh pages. Each candidate is priced as its planner predicts
+    it (revolve: the binomial minimum of forward steps; the multi-level DP: its table's makespan)
+    plus ``slots * fill_s``; candidates from the given slots down by :data:`FILL_SEARCH_RATIO`, then
+    every count between the best's neighbours (ties keep more slots). Unchanged without a measured
+    first touch."""
+    from .schedules import Multilevel, min_forward_steps
+
     ram = next((i for i, p in enumerate(plans) if p.kind == "ram" and p.codec is None), None)
-    if ram is None or name not in FILL_PRICED_SCHEDULES or n > FILL_SEARCH_MAX_STEPS or minimize != "time":
+    if ram is None or name not in FILL_PRICED_SCHEDULES or minimize != "time":
         return plans
     fill = profile.levels[ram].fill_s
     given = plans[ram].slots
-    if not fill > 0 or given <= 2:
+    costs = profile.vector("time")
+    caps = [p.slots for p in plans]
+    binomial = name == "revolve" or (name == "auto" and sum(1 for c in caps if c > 0) <= 1
+                                     and costs.advance is None)
+    if not fill > 0 or given <= 2 or (not binomial and n > FILL_SEARCH_MAX_STEPS):
         return plans
+
+    def cost(slots):
+        if binomial:
+            return min_forward_steps(n, slots) * costs.forward + slots * fill
+        return Multilevel(n, caps[:ram] + [slots] + caps[ram + 1:], costs).predicted + slots * fill
+
     candidates, s = [], given
     while s >= 2 and s not in candidates:
         candidates.append(s)
         s = min(s - 1, int(s * FILL_SEARCH_RATIO))
-
-    def cost(slots):
-        trial = [replace(p, slots=slots) if i == ram else p for i, p in enumerate(plans)]
-        schedule = make_plan(name, n, trial, profile, minimize)
-        return profile.predicted_seconds(simulate(schedule.actions(), n, [p.slots for p in trial],
-                                                  profile.vector("time")))
-
     priced = {c: cost(c) for c in candidates}
     best = min(candidates, key=lambda c: (priced[c], -c))
     k = candidates.index(best)  # then every count between the best's neighbours

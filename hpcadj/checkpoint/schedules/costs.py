@@ -30,7 +30,8 @@ First touch: a slot's memory is new to the process the first time the slot is fi
 holds states by reference; the model's next state then needs fresh pages). ``LevelCost.fill_s``,
 measured by calibration, is that one-off cost per slot; the predicted makespan adds ``peak_k *
 fill_k`` for every level (:meth:`CostProfile.fill_seconds`); provisioning weighs it by the RAM slots
-it gives a plan (``provision._fill_priced``), the planners themselves do not.
+it gives a plan (``provision._fill_priced``: each candidate count as its planner predicts it), the planners
+themselves do not.
 
 Default costs (used when no profile is given; relative, not measured): forward step 1 s, adjoint
 step 2 s; RAM write/read 0.01 s, node-local disk 0.2 / 0.2 s, parallel file system 1.0 / 1.0 s.

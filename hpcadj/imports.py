@@ -81,6 +81,16 @@ def finalize() -> None:
     del anchor
 
 
+def is_number(token: str) -> bool:
+    """Whether a command-line token is a number (``-3``, ``1e-8``): a PETSc option's value, never
+    an option name, though it may start with a minus sign."""
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
 def mpi():
     """Return ``mpi4py.MPI``."""
     from mpi4py import MPI

@@ -92,7 +92,17 @@ def check_model(model, gauss_newton: bool) -> None:
         raise ValueError(f"{model.name}: no hessian_adjoint_step: only the Gauss-Newton product is available")
 
 
-class SecondOrderStepper(Stepper):
+class NoTangent:
+    """The tangent methods of a stepper built for H v, which needs no tangent of its own: they raise."""
+
+    def initial_tangent(self, dcontrols):
+        raise NotImplementedError(f"{type(self).__name__} has no tangent of its own")
+
+    def tangent_step(self, i, u, u_next, du, dcontrols):
+        raise NotImplementedError(f"{type(self).__name__} has no tangent of its own")
+
+
+class SecondOrderStepper(NoTangent, Stepper):
     """The model's forward + tangent step as one stepper; its adjoint is the first- and second-order
     adjoint together. Implements the Stepper seam (:mod:`hpcadj.models.base`), so any plan runs it.
 
@@ -176,13 +186,6 @@ class SecondOrderStepper(Stepper):
         g, hg = self._split(grad)
         self.model.initial_adjoint(lam0.u, g)
         self.model.initial_adjoint(lam0.d, hg)
-
-    # -- tangent of the composite (not needed for H v) ---------------------------------------
-    def initial_tangent(self, dcontrols):
-        raise NotImplementedError("the composite stepper has no tangent of its own")
-
-    def tangent_step(self, i, u, u_next, du, dcontrols):
-        raise NotImplementedError("the composite stepper has no tangent of its own")
 
     # -- snapshots --------------------------------------------------------------------------
     def snapshot_layout(self):

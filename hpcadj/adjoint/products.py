@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from ..checkpoint.memory import MemoryPlan
 from ..models.base import Stepper
 from .driver import Driver, GradientResult
-from .hessian import Pair, SecondOrderStepper, HessianResult, _result, _zero_like, check_model, owned_arrays
+from .hessian import (HessianResult, NoTangent, Pair, SecondOrderStepper, _result, _zero_like, check_model,
+                      owned_arrays)
 
 #: what a product's reverse sweep holds beyond a gradient driver's states: its adjoint is the pair
 #: (lambda, dlambda), two states where the driver's count has one (held and built)
@@ -205,7 +206,7 @@ class _StateStore:
             self.level = None
 
 
-class TangentChain(Stepper):
+class TangentChain(NoTangent, Stepper):
     """The chain du_0 -> du_1 -> ... of one direction v over kept forward states, as a Stepper: its
     state is du_i alone (one model state: a plan's slot holds one du), its step the model's tangent
     step reading u_i and u_{i+1} from a :class:`_StateStore`, its adjoint the composite's (first-
@@ -273,12 +274,6 @@ class TangentChain(Stepper):
         if self.first_order:
             self.model.initial_adjoint(lam0.u, g)
         self.model.initial_adjoint(lam0.d, hg)
-
-    def initial_tangent(self, dcontrols):
-        raise NotImplementedError("the tangent chain has no tangent of its own")
-
-    def tangent_step(self, i, u, u_next, du, dcontrols):
-        raise NotImplementedError("the tangent chain has no tangent of its own")
 
     def snapshot_layout(self):
         return self.model.snapshot_layout()

@@ -19,6 +19,7 @@ import os
 import sys
 
 from ..collective import Agreement, Unreachable, one_line
+from ..imports import is_number
 
 #: subcommand modules, in ``--help`` order; each has ``add_parser(subparsers)`` and ``main(args)``.
 SUBCOMMANDS = ["run", "gradcheck", "hesscheck", "check", "plan", "calibrate", "analyze", "invert"]
@@ -163,7 +164,7 @@ def _single_dash_options(parser: argparse.ArgumentParser) -> set[str]:
 
 def _is_petsc_option(token: str, ours: set[str]) -> bool:
     return (token.startswith("-") and not token.startswith("--") and len(token) > 1
-            and token not in ours and not _is_number(token) and not _is_negative_value(token))
+            and token not in ours and not is_number(token) and not _is_negative_value(token))
 
 
 def _is_negative_value(token: str) -> bool:
@@ -191,11 +192,11 @@ def take_petsc_options(argv: list[str], parser: argparse.ArgumentParser) -> tupl
         if _is_petsc_option(token, ours):
             petsc.append(token)
             nxt = argv[i + 1] if i + 1 < len(argv) else None
-            if (nxt is not None and (not nxt.startswith("-") or _is_number(nxt))
+            if (nxt is not None and (not nxt.startswith("-") or is_number(nxt))
                     and (command_seen or nxt not in SUBCOMMANDS)):
                 petsc.append(nxt)
                 i += 1
-        elif (_is_negative_value(token) and not _is_number(token) and mine and mine[-1].startswith("--")
+        elif (_is_negative_value(token) and not is_number(token) and mine and mine[-1].startswith("--")
               and "=" not in mine[-1]):
             mine[-1] += f"={token}"  # argparse reads "-1GiB" as an option, "--memory=-1GiB" as a value
         else:
@@ -210,7 +211,7 @@ def split_petsc_options(unknown: list[str]) -> list[str]:
     petsc_opts: list[str] = []
     expect_value = False
     for token in unknown:
-        if token.startswith("-") and not token.startswith("--") and len(token) > 1 and not _is_number(token):
+        if token.startswith("-") and not token.startswith("--") and len(token) > 1 and not is_number(token):
             petsc_opts.append(token)
             expect_value = True
         elif expect_value and not token.startswith("--"):
@@ -219,14 +220,6 @@ def split_petsc_options(unknown: list[str]) -> list[str]:
         else:
             raise CliError(f"unrecognized argument: {token}")
     return petsc_opts
-
-
-def _is_number(token: str) -> bool:
-    try:
-        float(token)
-    except ValueError:
-        return False
-    return True
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,7 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 
+from ..imports import is_number
 from ..models.base import begin_evaluation
 from ..telemetry.jsonlog import peak_rss_bytes
 from .cache import EvaluationCache
@@ -38,18 +39,10 @@ def option_pairs(tokens) -> list[tuple[str, str]]:
     while i < len(tokens):
         key = tokens[i]
         nxt = tokens[i + 1] if i + 1 < len(tokens) else None
-        value = nxt if nxt is not None and (not nxt.startswith("-") or _number(nxt)) else ""
+        value = nxt if nxt is not None and (not nxt.startswith("-") or is_number(nxt)) else ""
         pairs.append((key, value))
         i += 2 if value else 1
     return pairs
-
-
-def _number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 class InversionError(ValueError):

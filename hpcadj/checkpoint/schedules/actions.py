@@ -53,19 +53,23 @@ class Advance(Action):
 
 
 @dataclass(frozen=True, slots=True)
-class Store(Action):
+class _AtLevel(Action):
+    """An action on u_n (or on step n's adjoint data) and a slot of ``level``."""
+
+    n: int
+    level: int
+
+
+class Store(_AtLevel):
     """Write the held state u_n to a slot of ``level``."""
 
-    n: int
-    level: int
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Restore(Action):
+class Restore(_AtLevel):
     """Read u_n from ``level`` into a working state (the slot stays occupied)."""
 
-    n: int
-    level: int
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,45 +81,41 @@ class Move(Action):
     dst: int
 
 
-@dataclass(frozen=True, slots=True)
-class Free(Action):
+class Free(_AtLevel):
     """Release the slot holding u_n on ``level``."""
 
-    n: int
-    level: int
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
-class Adjoint(Action):
+class _OneStep(Action):
+    """An adjoint action: adjoint step n0, lambda_{n1} -> lambda_{n0}, with n1 = n0 + 1."""
+
+    n1: int
+    n0: int
+
+    def __post_init__(self):
+        if self.n1 != self.n0 + 1 or self.n0 < 0:
+            raise ValueError(f"{type(self).__name__} runs one step, n1 = n0 + 1 >= 1; got ({self.n1}, {self.n0})")
+
+
+class Adjoint(_OneStep):
     """Adjoint step n0: lambda_{n1} -> lambda_{n0}, with n1 = n0 + 1."""
 
-    n1: int
-    n0: int
-
-    def __post_init__(self):
-        if self.n1 != self.n0 + 1 or self.n0 < 0:
-            raise ValueError(f"Adjoint runs one step, n1 = n0 + 1 >= 1; got ({self.n1}, {self.n0})")
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class StoreData(Action):
+class StoreData(_AtLevel):
     """Write the held adjoint data of step n (what adjoint step n reads) to a slot of ``level``."""
 
-    n: int
-    level: int
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
-class AdjointData(Action):
+class AdjointData(_OneStep):
     """Adjoint step n0 from its adjoint data (from ``level``, freeing the slot; None: the held data)."""
 
-    n1: int
-    n0: int
     level: int | None = None
-
-    def __post_init__(self):
-        if self.n1 != self.n0 + 1 or self.n0 < 0:
-            raise ValueError(f"AdjointData runs one step, n1 = n0 + 1 >= 1; got ({self.n1}, {self.n0})")
 
 
 @dataclass(frozen=True, slots=True)

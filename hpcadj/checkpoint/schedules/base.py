@@ -42,6 +42,17 @@ class Schedule(abc.ABC):
         return f"{type(self).__name__}(n_steps={self.n_steps}, capacities={self.capacities})"
 
 
+def to_the_end(lo: int, hi: int, forward: bool):
+    """Actions of a segment [lo, hi] reversed at its end without a checkpoint, u_lo held: advance to
+    u_hi (ending the forward sweep) when ``forward``, else to u_{hi-1}; then adjoint step hi - 1."""
+    if forward:
+        yield Advance(lo, hi)
+        yield EndForward()
+    else:
+        yield Advance(lo, hi - 1)
+    yield Adjoint(hi, hi - 1)
+
+
 def last_step(lo: int, level: int, forward: bool):
     """Actions of a one-step segment [lo, lo + 1] whose base u_lo is held and stored on ``level``:
     the final forward step (ending the forward sweep) when ``forward``, the adjoint step, then the

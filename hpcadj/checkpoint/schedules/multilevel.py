@@ -54,7 +54,7 @@ from itertools import repeat
 from operator import add, eq
 
 from .actions import Action, Adjoint, Advance, EndForward, EndReverse, Free, Restore, Store
-from .base import Schedule, ScheduleError, last_step
+from .base import Schedule, ScheduleError, last_step, to_the_end
 from .costs import OpCosts, default_costs
 
 INF = float("inf")
@@ -267,12 +267,7 @@ class MultilevelPlanner:
                 stack.append((lo, k))
                 stack.append((lo, hi, lower, len(self.layers[lower]) - 1, fwd, True))
             elif j == length - 1:
-                if fwd:
-                    yield Advance(lo, hi)
-                    yield EndForward()
-                else:
-                    yield Advance(lo, hi - 1)
-                yield Adjoint(hi, hi - 1)
+                yield from to_the_end(lo, hi, fwd)
                 stack.append((lo, hi - 1, k, m, False, False))
             else:
                 mid = lo + j

@@ -47,6 +47,19 @@ def right_part(right, D, previous, wk):
     right[1] = 0.0
 
 
+@njit(cache=True, inline="always")
+def _settle(L, best, j, rk, D, D_level, F, P, choice, B):
+    """Length L's entry once its best split j (cost ``best``, before the read ``rk``) is known:
+    dropping the chain to a lower level instead where that is strictly cheaper."""
+    best += rk
+    if D[L] < best:
+        best = D[L]
+        j = -(D_level[L] + 1)
+    P[L] = best
+    choice[L] = j
+    B[L] = F[L] + best
+
+
 @njit(cache=True)
 def exact_layer(right, D, D_level, F, rk, P, choice, B):
     """P[L], choice[L] for L = 2..n scanning every split j = 1..L-1 (the first least one wins)."""
@@ -61,13 +74,7 @@ def exact_layer(right, D, D_level, F, rk, P, choice, B):
             if v < best:
                 best = v
                 j = i
-        best += rk
-        if D[L] < best:
-            best = D[L]
-            j = -(D_level[L] + 1)
-        P[L] = best
-        choice[L] = j
-        B[L] = F[L] + best
+        _settle(L, best, j, rk, D, D_level, F, P, choice, B)
 
 
 @njit(cache=True)
@@ -115,10 +122,4 @@ def candidate_layer(right, D, D_level, F, rk, P, choice, B, window, base, probe_
                     bj = hi
                     moved = True
         jp = bj
-        best += rk
-        if D[L] < best:
-            best = D[L]
-            bj = -(D_level[L] + 1)
-        P[L] = best
-        choice[L] = bj
-        B[L] = F[L] + best
+        _settle(L, best, bj, rk, D, D_level, F, P, choice, B)

@@ -10,6 +10,16 @@ from .base import ScheduleError
 from .revolve import segment_actions
 
 
+def begin_finish(planner) -> None:
+    """An online planner's ``finish()`` starts: ScheduleError if it was called before or before any
+    step, else the planner is marked finished."""
+    if planner.finished:
+        raise ScheduleError("finish() called twice")
+    if planner.position < 1:
+        raise ScheduleError("finish() before any step")
+    planner.finished = True
+
+
 class OneLevelOnline:
     """Checkpoints ``stored`` (ascending, u_0 first) on ``level``; subclasses decide them in ``step()``.
 
@@ -31,11 +41,7 @@ class OneLevelOnline:
 
     def finish(self) -> Iterator[Action]:
         """The forward sweep ended at n = number of steps taken: the rest of the plan."""
-        if self.finished:
-            raise ScheduleError("finish() called twice")
-        if self.position < 1:
-            raise ScheduleError("finish() before any step")
-        self.finished = True
+        begin_finish(self)
         return self._reverse(self.position, list(self.stored))
 
     def _reverse(self, n: int, stored: list[int]) -> Iterator[Action]:

@@ -48,6 +48,7 @@ from .actions import Action, Adjoint, Advance, EndForward, EndReverse, Free, Mov
 from .base import ScheduleError
 from .costs import OpCosts, price_actions
 from .multilevel import MultilevelPlanner
+from .online_base import begin_finish
 from .revolve import segment_actions
 
 _HORIZON = 3
@@ -287,11 +288,7 @@ class OnlineGreedyMultilevel:
 
     def finish(self) -> Iterator[Action]:
         """The forward sweep ended at n = steps taken: the reverse sweep, planned knowing n."""
-        if self.finished:
-            raise ScheduleError("finish() called twice")
-        if self.position < 1:
-            raise ScheduleError("finish() before any step")
-        self.finished = True
+        begin_finish(self)
         return self._reverse(self.position, list(self.points), list(self.levels))
 
     def predicted(self) -> float:

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from math import comb
 
 from .actions import Action, Adjoint, Advance, EndForward, EndReverse, Restore, Store
-from .base import Schedule, ScheduleError, last_step
+from .base import Schedule, ScheduleError, last_step, to_the_end
 
 
 def beta(s: int, t: int) -> int:
@@ -112,13 +112,7 @@ def segment_actions(start: int, end: int, slots: int, level: int, forward: bool)
             continue
         k = length - 1 if g == 1 else binom.first_advance(length, g)
         if k >= length - 1:
-            # no checkpoint: run to the end (or to u_{hi-1}) and reverse the last step at once
-            if fwd:
-                yield Advance(lo, hi)
-                yield EndForward()
-            else:
-                yield Advance(lo, hi - 1)
-            yield Adjoint(hi, hi - 1)
+            yield from to_the_end(lo, hi, fwd)  # no checkpoint: the last step reversed at once
             push((lo, hi - 1, g, False, False))
             continue
         mid = lo + k

@@ -64,7 +64,7 @@ import numpy as np
 
 from ...collective import detail, problems
 from ...snapshot import Snapshot, SnapshotLayout, snapshot_nbytes
-from .base import CorruptSnapshot, Level, LevelError
+from .base import CorruptSnapshot, Level, LevelError, kept_by
 from .ioqueue import IOQueue, IOThread, Skipped
 
 __all__ = ["ALL", "IOThread", "QueuedLevel", "Skipped", "Transport"]
@@ -172,14 +172,7 @@ class QueuedLevel(Level):
             return getattr(self.__dict__["transport"], name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    @property
-    def keep(self) -> bool:
-        """Whether closing leaves the files in place (restartable runs); settable until close."""
-        return self.transport.keep
-
-    @keep.setter
-    def keep(self, value) -> None:
-        self.transport.keep = bool(value)
+    keep = kept_by("transport")
 
     @property
     def failure(self) -> BaseException | None:

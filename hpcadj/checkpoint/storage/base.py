@@ -202,6 +202,21 @@ class Level(abc.ABC):
     def _free(self, step: int) -> None: ...
 
 
+def kept_by(part: str) -> property:
+    """A ``keep`` property (whether closing leaves the files in place; settable until close) that
+    is the attribute ``part``'s, the object holding the files (False where that part keeps none)."""
+
+    def get(self) -> bool:
+        return getattr(getattr(self, part), "keep", False)
+
+    def put(self, value) -> None:
+        holder = getattr(self, part)
+        if hasattr(holder, "keep"):
+            holder.keep = bool(value)
+
+    return property(get, put, doc=f"Whether closing leaves the files in place: the {part}'s.")
+
+
 def agree_run_id(comm=None, run_id: str | None = None) -> str:
     """The run id every rank uses: ``run_id`` if given, else a fresh one made on rank 0 and broadcast.
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from ...snapshot import FieldLayout, Snapshot, SnapshotLayout, mapped_empty
 from ...collective import any_rank
-from .base import CorruptSnapshot, Level, LevelError
+from .base import CorruptSnapshot, Level, LevelError, kept_by
 from .codec import Codec, CodecError, EncodedBlock, encode_snapshot, scratch_bytes
 
 #: slot frame: magic, <u8 payload length, <u4 field count; then per field <u2 name length, name, <u8 length
@@ -130,14 +130,7 @@ class CompressedLevel(Level):
     def attach_dropped(self):
         return getattr(self.inner, "attach_dropped", [])
 
-    @property
-    def keep(self):
-        return getattr(self.inner, "keep", False)
-
-    @keep.setter
-    def keep(self, value):
-        if hasattr(self.inner, "keep"):
-            self.inner.keep = value
+    keep = kept_by("inner")
 
     def _write(self, step, snapshot, donate=False):
         t0 = time.perf_counter()
@@ -167,16 +160,7 @@ class CompressedLevel(Level):
         stored = self.inner.read(step)[FIELD]
         self.inner.stats.reads -= 1
         t0 = time.perf_counter()
-        try:
-            encoded = unframe(stored, copy=False)  # decoded below while ``stored`` is held
-            out = {}
-            base = Codec()
-            for name, enc in encoded.items():
-                out[name] = base.decode(enc, mapped_empty(tuple(enc.shape), np.dtype(enc.dtype)))
-        except CodecError as exc:
-            raise CorruptSnapshot(self.name, step, (), str(exc)) from None
-        if out.keys() != self.layout.keys():
-            raise CorruptSnapshot(self.name, step, (), f"fields {sorted(out)} are not the layout's")
+        out = decoded(self, step, lambda: unframe(stored, copy=False).items())  # while ``stored`` is held
         dt = time.perf_counter() - t0
         self.decode_s += dt
         self.inner._account(read_s=dt)
@@ -205,10 +189,29 @@ class CompressedLevel(Level):
 
     def summary(self) -> dict:
         """This rank's compression figures (ratio of raw to stored payload bytes)."""
-        return {"codec": self.codec.spec, "lossy": self.codec.lossy, "tolerance": self.codec.tolerance,
-                "slot_bytes": self.slot_bytes, "raw_bytes": self.raw_bytes, "stored_bytes": self.stored_bytes,
-                "encode_s": self.encode_s, "decode_s": self.decode_s, "max_error": self.max_error,
-                "overflows": self.overflows, "largest_bytes": self.largest}
+        return codec_summary(self)
+
+
+def decoded(level, step: int, blocks) -> dict:
+    """The snapshot ``blocks()`` (pairs of field name and EncodedBlock) decode to, checked against
+    ``level``'s layout: CorruptSnapshot for a block that does not decode or fields not the layout's."""
+    try:
+        base = Codec()
+        out = {name: base.decode(enc, mapped_empty(tuple(enc.shape), np.dtype(enc.dtype))) for name, enc in blocks()}
+    except CodecError as exc:
+        raise CorruptSnapshot(level.name, step, (), str(exc)) from None
+    if out.keys() != level.layout.keys():
+        raise CorruptSnapshot(level.name, step, (), f"fields {sorted(out)} are not the layout's")
+    return out
+
+
+def codec_summary(level) -> dict:
+    """A compressed level's figures on this rank: its codec, slot size, raw and stored payload
+    bytes, seconds encoding and decoding, largest error, overflows and largest encoded snapshot."""
+    return {"codec": level.codec.spec, "lossy": level.codec.lossy, "tolerance": level.codec.tolerance,
+            "slot_bytes": level.slot_bytes, "raw_bytes": level.raw_bytes, "stored_bytes": level.stored_bytes,
+            "encode_s": level.encode_s, "decode_s": level.decode_s, "max_error": level.max_error,
+            "overflows": level.overflows, "largest_bytes": level.largest}
 
 
 
@@ -398,18 +401,9 @@ class PooledLevel(Level):
 
     def _read(self, step):
         t0 = time.perf_counter()
-        out, nbytes = {}, 0
-        try:
-            base = Codec()
-            for name in self._fields[step]:
-                view = self._arena.view((step, name))  # decoded before the pool changes again
-                enc = EncodedBlock.from_bytes(view, copy=False)
-                out[name] = base.decode(enc, mapped_empty(tuple(enc.shape), np.dtype(enc.dtype)))
-                nbytes += len(view)
-        except CodecError as exc:
-            raise CorruptSnapshot(self.name, step, (), str(exc)) from None
-        if out.keys() != self.layout.keys():
-            raise CorruptSnapshot(self.name, step, (), f"fields {sorted(out)} are not the layout's")
+        views = [(name, self._arena.view((step, name))) for name in self._fields[step]]  # decoded at once
+        out = decoded(self, step, lambda: ((name, EncodedBlock.from_bytes(view, copy=False)) for name, view in views))
+        nbytes = sum(len(view) for _, view in views)
         dt = time.perf_counter() - t0
         self.decode_s += dt
         self.stats.read_s += dt
@@ -429,9 +423,5 @@ class PooledLevel(Level):
 
     def summary(self) -> dict:
         """This rank's compression figures, as :meth:`CompressedLevel.summary`, plus the pool's."""
-        return {"codec": self.codec.spec, "lossy": self.codec.lossy, "tolerance": self.codec.tolerance,
-                "slot_bytes": self.slot_bytes, "raw_bytes": self.raw_bytes, "stored_bytes": self.stored_bytes,
-                "encode_s": self.encode_s, "decode_s": self.decode_s, "max_error": self.max_error,
-                "overflows": self.overflows, "largest_bytes": self.largest, "pool_bytes": self.pool_bytes,
-                "peak_pool_bytes": self.peak_bytes, "capacity": self.capacity,
-                "dropped_after_overflow": len(self.dropped)}
+        return {**codec_summary(self), "pool_bytes": self.pool_bytes, "peak_pool_bytes": self.peak_bytes,
+                "capacity": self.capacity, "dropped_after_overflow": len(self.dropped)}

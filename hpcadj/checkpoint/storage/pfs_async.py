@@ -37,7 +37,7 @@ import numpy as np
 from ...collective import agree_or_raise
 from ...snapshot import Snapshot, snapshot_nbytes
 from .aio import ALL, QueuedLevel, Transport
-from .base import LevelError, WriteFailed
+from .base import LevelError, WriteFailed, kept_by
 from .checksum import block_checksum
 from .pfs import H5File, open_h5, read_checked
 from .rawio import RawFile, file_runs
@@ -65,13 +65,7 @@ class CommittedRaw(Transport):
             return getattr(self.h5, name)
         raise AttributeError(name)
 
-    @property
-    def keep(self) -> bool:
-        return self.h5.keep
-
-    @keep.setter
-    def keep(self, value) -> None:
-        self.h5.keep = bool(value)
+    keep = kept_by("h5")
 
     # -- where a block lives in the file -------------------------------------------------------
 

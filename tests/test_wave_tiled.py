@@ -167,3 +167,53 @@ def test_a_kill_inside_a_tiled_run_resumes_bitwise(tmp_path, at):
     info = hpcadj_json([*args, "--resume", "--gradient-out", str(tmp_path / "g.h5")], 2, timeout=240)
     assert info["J"] == ref["J"]
     assert_bitwise(read_gradients(tmp_path / "g.h5"), read_gradients(tmp_path / "ref.h5"))
+
+
+def _width_case(comm, grid, widths, depths, lengths_of, start=2, **kw):
+    """Every slab width and depth: advance(start, u, k) bitwise the single steps (states and J)."""
+    model = WaveModel(comm, grid, n_steps=60, **kw)
+    model.set_controls(_perturbed(model))
+    u = model.initial_state()
+    for i in range(start):
+        u = model.step(i, u)
+    long = max(k for d in depths for k in lengths_of(d))
+    states, terms = _stepped(model, start, u, long)
+    for width in widths:
+        model.tile_width = width
+        for depth in depths:
+            model.set_time_tile(depth)
+            for k in lengths_of(depth):
+                got, got_terms = model.advance(start, u, k, objective=True)
+                assert np.array_equal(got.getArray(readonly=True), states[k].getArray(readonly=True)), \
+                    (width, depth, k)
+                assert got_terms == terms[:k], (width, depth, k)
+            if depth > 1:  # the slabs were used: the tiler keeps edge rows
+                assert model._tiler.width == width and model._tiler.edge.shape[0] == depth
+
+
+@pytest.mark.parametrize("source_x", [0.03, 0.5, 0.97])
+def test_y_slabs_of_every_width_are_bitwise_single_steps(comm, source_x):
+    """The y axis (21 points) cut into slabs 1, 2, 3, 5 rows wide, skewed a row per level: every
+    depth 1..16 and run length 1, T - 1, T, T + 1, 37; the source (middle y row, so on a slab's edge
+    at some level for each width) at the first, middle and last x node, inside the sponge at both."""
+    _width_case(comm, (19, 21, 17), (1, 2, 3, 5), range(1, 17), lambda d: _lengths(d, 37), source_x=source_x)
+
+
+def test_y_slabs_with_adaptive_steps(comm):
+    """Non-uniform dt inside a slabbed tile: a made per point there, r and dt^2 per step."""
+    reference = WaveModel(comm, (13, 21, 9), adaptive=True, t_final=0.31)
+    model = WaveModel(comm, (13, 21, 9), adaptive=True, t_final=0.31)
+    for m in (model, reference):
+        m.set_controls(_perturbed(m))
+    states = [reference.initial_state()]
+    while not reference.done(len(states) - 1):
+        states.append(reference.step(len(states) - 1, states[-1]))
+    n = len(states) - 1
+    assert reference.steps.dt(n - 1) != reference.steps.dt(n - 2)
+    for width in (2, 5):
+        model.tile_width = width
+        model.set_time_tile(4)
+        got = model.advance(0, model.initial_state(), n)
+        assert np.array_equal(got.getArray(readonly=True), states[n].getArray(readonly=True)), width
+        later = model.advance(n - 7, states[n - 7], 7)
+        assert np.array_equal(later.getArray(readonly=True), states[n].getArray(readonly=True)), width

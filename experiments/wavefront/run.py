@@ -2,13 +2,15 @@
 
 For each grid and rank count, one mpirun measures, interleaved round by round in the same
 processes: a STREAM-like triad (experiments/kernels/run.py's ``Triad``), m single steps as the
-driver takes them (``step``), and ``advance(0, u, m)`` at T = 1, 2, 4, 8, 16 (``--time-tile``).
+driver takes them (``step``), and ``advance(0, u, m)`` at T = 1, 2, 4, 8, 16 (``--time-tile``) with
+the automatic slab width along y, and at T = 8 and 16 with slabs ``--widths`` rows wide (``wW``).
 Per variant: seconds per step (slowest rank; minimum and median over the rounds), the speed-up over
 the single step, and the effective bandwidth (the 48 bytes a point a single step must move, over
-the time per step) against the triad's. Writes results.csv, wavefront.png and prints a table.
+the time per step) against the triad's; also the CPU seconds per step (slowest rank, minimum), less
+sensitive to other work on a shared machine. Writes results.csv, wavefront.png and prints a table.
 
     .venv/bin/python experiments/wavefront/run.py [--grids 96x96x96,128x128x128,192x192x192]
-        [--ranks 1,2] [--steps 32] [--rounds 5]
+        [--ranks 1,2] [--steps 32] [--rounds 5] [--widths 16,32]
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ DEPTHS = (1, 2, 4, 8, 16)
 STEP_BYTES = 48  # per point: read u^{i-1}, u^i, sigma, c; write both fields of the pair
 
 
-def worker(grid: str, steps: int, rounds: int) -> None:
+def worker(grid: str, steps: int, rounds: int, widths) -> None:
     """Under mpirun: the interleaved measurement; rank 0 prints one JSON row per variant."""
     from run import Triad
 
@@ -58,26 +60,30 @@ def worker(grid: str, steps: int, rounds: int) -> None:
             v = w
         return v
 
-    def tiled(depth):
+    def tiled(depth, width=None):
         def go(_):
+            model.tile_width = width
             model.set_time_tile(depth)
             return model.advance(0, u, steps)
         return go
 
     variants = [("step", single)] + [(f"T{d}", tiled(d)) for d in depths]
+    variants += [(f"T{d}w{w}", tiled(d, w)) for d in (8, 16) if d <= limit for w in widths]
     for _name, fn in variants:  # warm: compile, fault in the pool's buffers
         fn(0).destroy()
         petsc().garbage_cleanup(comm)
     times = {name: [] for name, _ in variants}
+    cpu = {name: [] for name, _ in variants}
     bandwidth = []
     for r in range(rounds):
         bandwidth += triad.samples(2)
         order = variants[r % len(variants):] + variants[:r % len(variants)]
         for name, fn in order:
             comm.Barrier()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             out = fn(r)
             dt = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+            cpu[name].append(comm.allreduce(time.process_time() - c0, op=MPI.MAX) / steps)
             out.destroy()
             petsc().garbage_cleanup(comm)
             times[name].append(dt / steps)
@@ -87,11 +93,13 @@ def worker(grid: str, steps: int, rounds: int) -> None:
             points *= n
         triad_gbps = max(bandwidth)
         base = min(times["step"])
+        cpu_base = min(cpu["step"])
         for name, _ in variants:
             best = min(times[name])
             print(json.dumps({"grid": grid, "ranks": comm.size, "variant": name, "steps": steps,
                               "s_per_step_min": best, "s_per_step_median": statistics.median(times[name]),
-                              "speedup_vs_step": base / best,
+                              "speedup_vs_step": base / best, "cpu_s_per_step_min": min(cpu[name]),
+                              "cpu_speedup_vs_step": cpu_base / min(cpu[name]),
                               "effective_GBps": STEP_BYTES * points / best / 1e9, "triad_GBps": triad_gbps,
                               "ratio_to_triad": STEP_BYTES * points / best / 1e9 / triad_gbps}))
 
@@ -102,24 +110,27 @@ def main() -> int:
     p.add_argument("--ranks", default="1,2")
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--widths", default="16,32", help="slab widths along y measured at T = 8 and 16")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        worker(args.worker, args.steps, args.rounds)
+        worker(args.worker, args.steps, args.rounds, [int(w) for w in args.widths.split(",") if w])
         return 0
     rows = []
     for ranks in (int(r) for r in args.ranks.split(",")):
         for grid in args.grids.split(","):
             H.log(f"{grid} on {ranks} rank(s)")
             out = H.mpirun(ranks, [str(H.PY), str(Path(__file__).resolve()), "--worker", grid,
-                                   "--steps", str(args.steps), "--rounds", str(args.rounds)], timeout=3600)
+                                   "--steps", str(args.steps), "--rounds", str(args.rounds),
+                                   "--widths", args.widths], timeout=3600)
             rows += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     info = H.machine()
     for row in rows:
         row.update(date=info["date"], loadavg_1m=info["loadavg_1m"])
     H.write_csv(HERE / "results.csv", rows)
     print(H.markdown_table(rows, ["grid", "ranks", "variant", "s_per_step_min", "s_per_step_median",
-                                  "speedup_vs_step", "effective_GBps", "triad_GBps", "ratio_to_triad"]))
+                                  "speedup_vs_step", "cpu_speedup_vs_step", "effective_GBps", "triad_GBps",
+                                  "ratio_to_triad"]))
     print(json.dumps(info))
     plot(rows)
     return 0
@@ -130,7 +141,8 @@ def plot(rows) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, ranks in zip(axes, (1, 2)):
         for grid in sorted({r["grid"] for r in rows}):
-            sel = [r for r in rows if r["ranks"] == ranks and r["grid"] == grid and r["variant"] != "step"]
+            sel = [r for r in rows if r["ranks"] == ranks and r["grid"] == grid and r["variant"] != "step"
+                   and "w" not in r["variant"]]
             if sel:
                 ax.plot([int(r["variant"][1:]) for r in sel], [r["speedup_vs_step"] for r in sel], "o-", label=grid)
         ax.axhline(1.0, color="grey", lw=0.8)

@@ -297,8 +297,8 @@ class WaveModel(AdaptiveSteps, Stepper):
         traces. Its kept u0 is u_0 itself. Measured by experiments/memory_budget/probe.py (2 ranks,
         3 RAM slots, 10 steps; peak RSS above baseline per state per rank): 128^3 11.3 states in all,
         1.3 of them the model's; 64^3 11.7 (1.7); 2-D 1024^2 11.6 (1.6). Was 24.1 at 128^3.
-        Time tiles add what the tiler holds (``wave_tiled.extra_states``: c and sigma on the extended
-        block, about one state)."""
+        Time tiles add what the tiler holds (``wave_tiled.extra_states``: sigma, c and a on the
+        extended block, about 1.5 states)."""
         depth = self.time_tile if self.time_tile is not None else _tiled().auto_depth(self.field)
         return 2.0 + (_tiled().extra_states(self.field, depth) if depth > 1 else 0.0)
 
@@ -356,6 +356,7 @@ class WaveModel(AdaptiveSteps, Stepper):
 
     # -- advances (time tiling, kernels/wave_tiled.py) ----------------------------------------
     time_tile: int | None = None  # requested depth T; None: automatic (:func:`wave_tiled.auto_depth`)
+    tile_width: int | None = None  # rows per slab along y; None: from the L2 (:func:`wave_tiled.auto_width`)
     advance_objective = True      # the receivers are sampled inside the tile
     _tiler = None
 
@@ -386,8 +387,9 @@ class WaveModel(AdaptiveSteps, Stepper):
         """u_{i+k} from u_i in tiles of depth T (bitwise k single steps); with ``objective`` also
         [J_{i+1} .. J_{i+k}] from the receivers sampled inside the tiles."""
         depth = self.tile_depth()
-        if depth > 1 and (self._tiler is None or self._tiler.depth != depth):
-            self._tiler = _tiled().Tiler(self, depth)
+        if depth > 1 and (self._tiler is None or self._tiler.depth != depth
+                          or self.tile_width not in (None, self._tiler.width)):
+            self._tiler = _tiled().Tiler(self, depth, self.tile_width)
         tiler, terms, first = self._tiler, [], u
         while k > 0:
             t = min(depth, k)

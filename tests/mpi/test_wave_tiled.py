@@ -118,3 +118,32 @@ def test_gradients_bitwise_the_untiled_runs_under_every_schedule(comm, shared_tm
         assert J1 == J2 and (f1, r1) == (f2, r2), name
         for field in g1:
             assert _agree_equal(comm, g1[field], g2[field]), (name, field)
+
+
+@pytest.mark.parametrize("grid", [(23, 8, 9), (9, 23, 8)], ids=["x-split", "y-split"])
+def test_y_slabs_bitwise_on_uneven_partitions(comm, grid):
+    """Slabs 1 and 3 rows wide along y on blocks extended by a depth-T halo (split along x, or along
+    y where the slabs then cross the halo): states and J bitwise the single steps' on 1, 2 and 3
+    ranks, the source on a cut along x."""
+    sources = _boundary_sources(comm, grid[0]) if grid[0] > grid[1] else [0.5]
+    for source_x in sources:
+        model = WaveModel(comm, grid, n_steps=20, source_x=source_x)
+        model.set_controls(_perturbed(model))
+        u = model.initial_state()
+        states = [u]
+        for i in range(17):
+            states.append(model.step(i, states[-1]))
+        terms = [model.objective(i, states[i]) for i in range(1, 18)]
+        limit = model.time_tile_limit()
+        for width in (1, 3):
+            model.tile_width = width
+            for depth in sorted({d for d in (2, 3, 4, 7) if d <= limit}):
+                model.set_time_tile(depth)
+                for k in (1, depth - 1, depth, depth + 1, 17):
+                    if k < 1:
+                        continue
+                    got, got_terms = model.advance(0, u, k, objective=True)
+                    assert _agree_equal(comm, got.getArray(readonly=True), states[k].getArray(readonly=True)), \
+                        (source_x, width, depth, k)
+                    assert got_terms == terms[:k], (source_x, width, depth, k)
+                assert model._tiler.width == width

@@ -37,12 +37,13 @@ def _lap_t(u, am, ap, bm, bp, xm, xp, iha2, ihb2, ihx2, has_b):
 
 
 @njit(cache=True, inline="always")
-def _fill(plane, F, Hf, rowoff, q, lo, m, E):
-    """Plane q of an input field on the extended block: owned rows from F, the rest from the halo
-    buffer Hf (rows in C order; an owned row keeps only its x halo there, lo part then hi part)."""
+def _fill(plane, F, Hf, rowoff, q, lo, m, E, j0, j1):
+    """Rows [j0, j1) of plane q of an input field on the extended block: owned rows from F, the rest
+    from the halo buffer Hf (rows in C order; an owned row keeps only its x halo there, lo part then
+    hi part)."""
     own_a = lo[0] <= q < lo[0] + m[0]
     hx = E[2] - lo[2] - m[2]
-    for j in range(E[1]):
+    for j in range(j0, j1):
         off = rowoff[q, j]
         dst = plane[j + 1]
         if own_a and lo[1] <= j < lo[1] + m[1]:
@@ -60,9 +61,21 @@ def _fill(plane, F, Hf, rowoff, q, lo, m, E):
                 dst[i + 1] = Hf[off + i]
 
 
+@njit(cache=True, inline="always")
+def _bound(k, s, nt, width, t, rng):
+    """Row where slab k begins at level s: the slabs are ``width`` rows wide at level t and skewed
+    one row per level (a row's inputs lie in its own slab or earlier ones), clipped to level s's rows."""
+    lo_s, hi_s = rng[s, 1, 0], rng[s, 1, 1]
+    if k <= 0:
+        return lo_s
+    if k >= nt:
+        return hi_s
+    return min(max(rng[t, 1, 0] + k * width + (t - s), lo_s), hi_s)
+
+
 @njit(cache=True, error_model="numpy")
 def advance(P, C, H, rowoff, lo, m, E, rng, sigma, c, ih2, has_b, hdts, rs, dt2s, fvals, src,
-            recrow, rec_start, rec_x, rec_col, traces, ring, zero, aring, out_p, out_c):
+            recrow, rec_start, rec_x, rec_col, traces, ring, zero, afield, inner, edge, width, out_p, out_c):
     """(out_p, out_c) = (u^{i+t-1}, u^{i+t}) from (P, C) = (u^{i-1}, u^i), t = len(hdts).
 
     P, C, out_*: owned blocks (tile coordinates); H (2, nh): the halo of P and C (depth T);
@@ -71,101 +84,130 @@ def advance(P, C, H, rowoff, lo, m, E, rng, sigma, c, ih2, has_b, hdts, rs, dt2s
     sigma, c: the coefficients on the extended block; per step s: hdts (dt/2), rs (r), dt2s, fvals
     (the source's value, at extended node src). Receivers: recrow[a, b] indexes rec_start for a
     row holding receivers (else -1); traces[s - 1, rec_col] gets level s there. ring
-    (t + 1, 3, EB + 2, EX + 2) and zero (EB + 2, EX + 2) are scratch with zero pads; aring
-    (>= t + 1, EB, EX) too: where every step of the tile has the same dt/2, a = 1/(1 + s) is made
-    once per point there and read by all t levels (the same double every level would make).
+    (t + 1, 3, EB + 2, EX + 2) and zero (EB + 2, EX + 2) are scratch with zero pads.
+    afield: a = 1/(1 + dt/2 sigma) on the extended block where every step of the tile has that dt/2
+    (the same double each level would make), else empty; inner[a, b] = [first, end) of the x points of
+    row (a, b) where sigma is 0 (a shorter formula there, the same doubles). The B axis is cut into slabs ``width``
+    rows wide, taken in turn, each swept along A; edge (>= t, EA, 2, EX + 2) keeps each level's
+    last two rows of a slab for the next.
     """
     iha2, ihb2, ihx2 = ih2
     t = hdts.shape[0]
     sa, sb, sx = src
     EA = E[0]
-    R = aring.shape[0]
-    uniform = True
-    for q in range(t):
-        if hdts[q] != hdts[0]:
-            uniform = False
-    for kk in range(EA + t):
-        if kk < EA:
-            _fill(ring[0, kk % 3], P, H[0], rowoff, kk, lo, m, E)
-            _fill(ring[1, kk % 3], C, H[1], rowoff, kk, lo, m, E)
-            if uniform:
-                hdt0 = hdts[0]
-                ap_ = aring[kk % R]
-                sp_ = sigma[kk]
-                for j in range(E[1]):
-                    arow_, srow_ = ap_[j], sp_[j]
-                    for i in range(E[2]):
-                        arow_[i] = 1.0 / (1.0 + hdt0 * srow_[i])
-        for s in range(1, t + 1):
-            p = kk - s
-            if p < rng[s, 0, 0] or p >= rng[s, 0, 1]:
-                continue
-            lev = ring[s]
-            cen = lev[p % 3]
-            am = lev[(p - 1) % 3] if p > 0 else zero
-            ap = lev[(p + 1) % 3] if p + 1 < EA else zero
-            prv = ring[s - 1, p % 3]
-            hdt = hdts[s - 1]
-            r = rs[s - 1]
-            dt2 = dt2s[s - 1]
-            two = 1.0 + r
-            j0, j1 = rng[s, 1, 0], rng[s, 1, 1]
-            i0, i1 = rng[s, 2, 0], rng[s, 2, 1]
-            last = s == t
-            n = i1 - i0
-            for j in range(j0, j1):
-                # row views starting at the first point computed, indexed from 0: indices LLVM can
-                # prove non-negative, so the loop vectorises (a runtime start kept it scalar)
+    uniform = afield.shape[0] > 0
+    EX = E[2]
+    W2 = EX + 2
+    one = np.uint64(1)
+    nt = max(1, (rng[t, 1, 1] - rng[t, 1, 0] + width - 1) // width)
+    for k in range(nt):
+        f0, f1 = _bound(k, 0, nt, width, t, rng), _bound(k + 1, 0, nt, width, t, rng)
+        g0 = max(f0 - 2, 0)
+        for kk in range(rng[0, 0, 0], rng[0, 0, 1] + t):
+            if kk < rng[0, 0, 1]:
+                _fill(ring[0, kk % 3], P, H[0], rowoff, kk, lo, m, E, g0, f1)
+                _fill(ring[1, kk % 3], C, H[1], rowoff, kk, lo, m, E, g0, f1)
+            for s in range(1, t + 1):
+                p = kk - s
+                if p < rng[s, 0, 0] or p >= rng[s, 0, 1]:
+                    continue
+                j0, j1 = _bound(k, s, nt, width, t, rng), _bound(k + 1, s, nt, width, t, rng)
+                last = s == t
+                if k > 0 and not last:  # the previous slab's last two rows of this level and plane
+                    for e in range(2):
+                        jj = j0 - 2 + e
+                        if jj >= 0:
+                            ring[s + 1, p % 3, jj + 1, :] = edge[s - 1, p, e, :]
+                # flat views of the planes, made once per level and plane; rows are indexed by unsigned
+                # offsets (no negative-index wraparound, so the loops vectorise, and no view per row)
+                cen = ring[s, p % 3].reshape(-1)
+                am = ring[s, (p - 1) % 3].reshape(-1) if p > 0 else zero.reshape(-1)
+                ap = ring[s, (p + 1) % 3].reshape(-1) if p + 1 < EA else zero.reshape(-1)
+                prv = ring[s - 1, p % 3].reshape(-1)
+                sg_p = sigma[p].reshape(-1)
+                c_p = c[p].reshape(-1)
+                a_p = afield[p].reshape(-1) if uniform else sg_p
                 if last:
-                    orow = out_c[p - lo[0], j - lo[1], i0 - lo[2]:]
+                    outf = out_c[p - lo[0]].reshape(-1)
                 else:
-                    orow = ring[s + 1, p % 3, j + 1, i0 + 1:]
-                row = cen[j + 1, i0:]
-                bm = cen[j, i0 + 1:]
-                bp = cen[j + 2, i0 + 1:]
-                zm = am[j + 1, i0 + 1:]
-                zp = ap[j + 1, i0 + 1:]
-                prow = prv[j + 1, i0 + 1:]
-                srow = sigma[p, j, i0:]
-                crow = c[p, j, i0:]
-                if uniform:
-                    arow = aring[p % R, j, i0:]
-                    for i in range(n):
-                        u = row[i + 1]
-                        lap = _lap_t(u, zm[i], zp[i], bm[i], bp[i], row[i], row[i + 2], iha2, ihb2, ihx2, has_b)
-                        b = r - hdt * srow[i]
-                        ci = crow[i]
-                        orow[i] = arow[i] * ((two * u - b * prow[i]) + dt2 * ((ci * ci) * lap))
-                else:
-                    for i in range(n):
-                        u = row[i + 1]
-                        lap = _lap_t(u, zm[i], zp[i], bm[i], bp[i], row[i], row[i + 2], iha2, ihb2, ihx2, has_b)
-                        sg = hdt * srow[i]
+                    outf = ring[s + 1, p % 3].reshape(-1)
+                hdt = hdts[s - 1]
+                r = rs[s - 1]
+                dt2 = dt2s[s - 1]
+                two = 1.0 + r
+                i0, i1 = rng[s, 2, 0], rng[s, 2, 1]
+                for j in range(j0, j1):
+                    rl = np.uint64((j + 1) * W2 + i0)  # cen[j + 1, i0] (the pad-shifted left neighbour)
+                    rc = rl + one
+                    rr = rc + one
+                    rm = np.uint64(j * W2 + i0 + 1)
+                    rp = np.uint64((j + 2) * W2 + i0 + 1)
+                    co = np.uint64(j * EX + i0)
+                    if last:
+                        oo = np.uint64((j - lo[1]) * m[2] + i0 - lo[2])
+                    else:
+                        oo = rc
+                    # sigma is 0 on [xa, xb) of this row: there a = 1 and b = r exactly, so the single
+                    # step's value is (2u - r u_prev) + dt^2 c^2 lap, the same double
+                    xa = min(max(inner[p, j, 0], i0), i1)
+                    xb = min(max(inner[p, j, 1], xa), i1)
+                    for seg in range(3):
+                        e0 = np.uint64((i0 if seg == 0 else (xa if seg == 1 else xb)) - i0)
+                        e1 = np.uint64((xa if seg == 0 else (xb if seg == 1 else i1)) - i0)
+                        if seg == 1:
+                            for i in range(e0, e1):
+                                u = cen[rc + i]
+                                lap = _lap_t(u, am[rc + i], ap[rc + i], cen[rm + i], cen[rp + i], cen[rl + i],
+                                             cen[rr + i], iha2, ihb2, ihx2, has_b)
+                                ci = c_p[co + i]
+                                outf[oo + i] = (two * u - r * prv[rc + i]) + dt2 * ((ci * ci) * lap)
+                        elif uniform:
+                            for i in range(e0, e1):
+                                u = cen[rc + i]
+                                lap = _lap_t(u, am[rc + i], ap[rc + i], cen[rm + i], cen[rp + i], cen[rl + i],
+                                             cen[rr + i], iha2, ihb2, ihx2, has_b)
+                                b = r - hdt * sg_p[co + i]
+                                ci = c_p[co + i]
+                                outf[oo + i] = a_p[co + i] * ((two * u - b * prv[rc + i]) + dt2 * ((ci * ci) * lap))
+                        else:
+                            for i in range(e0, e1):
+                                u = cen[rc + i]
+                                lap = _lap_t(u, am[rc + i], ap[rc + i], cen[rm + i], cen[rp + i], cen[rl + i],
+                                             cen[rr + i], iha2, ihb2, ihx2, has_b)
+                                sg = hdt * sg_p[co + i]
+                                a = 1.0 / (1.0 + sg)
+                                b = r - sg
+                                ci = c_p[co + i]
+                                outf[oo + i] = a * ((two * u - b * prv[rc + i]) + dt2 * ((ci * ci) * lap))
+                    if p == sa and j == sb and i0 <= sx < i1:
+                        si = np.uint64(sx - i0)
+                        u = cen[rc + si]
+                        lap = _lap_t(u, am[rc + si], ap[rc + si], cen[rm + si], cen[rp + si], cen[rl + si], cen[rr + si],
+                                     iha2, ihb2, ihx2, has_b)
+                        sg = hdt * sg_p[co + si]
                         a = 1.0 / (1.0 + sg)
                         b = r - sg
-                        ci = crow[i]
-                        orow[i] = a * ((two * u - b * prow[i]) + dt2 * ((ci * ci) * lap))
-                if p == sa and j == sb and i0 <= sx < i1:
-                    i = sx - i0
-                    u = row[i + 1]
-                    lap = _lap_t(u, zm[i], zp[i], bm[i], bp[i], row[i], row[i + 2], iha2, ihb2, ihx2, has_b)
-                    sg = hdt * srow[i]
-                    a = 1.0 / (1.0 + sg)
-                    b = r - sg
-                    ci = crow[i]
-                    orow[i] = a * ((two * u - b * prow[i]) + dt2 * ((ci * ci) * lap + fvals[s - 1]))
-                rid = recrow[p, j]
-                if rid >= 0:
-                    for q in range(rec_start[rid], rec_start[rid + 1]):
-                        traces[s - 1, rec_col[q]] = orow[rec_x[q] - i0]
-        pp = kk - (t - 1)  # level t - 1's plane finished this iteration: the owned part is u^{i+t-1}
-        if lo[0] <= pp < lo[0] + m[0]:
-            plane = ring[t, pp % 3]
-            for j in range(m[1]):
-                dst = out_p[pp - lo[0], j]
-                srow_ = plane[lo[1] + j + 1]
-                for i in range(m[2]):
-                    dst[i] = srow_[lo[2] + i + 1]
+                        ci = c_p[co + si]
+                        outf[oo + si] = a * ((two * u - b * prv[rc + si]) + dt2 * ((ci * ci) * lap + fvals[s - 1]))
+                    rid = recrow[p, j]
+                    if rid >= 0:
+                        for q in range(rec_start[rid], rec_start[rid + 1]):
+                            traces[s - 1, rec_col[q]] = outf[oo + np.uint64(rec_x[q] - i0)]
+                if k + 1 < nt and not last:  # this slab's last two rows, for the next
+                    for e in range(2):
+                        jj = j1 - 2 + e
+                        if jj >= 0:
+                            edge[s - 1, p, e, :] = ring[s + 1, p % 3, jj + 1, :]
+            pp = kk - (t - 1)  # level t - 1's plane finished this iteration: the owned part is u^{i+t-1}
+            if lo[0] <= pp < lo[0] + m[0]:
+                plane = ring[t, pp % 3]
+                j0 = max(_bound(k, t - 1, nt, width, t, rng), lo[1])
+                j1 = min(_bound(k + 1, t - 1, nt, width, t, rng), lo[1] + m[1])
+                for j in range(j0, j1):
+                    dst = out_p[pp - lo[0], j - lo[1]]
+                    srow_ = plane[j + 1]
+                    for i in range(m[2]):
+                        dst[i] = srow_[lo[2] + i + 1]
 
 
 def petsc_field_indices(grid, coords) -> np.ndarray:
@@ -260,24 +302,41 @@ class Extended:
         return out
 
 
+def _zero_runs(sigma) -> np.ndarray:
+    """[first, end) per row of the x points where sigma is 0, when they are one run (else empty)."""
+    zero = sigma == 0.0
+    n = sigma.shape[2]
+    first = np.where(zero.any(axis=2), zero.argmax(axis=2), 0)
+    end = np.where(zero.any(axis=2), n - zero[:, :, ::-1].argmax(axis=2), 0)
+    count = zero.sum(axis=2)
+    one_run = count == end - first
+    return np.ascontiguousarray(np.stack([np.where(one_run, first, 0), np.where(one_run, end, 0)], axis=2),
+                                dtype=np.int64)
+
+
 class Tiler:
     """The wave model's tiled advance at depth T: the extended block, the halo scatter of the states
     (made on first use from a state Vec), the coefficients on the extended block, the ring planes
     and the receivers in tile coordinates. Built per T; the velocity's extension is rebuilt when
     the model's controls change."""
 
-    def __init__(self, model, depth: int):
+    def __init__(self, model, depth: int, width: int | None = None):
         from . import readonly
 
         self.model = model
         self.depth = int(depth)
         ext = self.ext = Extended(model.field, depth)
-        EB, EX = ext.shape[1], ext.shape[2]
+        EA, EB, EX = ext.shape
+        self.width = int(width) if width else auto_width(model.field, depth)
         self.ring = np.zeros((self.depth + 1, 3, EB + 2, EX + 2))
         self.zero = np.zeros((EB + 2, EX + 2))
-        self.aring = np.zeros((self.depth + 1, EB, EX))
+        slabs = self.width < EB
+        self.edge = np.zeros((self.depth, EA, 2, EX + 2) if slabs else (1, 1, 2, EX + 2))
+        self._a_of = None  # (dt/2, a = 1/(1 + dt/2 sigma) on the extended block)
+        self._no_a = np.zeros((0, 0, 0))
         self._state_scatter = None
         self.sigma = readonly(self._extend_field(model._sigma))
+        self.inner = _zero_runs(self.sigma)
         self._c_of = None  # (the model's c array it was made from, the extended c)
         self.rng = {}
         src = model.source
@@ -321,6 +380,14 @@ class Tiler:
             self._c_of = (c, readonly(self._extend_field(c)))
         return self._c_of[1]
 
+    def a_field(self, hdt: float) -> np.ndarray:
+        """a = 1/(1 + hdt sigma) on the extended block, kept for the last hdt asked (each point's
+        double is the one the single step makes)."""
+        if self._a_of is None or self._a_of[0] != hdt:
+            self._a_of = None
+            self._a_of = (hdt, 1.0 / (1.0 + hdt * self.sigma))
+        return self._a_of[1]
+
     def ranges(self, t: int) -> np.ndarray:
         if t not in self.rng:
             self.rng[t] = self.ext.ranges(t)
@@ -350,7 +417,8 @@ class Tiler:
         advance(P, C, H, self.ext.rowoff, self.ext.lo, self.ext.m, self.ext.E, self.ranges(t),
                 self.sigma, self.velocity(), ih2, model.dim == 3, hdts, rs, dt2s, fvals, self.src,
                 self.recrow, self.rec_start, self.rec_x, self.rec_col, traces, self.ring, self.zero,
-                self.aring, out_p, out_c)
+                self.a_field(hdts[0]) if np.all(hdts == hdts[0]) else self._no_a, self.inner, self.edge, self.width,
+                out_p, out_c)
 
 
 #: the deepest tile offered: the ring holds T + 1 levels of three planes each
@@ -384,22 +452,31 @@ def limit_reason(field, comm) -> str:
     return f"the thinnest rank's block is {extent} points along {name}; a halo must come from the next rank"
 
 
-def _l2_bytes() -> int:
-    """The per-core L2 cache size from sysfs (1 MiB when it cannot be read)."""
+def _cache_bytes(level: int, default: int) -> int:
+    """The size of cpu0's cache of ``level`` (per core: divided among the CPUs sharing it) from
+    sysfs, ``default`` when it cannot be read."""
     import glob
 
     for path in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/level")):
         try:
             with open(path) as f:
-                if f.read().strip() != "2":
+                if f.read().strip() != str(level):
                     continue
             with open(path.replace("level", "size")) as f:
                 text = f.read().strip().upper()
             scale = {"K": 1024, "M": 2 ** 20}.get(text[-1], 1)
-            return int(text.rstrip("KMB")) * scale
+            size = int(text.rstrip("KMB")) * scale
+            try:
+                with open(path.replace("level", "shared_cpu_list")) as f:
+                    sharing = sum(int(b) - int(a) + 1 for a, b in
+                                  (part.split("-") if "-" in part else (part, part)
+                                   for part in f.read().strip().split(",")))
+            except (OSError, ValueError):
+                sharing = 1
+            return size // max(1, sharing)
         except (OSError, ValueError):
             continue
-    return 2 ** 20
+    return default
 
 
 def _tile_shape(field):
@@ -411,27 +488,53 @@ def _tile_shape(field):
     return shape, tuple(split)
 
 
-def _ring_bytes(field, depth: int) -> int:
-    """Bytes of the ring planes at ``depth`` (three halo-padded planes per level, T + 1 levels)."""
-    (_ma, mb, mx), (_sa, sb, sx) = _tile_shape(field)
-    plane = (mb + 2 * depth * sb + 2) * (mx + 2 * depth * sx + 2) * 8
-    return (depth + 1) * 4 * plane  # and the plane of a per level
+def _row_bytes(field, depth: int) -> int:
+    """Bytes of one halo-padded row of the extended block along x."""
+    (_ma, _mb, mx), (_sa, _sb, sx) = _tile_shape(field)
+    return (mx + 2 * depth * sx + 2) * 8
+
+
+def _extended_rows(field, depth: int) -> int:
+    """Rows along B (y in 3-D) of the extended block."""
+    (_ma, mb, _mx), (_sa, sb, _sx) = _tile_shape(field)
+    return mb + 2 * depth * sb
+
+
+def slab_bytes(field, depth: int, width: int) -> int:
+    """What a slab ``width`` rows wide keeps in cache while it is swept: three planes of each level's
+    rows (the slab's, skewed, and two edge rows) and, for the t planes in flight, the rows of sigma,
+    c and a they read."""
+    rows = min(width + depth + 2, _extended_rows(field, depth) + 2)
+    return (3 * (depth + 1) * rows + 3 * depth * rows) * _row_bytes(field, depth)
+
+
+def auto_width(field, depth: int) -> int:
+    """The default slab width: the whole block when its working set fits in half the L2 cache or in
+    a core's share of the last-level cache (there the skew and edge rows of slabs cost more than the
+    L2 saves: experiments/wavefront), else the widest slab fitting half the L2 (at least 4 rows)."""
+    full = _extended_rows(field, depth)
+    budget = _cache_bytes(2, 2 ** 20) // 2
+    if slab_bytes(field, depth, full) <= max(budget, _cache_bytes(3, 0)):
+        return full
+    width = 4
+    while width < full and slab_bytes(field, depth, width + 4) <= budget:
+        width += 4
+    return width
 
 
 def auto_depth(field) -> int:
-    """The default tile depth: 16 on an unsplit block whose ring planes fit in twice the L2 cache,
-    else 8 (experiments/wavefront: 8 was the best or near it at 96^3-192^3 on 1 and 2 ranks, 2 and 4
-    gained little or nothing; a split block pays 2T halo planes of redundant work per tile)."""
-    _shape, split = _tile_shape(field)
-    if not any(split) and _ring_bytes(field, 16) <= 2 * _l2_bytes():
-        return 16
+    """The default tile depth (experiments/wavefront)."""
     return 8
 
 
 def extra_states(field, depth: int) -> float:
     """What :class:`Tiler` holds, in state-equivalents (a state is two owned fields), no more than:
-    sigma and c on the extended block, the halo buffer of both fields and the ring planes."""
+    sigma, c and a on the extended block, the halo buffer of both fields, the ring planes and the
+    slabs' edge rows."""
     shape, split = _tile_shape(field)
     owned = float(np.prod(shape))
     extended = float(np.prod([m + 2 * depth * s for m, s in zip(shape, split)]))
-    return (2 * extended + 2 * (extended - owned) + _ring_bytes(field, depth) / 8) / (2 * owned)
+    rows = _extended_rows(field, depth) + 2
+    ring = (depth + 1) * 3 * rows * _row_bytes(field, depth) / 8
+    edge = depth * (shape[0] + 2 * depth * split[0]) * 2 * _row_bytes(field, depth) / 8
+    return (3 * extended + 2 * (extended - owned) + ring + edge) / (2 * owned)

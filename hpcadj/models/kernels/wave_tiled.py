@@ -4,14 +4,20 @@ The block is seen in *tile coordinates* (A, B, X): (z, y, x) in 3-D and (y, 1, x
 the wavefront runs along. Level L is the state after L steps (level -1 is u^{i-1}, level 0 is u^i).
 At sweep iteration kk, level L computes its plane p = kk - L from level L-1's planes p-1, p, p+1 and
 level L-2's plane p, so a plane is loaded from memory once and stepped t times while it sits in
-cache: each level keeps a ring of three halo-padded planes.
+cache: each level keeps a ring of three halo-padded planes. The B axis is cut into slabs (a 2-D
+wavefront): slab k computes level L on rows [k W - L, (k + 1) W - L) (shifted and clipped), so a
+row's inputs lie in its own slab or an earlier one; each level's last two rows of a slab, kept per
+plane, are put back into the ring when the next slab reaches that level and plane. Then a level's
+ring holds W + 2 rows, not the whole plane, whatever the grid.
 
 On several ranks the block is extended by a halo of depth T (the tile depth; less where the domain
 ends) on every side with a neighbour, gathered once per tile; level s is computed on the extended
 box shrunk by t - s on each such side (the dependency cone of the owned points), redundantly in the
 overlap. Every point's arithmetic is :func:`hpcadj.models.kernels.wave.step`'s, term for term in the
 same order (the source added at its node, inside the tile, wherever it lies; the sponge and
-per-step r, dt2 and dt/2), so the states are bitwise those of t single steps on any rank count.
+per-step r, dt2 and dt/2; where sigma is 0 the single step's a = 1 and b = r exactly, so a shorter
+formula there gives the same doubles), so the states are bitwise those of t single steps on any
+rank count.
 """
 
 from __future__ import annotations
@@ -523,8 +529,11 @@ def auto_width(field, depth: int) -> int:
 
 
 def auto_depth(field) -> int:
-    """The default tile depth (experiments/wavefront)."""
-    return 8
+    """The default tile depth: 16 on an unsplit block, 8 on a split one, which recomputes up to T
+    halo planes on each split side per tile (experiments/wavefront: 16 the best on one rank, 8 on
+    two at 96^3-192^3; 2 and 4 gain little)."""
+    _shape, split = _tile_shape(field)
+    return 8 if any(split) else 16
 
 
 def extra_states(field, depth: int) -> float:

@@ -49,7 +49,8 @@ class AdvanceRuns:
 
     #: steps of the check of a model's advance against its single steps, once per run
     ADVANCE_CHECK = 8
-    #: this rank's runs handed to the model's advance, their steps and seconds (``run --json``)
+    #: this rank's runs handed to the model's advance, their steps and seconds (``run --json``);
+    #: ``advance_counts``: (m, first sweep) -> runs of m steps, as a plan summary counts them
     advance_runs = 0
     advance_steps = 0
     advance_s = 0.0
@@ -90,6 +91,8 @@ class AdvanceRuns:
                 self.advance_s += time.perf_counter() - t0
                 self.advance_runs += 1
                 self.advance_steps += end - k
+                counts = self.__dict__.setdefault("advance_counts", {})
+                counts[end - k, first] = counts.get((end - k, first), 0) + 1
             self._collect_garbage()
             if first and self._agree_flags(0 if math.isfinite(self.result.J) and finite([u]) else 2):
                 raise NonFinite(f"forward sweep: a non-finite value (inf or NaN) in u_{end} or the objective"

@@ -57,28 +57,35 @@ def level_summary(comm, plans, levels) -> list[dict]:
     return out
 
 
-def predicted_makespan(planned, model, result, levels) -> float:
-    """The plan's predicted makespan. An online plan's (its n unknown when it was planned) prices
-    what the run executed: its forward and adjoint steps, each level's writes, reads and peak."""
+def executed_summary(planned, model, result, levels, driver):
+    """The plan's summary, or for an online plan (its n unknown when it was planned) what the run
+    executed: its forward and adjoint steps and advanced runs, each level's writes, reads and peak."""
     if planned.summary is not None or model.n_steps is None:
-        return planned.predicted_s
+        return planned.summary
     from ..checkpoint.schedules import PlanSummary
 
     k = len(planned.plans)
-    done = PlanSummary(model.n_steps, tuple(p.slots for p in planned.plans), forward_steps=result.forward_steps,
+    return PlanSummary(model.n_steps, tuple(p.slots for p in planned.plans), forward_steps=result.forward_steps,
                        adjoint_steps=result.adjoint_steps, writes=[lv.stats.writes for lv in levels],
                        reads=[lv.stats.reads for lv in levels], peak=[lv.stats.peak_slots for lv in levels],
-                       data_writes=[0] * k)
-    return planned.profile.predicted_seconds(done)
+                       data_writes=[0] * k, advances=dict(getattr(driver, "advance_counts", {})))
 
 
-def advance_summary(comm, planned, driver) -> dict | None:
-    """The runs handed to the model's advance: what the plan predicted (``advance_seconds``) and what
-    the run measured (``measured`` seconds, the slowest rank's, ``measured_runs``, ``measured_steps``);
-    None when neither the profile prices advances nor the run made any."""
+def predicted_makespan(planned, model, result, levels, driver) -> float:
+    """The plan's predicted makespan; an online plan's prices what the run executed."""
+    if planned.summary is not None or model.n_steps is None:
+        return planned.predicted_s
+    return planned.profile.predicted_seconds(executed_summary(planned, model, result, levels, driver))
+
+
+def advance_summary(comm, planned, driver, summary) -> dict | None:
+    """The runs handed to the model's advance: what the plan (``summary``) predicted
+    (``advance_seconds``) and what the run measured (``measured`` seconds, the slowest rank's,
+    ``measured_runs``, ``measured_steps``); None when neither the profile prices advances nor the
+    run made any."""
     from ..imports import mpi
 
-    predicted = planned.profile.advance_seconds(planned.summary)
+    predicted = planned.profile.advance_seconds(summary)
     measured = comm.allreduce(driver.advance_s, op=mpi().MAX)
     if predicted is None and not driver.advance_runs:
         return None
@@ -118,10 +125,10 @@ def completed_info(model, comm, result, wall_s: float, planned, checkpointing, l
         info["run_dir_check"] = {"forward_steps": 1, "adjoint_steps": 1}
     if planned.memory is not None:
         info["memory"] = {**planned.memory.as_dict(), "source": planned.memory.detail["source"]}
-    predicted = predicted_makespan(planned, model, result, levels)
+    predicted = predicted_makespan(planned, model, result, levels, driver)
     info.update(schedule=planned.schedule.name, minimize=checkpointing.minimize, **profile.predicted(predicted),
                 costs_source=profile.source, levels=level_summary(comm, planned.plans, levels), resumed=resumed)
-    advance = advance_summary(comm, planned, driver)
+    advance = advance_summary(comm, planned, driver, executed_summary(planned, model, result, levels, driver))
     if advance is not None:
         info["advance_s"] = advance
     if planned.schedule.name == "mixed":

@@ -139,3 +139,22 @@ def test_first_touch_priced_leaves_ram_slots_unfilled(comm):
         return summary.forward_steps * 1.0 + 3.0 * summary.peak[0]
 
     assert cost(slots) == min(cost(s) for s in range(2, 21))
+
+
+def test_online_run_prices_the_advances_it_made(comm):
+    """An online plan's n is unknown when planned: its report prices the runs the driver advanced."""
+    from hpcadj.checkpoint.schedules.costs import AdvanceCost
+
+    parser = Parser()
+    add_model_arguments(parser)
+    model = build_model(parser.parse_args(["--model", "wave", "--grid", "24x24x16", "--adaptive",
+                                           "--t-final", "0.25"]), comm)
+    advance = AdvanceCost(fixed_s=0.2, step_s=0.3, first=True, depth=4)
+    profile = CostProfile(forward_s=1.0, adjoint_s=2.0, levels=[LevelCost("ram", 0.0, 0.0)], advance=advance)
+    with GradientSession(model, Checkpointing(ram="3", schedule="online", costs=profile)) as session:
+        outcome = session.solve()
+    got = outcome.info["advance_s"]
+    assert got["runs"] == got["measured_runs"] > 0 and got["steps"] == got["measured_steps"]
+    single = outcome.info["forward_steps"] - got["steps"]
+    expected = single * 1.0 + got["runs"] * 0.2 + got["steps"] * 0.3 + outcome.info["adjoint_steps"] * 2.0
+    assert outcome.info["predicted_s"] == pytest.approx(expected)

@@ -34,25 +34,50 @@ def measure_costs(model, checkpointing: Checkpointing | None = None, *, controls
     return profile
 
 
-def warmed_baseline(build_small) -> int | None:
-    """The process's resident set after a store-all gradient of a tiny model, as the memory baseline.
+#: forward steps of the warm-up model: the first sweep's single-step input checks, then advances
+WARM_UP_STEPS = 6
+#: RAM slots of the warm-up's revolve plan: fewer than its steps, so both sweeps run advances
+WARM_UP_SLOTS = 2
 
-    ``build_small()`` returns a model of the same kind on a tiny grid (a few steps). Its gradient
-    pays the one-off costs no working-set count holds: JIT-compiled kernels (numba's, about 55 MiB
-    for wave), PETSc's and the solvers' first allocations, the allocator's pools. Measured before
-    the real model exists, the real model's states are then predicted on top of it. Collective.
+
+def warm_up(model, second_order: bool = False) -> None:
+    """Run once on ``model`` (tiny, :data:`WARM_UP_STEPS` fixed steps) everything a command's
+    computation loads on first use: a revolve-checkpointed gradient, whose first sweep and
+    recomputations hand runs of steps to the model's ``advance`` (wave's tiled kernels) beside its
+    single and adjoint steps, and with ``second_order`` a Hessian product (tangent and second-order
+    adjoint steps). Collective."""
+    from ..checkpoint.schedules import Revolve
+    from ..checkpoint.storage import RamLevel
+    from .hessian import hessian_action
+    from .verify import compute_gradient, scaled_direction
+
+    controls = model.default_controls()
+    slots = min(WARM_UP_SLOTS, model.n_steps)
+    result = compute_gradient(model, controls, schedule=Revolve(model.n_steps, [slots]),
+                              levels=[RamLevel(slots, model.snapshot_layout())])
+    del result
+    if second_order:
+        product = hessian_action(model, controls, scaled_direction(model, controls, 1))
+        del product
+
+
+def warmed_baseline(build_small, second_order: bool = False) -> int | None:
+    """The process's resident set after :func:`warm_up` of a tiny model, as the memory baseline.
+
+    ``build_small()`` returns a model of the same kind on a tiny grid with :data:`WARM_UP_STEPS`
+    steps. The warm-up pays the one-off costs no working-set count holds: JIT-compiled kernels
+    (numba's, about 55 MiB for wave, its tiled advance's too), PETSc's and the solvers' first
+    allocations, the allocator's pools. Measured before the real model exists, the real model's
+    states are then predicted on top of it. Collective.
     """
     import gc
 
     from ..imports import petsc
-    from .verify import compute_gradient
 
     small = build_small()
     comm = small.comm
-    result = compute_gradient(small, small.default_controls())
-    for vec in result.gradient.values():
-        vec.destroy()
-    del small, result
+    warm_up(small, second_order)
+    del small
     gc.collect()
     petsc().garbage_cleanup(comm)
     return process_rss_bytes()

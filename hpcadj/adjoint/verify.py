@@ -257,11 +257,13 @@ def symmetry_test(model, controls, v, w, *, gauss_newton: bool = False) -> tuple
 def gradient_difference(model, controls, direction, eps: float, checkpointing=None) -> dict:
     """(g(m + e v) - g(m - e v)) / 2e, control name -> Vec: H v to O(e^2). The two gradients are
     store-all, or checkpointed sessions under ``checkpointing`` (a memory budget, say)."""
+    from .products import settled_rss
     from .session import compute_gradient_checkpointed
 
     def gradient(at):
         if checkpointing is None:
             return compute_gradient(model, at).gradient
+        settled_rss(model.comm)  # what earlier work left pooled is no part of a budget's baseline
         return compute_gradient_checkpointed(model, checkpointing, controls=at).gradient
 
     plus = gradient(_axpy_controls(controls, eps, direction, direction))

@@ -8,7 +8,7 @@ import os
 from . import CliError, together
 from ..models.base import SolverError
 from .common import (add_model_arguments, build_model, check_can_create, check_usable_directory, int_in,
-                     solver_failure, world)
+                     memory_baseline, solver_failure, world)
 from .options import add_checkpoint_options, checkpointing
 
 
@@ -27,7 +27,6 @@ def add_parser(subparsers) -> None:
 
 def main(args) -> int:
     from ..adjoint.session import Checkpointing, ConfigError, GradientSession, measure_costs
-    from .run import memory_baseline
 
     if args.repeats < 1:
         raise CliError(f"--repeats must be >= 1, got {args.repeats}")

@@ -180,6 +180,39 @@ def build_model(args, comm):
     return model
 
 
+def has_budget(args) -> bool:
+    """Whether a whole-process memory budget applies: --memory, else $HPCADJ_MEMORY or SLURM's."""
+    import os
+
+    from ..checkpoint.memory import budget_from_environment
+
+    return getattr(args, "memory", None) is not None or budget_from_environment(os.environ) is not None
+
+
+def memory_baseline(args, comm, *, second_order: bool = False) -> int | None:
+    """The resident set a budget's working set is counted from, measured once by every command
+    before its model is built: under a budget (:func:`has_budget`), after a warm-up of the same model
+    on a tiny grid (:func:`hpcadj.adjoint.costs.warm_up`: a checkpointed gradient, with
+    ``second_order`` a Hessian product too), so that what the computation loads is in it; without a
+    budget, or when the model's options are tied to its real grid (``--observations``), as it is now.
+    Collective."""
+    import copy
+
+    from ..adjoint.costs import WARM_UP_STEPS, warmed_baseline
+    from ..checkpoint.memory import process_rss_bytes
+
+    if not has_budget(args):
+        return process_rss_bytes()
+    small = copy.copy(args)
+    side = str(max(8, 2 * comm.size))  # a time tile of depth 2 still fits every rank's block
+    small.grid = "x".join([side] * (args.grid.count("x") + 1)) if args.grid else None
+    small.steps, small.adaptive, small.t_final = WARM_UP_STEPS, False, None  # the same kernels, fixed steps
+    try:
+        return warmed_baseline(lambda: build_model(small, comm), second_order)
+    except (CliError, ValueError):
+        return process_rss_bytes()
+
+
 def solver_failure(exc: SolverError, hint: str = "") -> CliError:
     """A model solver that did not converge, as the one error line."""
     return CliError(f"{exc}{'; ' + hint if hint else ''}")

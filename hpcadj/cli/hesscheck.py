@@ -6,13 +6,17 @@ import json
 
 from ..models.base import SolverError
 from ..telemetry.jsonlog import peak_rss_bytes
-from .common import add_model_arguments, build_model, int_in, positive_float, solver_failure, world
+from .common import (add_model_arguments, build_model, int_in, memory_baseline, positive_float, solver_failure,
+                     world)
 
 MIN_RATE = 2.9
 #: the gradient-difference error must fall at least this fast (log2) when eps halves (2 for O(eps^2))
 MIN_FD_RATE = 1.8
 #: ... or already be this small (relative): a model with a linear gradient has nothing left to decay
 FD_FLOOR = 1e-9
+#: control-sized sets the command holds beside each gradient-difference session, which counts only its
+#: own controls and gradient: m, v, w, g and H v at m for v and for w, and the first gradient of a pair
+HELD_CONTROL_SETS = 8
 
 
 def add_parser(subparsers) -> None:
@@ -49,7 +53,8 @@ def main(args) -> int:
     from . import CliError
 
     comm = world(args)
-    baseline = warmed_baseline(args, comm) if args.memory is not None else None  # before the model
+    # before the model, the products' kernels warmed too
+    baseline = memory_baseline(args, comm, second_order=True) if args.memory is not None else None
     model = build_model(args, comm)
     try:
         H.check_model(model, args.gauss_newton)
@@ -123,29 +128,6 @@ def main(args) -> int:
     return 0 if passed else 1
 
 
-def warmed_baseline(args, comm) -> int | None:
-    """The resident set a budget counts from, held for the whole command: measured as ``hpcadj run``
-    measures it (after a gradient of the model on a tiny grid), the second-order kernels warmed
-    first by a Hessian product there, so that what they load is in it (collective)."""
-    import copy
-
-    from ..adjoint.hessian import hessian_action
-    from ..adjoint.verify import scaled_direction
-    from .run import memory_baseline
-
-    small = copy.copy(args)
-    small.grid = "x".join(["8"] * (args.grid.count("x") + 1)) if args.grid else None
-    small.steps = 2
-    try:
-        model = build_model(small, comm)
-        controls = model.default_controls()
-        result = hessian_action(model, controls, scaled_direction(model, controls, 1))
-        del model, controls, result
-    except ValueError:  # options tied to the real grid, a model without products: no warm-up
-        pass
-    return memory_baseline(args, comm)
-
-
 def _budgeted_plan(model, controls, gauss_newton: bool, memory, baseline):
     """The products' plan and the gradients' checkpointing under ``memory`` from ``baseline``, both
     provisioned now (a budget either cannot hold is refused before any step)."""
@@ -153,7 +135,7 @@ def _budgeted_plan(model, controls, gauss_newton: bool, memory, baseline):
     from ..adjoint.session import Checkpointing, GradientSession
 
     plan = plan_products(model, gauss_newton=gauss_newton, memory=memory, baseline=baseline)
-    ck = Checkpointing(memory=memory, memory_baseline=baseline)
+    ck = Checkpointing(memory=memory, memory_baseline=baseline + HELD_CONTROL_SETS * _control_bytes(model))
     if not gauss_newton:  # the gradient differences' sessions
         session = GradientSession(model, ck, controls=controls)
         try:
@@ -161,6 +143,13 @@ def _budgeted_plan(model, controls, gauss_newton: bool, memory, baseline):
         finally:
             session.close()
     return plan, ck
+
+
+def _control_bytes(model) -> int:
+    """One control-sized set of fields on the largest rank (collective)."""
+    from ..snapshot import layout_bytes
+
+    return model.comm.allreduce(layout_bytes(model.control_layout()), op=_max_op())
 
 
 def _budgeted_products(model, controls, v, w, gauss_newton: bool, plan):

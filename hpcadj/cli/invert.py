@@ -9,7 +9,7 @@ import math
 import sys
 
 from . import CliError
-from .common import add_model_arguments, build_model, positive_float, step_count, world
+from .common import add_model_arguments, build_model, has_budget, memory_baseline, positive_float, step_count, world
 from .options import add_checkpoint_arguments, checkpointing
 from .run import EXIT_FAILED, EXIT_STOPPED, StopFlag
 from ..imports import mpi
@@ -164,23 +164,6 @@ def write_gradient(path: str, inversion, result, invert, writes: bool) -> None:
         vec.destroy()
 
 
-def memory_baseline(args, comm) -> int | None:
-    """The resident set every evaluation's budget counts from, held for the whole inversion: as
-    ``hpcadj run`` measures it (after a warm-up gradient of the model on a tiny grid; a Newton type's
-    second-order kernels warmed there too). None without a budget (each session measures its own)."""
-    import os
-
-    from ..checkpoint.memory import budget_from_environment
-    from .hesscheck import warmed_baseline
-    from .run import memory_baseline as gradient_baseline
-
-    if args.memory is None and budget_from_environment(os.environ) is None:
-        return None
-    if (args.tao or "") in ("nls", "bntr") and args.shots is None:
-        return warmed_baseline(args, comm)
-    return gradient_baseline(args, comm)
-
-
 def main(args) -> int:
     import os
 
@@ -203,7 +186,10 @@ def main(args) -> int:
         raise CliError("--gradient-out needs --shots K (hpcadj run writes a single run's gradient)")
     comm = world(args)
     try:
-        args.memory_baseline = memory_baseline(args, comm)
+        # held for the whole inversion (None without a budget: each session measures its own); a
+        # Newton type's products warmed too
+        newton = (args.tao or "") in ("nls", "bntr") and args.shots is None
+        args.memory_baseline = memory_baseline(args, comm, second_order=newton) if has_budget(args) else None
         options = checkpointing(args)
         check_configuration(comm, options, None, args.controls_out)
         settings = dict(bounds=bounds, regularization=args.regularization,

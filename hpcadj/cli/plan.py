@@ -14,7 +14,7 @@ import sys
 import time
 
 from . import CliError, together
-from .common import add_model_arguments, build_model, byte_count, step_count, world
+from .common import add_model_arguments, build_model, byte_count, memory_baseline, step_count, world
 from .options import add_checkpoint_options
 
 def add_parser(subparsers) -> None:
@@ -113,8 +113,6 @@ def _baseline(args, comm, model: bool) -> int:
             raise CliError(str(exc)) from None
     if not model:
         return process_rss_bytes() or 0
-    from .run import memory_baseline
-
     return memory_baseline(args, comm) or 0
 
 

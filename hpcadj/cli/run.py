@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 from dataclasses import replace
 
 from . import CliError, together
-from .common import add_model_arguments, build_model, world
+from .common import add_model_arguments, build_model, memory_baseline, world
 from .options import add_checkpoint_arguments, checkpointing
 
 EXIT_FAILED = 1
@@ -85,25 +84,6 @@ def load_energy_model(args):
         return load_model(args.energy_model)
     except (ValueError, OSError, UnicodeDecodeError) as exc:
         raise CliError(f"--energy-model {args.energy_model}: {exc}") from None
-
-
-def memory_baseline(args, comm) -> int | None:
-    """The resident set the model's predicted working set adds to: under a memory budget, after a
-    warm-up gradient of the same model on a tiny grid (JIT code, solver set-up); else as it is now."""
-    import copy
-
-    from ..checkpoint.memory import budget_from_environment, process_rss_bytes
-    from ..adjoint.costs import warmed_baseline
-
-    if args.memory is None and budget_from_environment(os.environ) is None:
-        return process_rss_bytes()
-    small = copy.copy(args)
-    small.grid = "x".join(["8"] * (args.grid.count("x") + 1)) if args.grid else None
-    small.steps = 2
-    try:
-        return warmed_baseline(lambda: build_model(small, comm))
-    except (CliError, ValueError):  # options tied to the real grid (e.g. --observations): no warm-up
-        return process_rss_bytes()
 
 
 def main(args) -> int:

@@ -174,6 +174,8 @@ def test_a_killed_inversion_resumes_with_three_levels_and_leaves_nothing(tmp_pat
         (product / "step_3.snap").write_bytes(b"\0" * 64)
     again = hpcadj(args, 2, timeout=300)
     assert again.returncode == 0, again.stderr
+    said = [line for line in again.stderr.splitlines() if line.startswith("hpcadj: resume: removed")]
+    assert len(said) == 1 and str(tmp_path / "local") in said[0], again.stderr
     keys = ("iteration", "J", "misfit", "grad_norm", "step", "controls_hash")
     assert [[r[k] for k in keys] for r in iterates(tmp_path)] == [[r[k] for k in keys] for r in uninterrupted]
     assert leftovers(tmp_path) == []
@@ -198,3 +200,58 @@ def real_kill(args, tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
     assert proc.returncode != 0 and out.strip() == "", (proc.returncode, out, err)
+
+
+def planted_resume(tmp_path, hosts_extra=()):
+    """An inversion to iterate 2 under --run-dir, then a killed process's files planted (a node-local
+    snapshot of its evaluations and of its products) and ``hosts_extra`` added to owned.json as hosts
+    it ran on; the resume to iterate 3, in-process: (its result, owned.json after, the planted dirs)."""
+    from hpcadj.restart.rundir import json_crc32
+
+    env = {"HPCADJ_LOCAL_DIR": str(tmp_path / "local")}
+    run_dir = tmp_path / "run"
+    args = invert_args(run_dir, "--log-dir", str(tmp_path / "log"))
+    first = hpcadj_in_process([*args, "--max-it", "2"], env=env)
+    assert first.returncode == 0, first.stderr
+    owned = json.loads((run_dir / "owned.json").read_text())
+    if hosts_extra:
+        body = {k: v for k, v in owned.items() if k != "crc32"}
+        body["hosts"] = sorted(set(body.get("hosts", [])) | set(hosts_extra))
+        (run_dir / "owned.json").write_text(json.dumps({**body, "crc32": json_crc32(body)}))
+    planted = []
+    for run_id, size in ((owned["run_id"], 3 * 2 ** 20), (owned["run_id"] + "-hv", 2 ** 20)):
+        rank = tmp_path / "local" / f"hpcadj-{run_id}" / "rank0"
+        rank.mkdir(parents=True)
+        (rank / "step_3.snap").write_bytes(b"\0" * size)
+        planted.append(rank.parent)
+    again = hpcadj_in_process([*args, "--max-it", "3", "--resume"], env=env)
+    return again, json.loads((run_dir / "owned.json").read_text()), planted
+
+
+def test_a_resume_says_what_it_removed_and_logs_it(tmp_path):
+    """One stderr line names the count, bytes and directory of what a killed process left; the first
+    iterate the resume logs records it; nothing of it is left."""
+    again, _owned, planted = planted_resume(tmp_path)
+    assert again.returncode == 0, again.stderr
+    lines = [line for line in again.stderr.splitlines() if line.startswith("hpcadj: resume:")]
+    assert len(lines) == 1, again.stderr
+    assert "removed 1 node-local snapshot file(s) (3.0 MiB)" in lines[0] and str(planted[0]) in lines[0], lines
+    assert "removed 1 node-local snapshot file(s) (1.0 MiB)" in lines[0] and str(planted[1]) in lines[0], lines
+    assert not any(p.exists() for p in planted)
+    logged = [json.loads(line) for line in (tmp_path / "log" / "inversion.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in logged] == [0, 1, 2, 3]
+    assert not any("removed" in r for r in logged[:3]), logged
+    assert any("3.0 MiB" in note for note in logged[3]["removed"]), logged
+
+
+def test_a_resume_on_other_hosts_names_what_it_cannot_reach(tmp_path):
+    """A run requeued onto other nodes: the hosts owned.json names that this job does not run on are
+    reported with where their files may remain; the resume goes on, and the record keeps every host."""
+    import socket
+
+    again, owned, _planted = planted_resume(tmp_path, hosts_extra=["gone-node-17"])
+    assert again.returncode == 0, again.stderr
+    lines = [line for line in again.stderr.splitlines() if line.startswith("hpcadj: resume:")]
+    assert len(lines) == 1 and "could not reach gone-node-17" in lines[0], again.stderr
+    assert str(tmp_path / "local" / f"hpcadj-{owned['run_id']}") in lines[0], lines
+    assert owned["hosts"] == sorted({"gone-node-17", socket.gethostname()}), owned

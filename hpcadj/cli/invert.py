@@ -221,9 +221,11 @@ def main(args) -> int:
     info = {**model.describe(), "ranks": comm.size, "status": result.status, "reason": result.reason,
             "iterations": result.iterations, "J": result.J, "misfit": result.misfit,
             "regularization": result.regularization, "grad_norm": result.grad_norm,
-            "resumed_from": result.resumed_from, **result.counts,
+            "resumed_from": result.resumed_from, "removed": result.removed, **result.counts,
             "peak_rss_bytes": comm.allreduce(peak_rss_bytes(), op=mpi().MAX)}
     if comm.rank == 0:
+        if result.removed:  # what a killed process of this inversion left, gone before any evaluation
+            print(f"hpcadj: resume: {'; '.join(result.removed)}", file=sys.stderr, flush=True)
         if args.json:
             print(json.dumps(info, default=lambda v: None))
         else:

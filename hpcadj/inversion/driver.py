@@ -398,6 +398,7 @@ class _Accepted:
             return
         inv, x = self.inversion, self.problem.physical(tao.getSolution())
         record = inv._record(self.start.done + its, x, f, gnorm, step, self.problem.reg)
+        record.update({"removed": list(inv.removed)} if its == 1 and inv.removed else {})  # logged once
         self.start.history.append(record)
         self.last = record
         if self.store is not None and inv.primary:

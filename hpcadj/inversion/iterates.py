@@ -75,18 +75,17 @@ class IterateStore:
         fresh inversion records them (``write``: its primary group) before any evaluation creates a
         file; a resume reads them, to remove what a killed evaluation left. The id is derived from
         the directory's path, so every shot group agrees on it without talking. Collective."""
-        from ..restart.rundir import RunDirError, read_owned, record_owned
+        from ..restart.rundir import RunDirError, read_owned, record_hosts, record_owned
 
         record = read_owned(self.path, self.comm) if resuming else None
-        if record is not None:
-            return record
         run_id = "inv-" + hashlib.sha256(os.path.realpath(self.path).encode()).hexdigest()[:16]
         local = getattr(checkpointing, "local_dir", None)
         pfs = getattr(checkpointing, "pfs_file", None)
         if not write:
-            return {"run_id": run_id, "local_dir": local, "pfs_file": None}
-        try:
-            return record_owned(self.path, self.comm, run_id, local, pfs)
+            return record or {"run_id": run_id, "local_dir": local, "pfs_file": None}
+        try:  # on resume this job's hosts join the record before any evaluation puts files there
+            return record_hosts(self.path, self.comm, record) if record is not None else \
+                record_owned(self.path, self.comm, run_id, local, pfs)
         except RunDirError as exc:
             raise IterateError(str(exc)) from None
 

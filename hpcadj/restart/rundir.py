@@ -422,19 +422,43 @@ class RunDirectory:
 
 def record_owned(path: str, comm, run_id: str, local_dir: str | None, pfs_file: str | None) -> dict:
     """Record in directory ``path`` the level files a run owns outside it, before it creates any:
-    its node-local directories (``hpcadj-<run_id>`` under ``local_dir``) and its HDF5 file (only when
-    nothing exists at ``pfs_file`` yet: a file already there is someone else's). Collective."""
-    error, record = None, None
+    its node-local directories (``hpcadj-<run_id>`` under ``local_dir``, on the ``hosts`` its ranks
+    run on) and its HDF5 file (only when nothing exists at ``pfs_file`` yet: a file already there is
+    someone else's). Collective."""
+    hosts = _hosts(comm)
+    record = None
     if comm.rank == 0:
         pfs = os.path.abspath(pfs_file) if pfs_file else None
         record = {"run_id": run_id, "local_dir": os.path.abspath(local_dir) if local_dir else None,
-                  "pfs_file": pfs if pfs and not os.path.lexists(pfs) else None}
+                  "pfs_file": pfs if pfs and not os.path.lexists(pfs) else None, "hosts": hosts}
+    return _write_owned(path, comm, record)
+
+
+def record_hosts(path: str, comm, record: dict) -> dict:
+    """``record`` (read by :func:`read_owned`) with the hosts this job runs on added, written back to
+    ``path`` before a resume creates node-local files there: after a requeue onto other nodes the
+    record still names every host that may hold the run's files. Collective."""
+    hosts = sorted(set(record.get("hosts") or []) | set(_hosts(comm)))
+    if hosts == record.get("hosts"):
+        return record
+    return _write_owned(path, comm, {**record, "hosts": hosts} if comm.rank == 0 else None)
+
+
+def _write_owned(path: str, comm, record: dict | None) -> dict:
+    """Write rank 0's ``record`` as ``path``/owned.json (checksummed); every rank gets it back."""
+    error = None
+    if comm.rank == 0:
         try:
             _write_json(os.path.join(path, OWNED), {**record, "crc32": json_crc32(record)})
         except OSError as exc:
             error = f"cannot write {os.path.join(path, OWNED)}: {exc.strerror}"
     agree_or_raise(comm, comm.bcast(error, root=0), RunDirError, first=True)
     return comm.bcast(record, root=0)
+
+
+def _hosts(comm) -> list[str]:
+    """The hosts ``comm``'s ranks run on, sorted (collective)."""
+    return sorted(set(comm.allgather(socket.gethostname())))
 
 
 def read_owned(path: str, comm) -> dict | None:
@@ -459,19 +483,31 @@ def products_run_id(run_id: str) -> str:
 
 def remove_owned(comm, record: dict | None, local_dir: str | None = None, pfs_file: str | None = None) -> list[str]:
     """Remove what a killed process of the run in ``record`` left: its node-local snapshots (one
-    rank per node) and its HDF5 file (``local_dir``, ``pfs_file``: where a level of that run put
-    them, by default the recorded ones; an HDF5 file that no longer opens is taken as the run's only
-    where ``record`` claims the path). Collective; what went, for a report."""
+    rank per node, on the hosts this job runs on) and its HDF5 file (``local_dir``, ``pfs_file``:
+    where a level of that run put them, by default the recorded ones; an HDF5 file that no longer
+    opens is taken as the run's only where ``record`` claims the path). Collective; what went, and
+    the recorded hosts this job cannot reach (their node-local files stay there), for a report."""
     from ..checkpoint.storage.local import purge_node_local
     from ..checkpoint.storage.pfs_attach import remove_dead_file
 
     if not record:
         return []
+    notes, hosts, base = [], _hosts(comm), None
     for run_id in (record["run_id"], products_run_id(record["run_id"])):
-        purge_node_local(comm, local_dir or record.get("local_dir"), run_id)
+        files, nbytes, where = purge_node_local(comm, local_dir or record.get("local_dir"), run_id)
+        base = base or where
+        if files:
+            notes.append(f"removed {files} node-local snapshot file(s) ({nbytes / 2**20:.1f} MiB) a killed "
+                         f"process left in {where} on {', '.join(hosts)}")
     note = remove_dead_file(comm, pfs_file or record.get("pfs_file"), record["run_id"],
                             claimed=record.get("pfs_file") is not None)
-    return [note] if note else []
+    notes += [note] if note else []
+    unreachable = sorted(set(record.get("hosts") or []) - set(hosts))
+    if unreachable:
+        notes.append(f"could not reach {', '.join(unreachable)} (this job does not run there): node-local files "
+                     f"of the run may remain in {base}* on {'it' if len(unreachable) == 1 else 'them'}; they block "
+                     f"nothing, remove them there or leave them to the node's scratch clean-up")
+    return notes
 
 
 def _write_json(path: str, obj) -> None:

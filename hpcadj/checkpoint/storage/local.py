@@ -99,10 +99,12 @@ def sweep_dead_scratch(base_dir: str, own_run: str | None = None) -> int:
     return removed
 
 
-def purge_node_local(comm, local_dir: str | None, run_id: str) -> None:
+def purge_node_local(comm, local_dir: str | None, run_id: str) -> tuple[int, int, str]:
     """Remove the node-local snapshots run ``run_id`` left (a resume that has no node-local level:
-    nothing else would). Collective over ``comm``; one rank per node removes."""
-    RankFiles("local", comm, None, local_dir=local_dir, run_id=run_id).purge_run(run_id)
+    nothing else would); (snapshot files, bytes) removed over all nodes and the directory they were
+    in. Collective over ``comm``; one rank per node removes."""
+    files = RankFiles("local", comm, None, local_dir=local_dir, run_id=run_id)
+    return (*files.purge_run(run_id), os.path.join(files.base_dir, f"hpcadj-{run_id}"))
 
 
 def layout_crc(record: dict) -> int:
@@ -157,11 +159,12 @@ class RankFiles(Transport):
         self.attach_note: str | None = None
         self.attach_dropped: list[str] = []  # why snapshots found on attach were not taken
 
-    def purge_run(self, run_id: str) -> None:
+    def purge_run(self, run_id: str) -> tuple[int, int]:
         """Remove the node-local snapshots an earlier process of this run left (not reattached).
 
         One rank per node does it (the directory is node-local); only this project's file names
-        are removed, and what went is reported in ``attach_note``.
+        are removed, and what went is reported in ``attach_note`` and returned: (snapshot files,
+        bytes) over all nodes.
         """
         from ...imports import mpi
 
@@ -192,6 +195,7 @@ class RankFiles(Transport):
         if files:
             self.attach_note = (f"removed {files} node-local snapshot file(s) ({nbytes / 2**20:.1f} MiB) "
                                 f"that run {run_id} left on another rank layout")
+        return files, nbytes
 
     def _gather(self, value):
         return allgather(self.comm, value)

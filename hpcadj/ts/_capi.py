@@ -197,16 +197,17 @@ def _local_size(handle) -> int:
 
 
 def stage_arrays(ts, count: int) -> list:
-    """Copies of this rank's entries of the TS's first ``count`` stage Vecs (TSGetStages), one
+    """Copies of this rank's entries of the TS's first ``count`` stage Vecs (TSGetStages): one
     ``VecGetArrayRead`` and one copy each."""
     import numpy as np
 
     dtype = np.dtype(petsc().ScalarType)
+    handles = stage_handles(ts)[:count]
+    n = _local_size(ctypes.c_void_p(handles[0])) if handles else 0  # stages are duplicates of one Vec
     out = []
-    for handle in stage_handles(ts)[:count]:
+    ptr = ctypes.c_void_p()
+    for handle in handles:
         vec = ctypes.c_void_p(handle)
-        n = _local_size(vec)
-        ptr = ctypes.c_void_p()
         _call("VecGetArrayRead", vec, ctypes.byref(ptr))
         try:
             if n and not ptr.value:
@@ -218,24 +219,28 @@ def stage_arrays(ts, count: int) -> list:
     return out
 
 
-def set_stage_arrays(ts, arrays) -> None:
-    """Write ``arrays`` (this rank's entries, one per stage, in order) into the TS's stage Vecs."""
-    import numpy as np
-
-    dtype = np.dtype(petsc().ScalarType)
+def place_stages(ts, arrays) -> list[int]:
+    """``VecPlaceArray`` the arrays (this rank's entries, contiguous, of the scalar type and the stage's
+    local size; the caller keeps them alive) into the TS's first stage Vecs: no copy. Returns the handles
+    placed, for :func:`reset_stages` right after the step that reads them."""
     handles = stage_handles(ts)
     if len(arrays) > len(handles):
         raise RuntimeError(f"{len(arrays)} stages given, the TS has {len(handles)}")
-    for handle, array in zip(handles, arrays):
-        vec = ctypes.c_void_p(handle)
-        n = _local_size(vec)
-        src = np.ascontiguousarray(array, dtype=dtype).reshape(-1)
-        if src.size != n:
-            raise RuntimeError(f"a stage of {src.size} entries on this rank for a stage Vec of {n}")
-        ptr = ctypes.c_void_p()
-        _call("VecGetArrayWrite", vec, ctypes.byref(ptr))
-        try:
-            if n:
-                np.frombuffer((ctypes.c_char * (n * dtype.itemsize)).from_address(ptr.value), dtype)[...] = src
-        finally:
-            _call("VecRestoreArrayWrite", vec, ctypes.byref(ptr))
+    placed = []
+    try:
+        for handle, array in zip(handles, arrays):
+            n = _local_size(ctypes.c_void_p(handle))
+            if array.size != n or not array.flags.c_contiguous:
+                raise RuntimeError(f"a stage of {array.size} entries on this rank for a stage Vec of {n}")
+            _call("VecPlaceArray", ctypes.c_void_p(handle), ctypes.c_void_p(array.ctypes.data))
+            placed.append(handle)
+    except BaseException:
+        reset_stages(placed)
+        raise
+    return placed
+
+
+def reset_stages(handles) -> None:
+    """``VecResetArray``: the stage Vecs get their own arrays back (after :func:`place_stages`)."""
+    for handle in handles:
+        _call("VecResetArray", ctypes.c_void_p(handle))

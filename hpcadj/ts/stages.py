@@ -5,7 +5,7 @@ reverses (not the last one for a tableau with the FSAL property) and nothing els
 run. Without them the adapter re-runs the step from u_i before each adjoint step. Declared as the
 model's adjoint data (:meth:`~hpcadj.models.base.Stepper.adjoint_data_layout`), they are copied out
 of the TS right after the step (``TSGetStages``, as PETSc's own memory trajectory keeps them when it
-is not ``solution_only``) and copied back in before ``TSAdjointStep``: the same bits, so the gradient
+is not ``solution_only``) and placed back in before ``TSAdjointStep`` (``VecPlaceArray``, no copy): the same bits, so the gradient
 is bitwise the one from a recomputed step and ``TSAdjointSolve``'s. Y_0 is u_i (explicit RK copies
 the solution into it), so the stand-in state of a step reversed from its data is a copy of Y_0.
 
@@ -56,18 +56,23 @@ class StageData:
         return {f"stage{k}": a.reshape(shape) for k, a in enumerate(arrays)}
 
     def adjoint_data_state(self, i: int, data):
-        """u_i as Y_0 holds it; the next :meth:`adjoint_step` of step i given this Vec fills the TS's
-        stages from ``data`` instead of re-running the step."""
+        """u_i as Y_0 holds it; the next :meth:`adjoint_step` of step i given this Vec reads the TS's stages
+        from ``data`` instead of re-running the step."""
+        import numpy as np
+
         vec = self._u0.duplicate()
         vec.getArray()[...] = data["stage0"].reshape(-1)
-        self._from_data = (i, weakref.ref(vec), [data[f"stage{k}"] for k in range(self._stages_read)])
+        dtype = vec.getArray(readonly=True).dtype
+        stages = [np.ascontiguousarray(data[f"stage{k}"], dtype=dtype).reshape(-1) for k in range(self._stages_read)]
+        self._from_data = (i, weakref.ref(vec), stages)
         return vec
 
-    def _fill_stages_from_data(self, i: int, u) -> bool:
-        """Put step i's stored stages in the TS if ``u`` is the stand-in built from them; False otherwise."""
+    def _stored_stages(self, i: int, u):
+        """(stage Vec handles, arrays) with step i's stored stages placed in the TS (no copy) if ``u`` is the
+        stand-in built from them, else None. The arrays must outlive the adjoint step; then
+        ``_capi.reset_stages(handles)``."""
         held, self._from_data = self._from_data, None
         if held is None or held[0] != i or held[1]() is not u:
-            return False
+            return None
         self._stages_changed()
-        _capi.set_stage_arrays(self.ts, held[2])
-        return True
+        return _capi.place_stages(self.ts, held[2]), held[2]

@@ -368,6 +368,7 @@ class TSStepper(StageData, AdaptiveSteps, Stepper):
     def _adjoint(self, i: int, t_i: float, t_next: float, dt: float, u, u_next, lam, mu) -> None:
         """PETSc's ``TSAdjointStep`` from t_next back to t_i: λ in ``lam`` (in place), μ added to ``mu``."""
         ts = self.ts
+        stored = None           # (stage handles, the arrays placed in them) when reversing from stored stages
         if self._endpoint:
             u_next.copy(self._sol)
             ts.setSolution(self._sol)
@@ -380,9 +381,11 @@ class TSStepper(StageData, AdaptiveSteps, Stepper):
             stage = u_next.copy()
             stage.axpby(1.0 - self._theta, self._theta, u)      # θ u_{i+1} + (1 - θ) u_i
             _capi.vec_copy_into(stage, _capi.stage_handles(ts)[0])
-        elif not self._fill_stages_from_data(i, u):
-            u.copy(self._sol)
-            self._take_step(i, self._sol, dt, t=t_i)
+        else:
+            stored = self._stored_stages(i, u)
+            if stored is None:
+                u.copy(self._sol)
+                self._take_step(i, self._sol, dt, t=t_i)
         ts.setTime(t_next)
         ts.setTimeStep(t_i - t_next)
         ts.setStepNumber(i + 1)
@@ -390,7 +393,11 @@ class TSStepper(StageData, AdaptiveSteps, Stepper):
             ts.setCostGradients([lam], [mu])
         else:
             ts.setCostGradients([lam])
-        ts.adjointStep()
+        try:
+            ts.adjointStep()
+        finally:
+            if stored is not None:
+                _capi.reset_stages(stored[0])
 
     def initial_adjoint(self, lam0, grad) -> None:
         grad[CONTROL_U0].axpy(1.0, lam0)

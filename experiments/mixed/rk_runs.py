@@ -189,6 +189,43 @@ def _same_vecs(comm, got, ref) -> bool:
                 and np.array_equal(_gathered(comm, got[1]), _gathered(comm, ref[1])))
 
 
+def tables(path: str) -> None:
+    """The README's tables (markdown) from the rows in ``path``."""
+    rows = [json.loads(line) for line in open(path)]
+    print("| grid, ranks, n | TSAdjointSolve wall (s) | mixed store-all wall (s) | wall ratio: median, best-of | "
+          "CPU ratio median | today's store-all CPU ratio | data check (s) | TSStep calls (PETSc / mixed / today) "
+          "| bitwise | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    keys = sorted({(r["grid"], r["ranks"], r["n"]) for r in rows if r["part"] == "store-all"},
+                  key=lambda k: (int(k[0].split("x")[0]), k[1]))
+    for key in keys:
+        rs = [r for r in rows if r["part"] == "store-all" and (r["grid"], r["ranks"], r["n"]) == key]
+        med = statistics.median
+        states = [r["states_cpu_ratio"] for r in rs if "states_cpu_ratio" in r]
+        print(f"| {key[0]}, {key[1]}, {key[2]} | {med(r['petsc_s'] for r in rs):.2f} | {med(r['mixed_s'] for r in rs):.2f} "
+              f"| {med(r['mixed_ratio'] for r in rs):.3f}, "
+              f"{min(r['mixed_s'] for r in rs) / min(r['petsc_s'] for r in rs):.3f} "
+              f"| {med(r['mixed_cpu_ratio'] for r in rs):.3f} | {f'{med(states):.3f}' if states else '-'} "
+              f"| {med(r['check_s'] for r in rs):.2f} | {rs[0]['petsc_steps']} / {rs[0]['mixed_steps']} / "
+              f"{rs[0].get('states_steps', '-')} | {all(r['mixed_bitwise'] and r.get('states_bitwise', True) for r in rs)} "
+              f"| {rs[0]['load_before'][0]:.1f}-{rs[-1]['load_after'][0]:.1f} ({len(rs)} repeats) |")
+    print()
+    print("| grid, ranks | budget (of store-all's stage bytes) | mixed: TSStep calls (plan's), wall, CPU (s) "
+          "| data / restart writes | today: plan, TSStep calls, wall, CPU (s) | PETSc max_cps_ram N | bitwise | load |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in (r for r in rows if r["part"] == "budget"):
+        own = {o["memory_type"]: o for o in rows if o["part"] == "petsc-own" and o["fraction"] == r["fraction"]
+               and o["ranks"] == r["ranks"] and o["grid"] == r["grid"] and o["when"] == r["when"]}
+        petsc_text = "; ".join(f"{t}: {o['outcome'] if o['outcome'] != 'ran' else 'stores every step, ' + str(o['steps']) + ' TSStep'}"
+                               for t, o in own.items())
+        plan = f"{'revolve' if r['today_slots'] < r['n'] - 1 else 'store-all'} {r['today_slots']} states"
+        print(f"| {r['grid']}, {r['ranks']} | {r['fraction']} ({r['budget_states']:.0f} states) | {r['mixed_steps']} "
+              f"({r['mixed_plan_steps']}), {r['mixed_s']:.2f}, {r['mixed_cpu_s']:.2f} | {r['data_writes']} / "
+              f"{r['restart_writes']} | {plan}, {r['today_steps']}, {r['today_s']:.2f}, {r['today_cpu_s']:.2f} "
+              f"| N = {next(iter(own.values()))['max_cps_ram'] if own else '-'}: {petsc_text} "
+              f"| {r['mixed_bitwise'] and r['today_bitwise']} | {r['load_before'][0]:.1f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grid", type=int, default=128)
@@ -199,7 +236,11 @@ def main() -> None:
     parser.add_argument("--states", action="store_true", help="also today's store-all of states (steps re-run)")
     parser.add_argument("--out", default=str(HERE / "rk_runs.jsonl"), help="rows appended here (JSON lines)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--tables", metavar="FILE", help="print the README's tables from FILE's rows, run nothing")
     args = parser.parse_args()
+    if args.tables:
+        tables(args.tables)
+        return
     if args.worker:
         worker(args)
         return

@@ -10,6 +10,7 @@ tests/mpi/ is collected only inside mpirun (see test_mpi_suites.py).
 
 from __future__ import annotations
 
+import gc
 import inspect
 import json
 import os
@@ -107,6 +108,16 @@ def pytest_collection_modifyitems(config, items):
     for index, item in enumerate(items):
         first.setdefault(unit_of[item], index)
     items.sort(key=lambda item: (cost[unit_of[item]], first[unit_of[item]], -_nranks(item)))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    """Collect, then freeze what is alive before a test's body (imports, fixtures, earlier tests'
+    survivors): every full collection the test's runs make (each session ends with one) then scans only
+    the objects made since, not this process's whole heap (30-100 ms a collection, half the CPU time of
+    the second-order and inversion modules)."""
+    gc.collect()
+    gc.freeze()
 
 
 #: what a unit-tier test may not launch: MPI jobs, the hpcadj command, Python, shells

@@ -10,7 +10,7 @@ import pytest
 
 from .helpers import hpcadj
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # its file goes to a worker first
 MiB = 2 ** 20
 #: heat 256x256 on 2 ranks: 256 KiB a state a rank, 20 steps
 SIZE = ["--model", "heat", "--grid", "256x256", "--steps", "20"]

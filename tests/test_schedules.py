@@ -162,11 +162,13 @@ def test_revolve_matches_checkpoint_schedules_on_small_cases():
 
 
 def test_revolve_streams_a_million_steps():
+    """A million-step plan streamed in bounded CPU time (3 s on the 2-core VM; this process's CPU
+    time, not the wall clock, which other work on a shared machine stretches)."""
     import time
-    start = time.perf_counter()
+    start = time.process_time()
     count = sum(1 for _ in Revolve(10**6, [20]).actions())
     assert count > 3 * 10**6
-    assert time.perf_counter() - start < 20
+    assert time.process_time() - start < 20
 
 
 # ---- costs --------------------------------------------------------------------------------------------

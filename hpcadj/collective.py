@@ -13,6 +13,7 @@ communicator of its own, and a rank with a problem waits for the others only so 
 from __future__ import annotations
 
 import time
+from .imports import mpi
 
 
 def allgather(comm, value) -> list:
@@ -58,7 +59,6 @@ def any_rank(comm, flag: bool) -> bool:
     """True on every rank if ``flag`` is true on any rank."""
     if comm is None:
         return bool(flag)
-    from .imports import mpi
 
     return bool(comm.allreduce(bool(flag), op=mpi().LOR))
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from .snapshot import Snapshot, SnapshotLayout
 from .imports import h5py
+from .checkpoint.storage.space import METADATA_MARGIN, preallocate, reserve
 
 
 def _write_block(dset, slices, block) -> None:
@@ -67,8 +68,6 @@ def write_fields(path: str, comm, layouts: SnapshotLayout, arrays: Snapshot, att
     so a full file system (or any I/O error) raises the same :class:`WriteError` on every rank,
     with the partial file removed, instead of leaving one rank in a collective call.
     """
-    from .checkpoint.storage.space import METADATA_MARGIN, preallocate, reserve
-
     tmp = f"{path}.partial"
     names = sorted(arrays)
     need = METADATA_MARGIN + sum(int(np.prod(layouts[n].global_shape)) * np.dtype(layouts[n].dtype).itemsize

@@ -44,6 +44,10 @@ from ..snapshot import layout_bytes
 from .data_check import check_adjoint_data
 from .guards import checksum, finite
 from .probes import adjoint_properties
+from ..checkpoint.memory import model_states
+from ..imports import petsc
+from ..models.base import Stepper
+from .verify import random_direction
 
 PROPERTIES = ("step_pure", "inputs_untouched", "snapshot_round_trip", "adjoint_transpose", "adjoint_difference",
               "parameters_used", "describe", "working_set", "advance", "adjoint_data")
@@ -248,8 +252,6 @@ class _Checker:
         return out
 
     def adjoint_transpose(self) -> PropertyResult:
-        from .verify import random_direction
-
         model, tol = self.model, self.tolerance
         rng = np.random.default_rng(self.seed + 7919 * self.comm.rank)
         direction = random_direction(model, self.controls, self.seed)
@@ -352,8 +354,6 @@ def _reset_peak() -> None:
 
 def _release_memory(comm) -> None:
     """Free what can be freed before a baseline: cycles, parked PETSc objects, the heap's free pages."""
-    from ..imports import petsc
-
     gc.collect()
     petsc().garbage_cleanup(comm)
     try:
@@ -366,8 +366,6 @@ def _release_memory(comm) -> None:
 
 def _working_set(model, controls, factory, steps, tolerance) -> PropertyResult:
     """Peak RSS growth of ``steps`` steps and adjoint steps, less what the checker holds, per state."""
-    from ..checkpoint.memory import model_states
-
     comm = model.comm
     declared = model_states(model)
     state = layout_bytes(model.snapshot_layout())
@@ -517,8 +515,6 @@ def check_advance(model, controls=None, *, start: int = 1, lengths=None) -> Prop
 
     ``lengths`` default: 1, 2, T - 1, T, T + 1 and 2T + 1 (T the model's ``tile_depth()``, 4 without
     one) within the model's steps. Collective; the same result on every rank."""
-    from ..models.base import Stepper
-
     if type(model).advance is Stepper.advance:
         return PropertyResult("advance", NOT_CHECKED, "the model has no advance of its own (the default loops step)")
     depth = int(model.tile_depth()) if hasattr(model, "tile_depth") else 4

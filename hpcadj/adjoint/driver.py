@@ -31,6 +31,7 @@ from ..snapshot import layout_bytes
 from .advances import AdvanceRuns
 from .data_actions import DataActions
 from .guards import InputModified, NonFinite, checksum, finite
+from ..imports import mpi, petsc
 
 
 INJECT_KILL = "HPCADJ_INJECT_KILL"
@@ -296,7 +297,6 @@ class Driver(AdvanceRuns, DataActions):
         """The bitwise OR of every rank's ``flags`` (one small reduction)."""
         if self.comm is None or self.comm.size == 1:
             return flags
-        from ..imports import mpi
 
         return int(self.comm.allreduce(int(flags), op=mpi().BOR))
 
@@ -432,8 +432,6 @@ class Driver(AdvanceRuns, DataActions):
         there, on some ranks and not others. Here it runs on the solver thread every
         ``GC_EVERY`` calls, at the same points of the plan on every rank.
         """
-        from ..imports import petsc
-
         self._gc_calls += 1
         if self._gc_calls % self.GC_EVERY == 0:
             gc.collect(2 if self._gc_calls % (64 * self.GC_EVERY) == 0 else 1)

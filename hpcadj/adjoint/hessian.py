@@ -32,6 +32,7 @@ from ..checkpoint.storage import RamLevel
 from ..snapshot import layout_global_bytes
 from ..models.base import Stepper
 from .driver import Driver, GradientResult
+from .session import GradientSession
 
 PREFIX = "d_"
 
@@ -284,8 +285,6 @@ class HessianSession:
 
     def hessian_action(self, controls, v) -> HessianResult:
         """J, dJ/dm and H v at ``controls`` (name -> Vec) for direction ``v`` (name -> Vec)."""
-        from .session import GradientSession
-
         stepper = SecondOrderStepper(self.model, v, gauss_newton=self.gauss_newton)
         session = GradientSession(stepper, self.checkpointing, controls=stepper.composite_controls(controls, v),
                                   **self.session_options)

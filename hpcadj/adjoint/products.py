@@ -12,11 +12,20 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
-from ..checkpoint.memory import MemoryPlan
+from ..checkpoint.memory import MemoryPlan, budget_from_environment, process_rss_bytes
 from ..models.base import Stepper
 from .driver import Driver, GradientResult
 from .hessian import (HessianResult, NoTangent, Pair, SecondOrderStepper, _result, _zero_like, check_model,
                       owned_arrays)
+from ..buffers import release_idle_buffers
+from ..checkpoint.budget import budget_slots
+from ..checkpoint.manager import CheckpointConfig, build_levels, snapshot_slot_bytes
+from ..checkpoint.options import Checkpointing, ConfigError
+from ..checkpoint.provision import Declared, provision
+from ..checkpoint.storage import LocalLevel
+from ..collective import any_rank
+from ..imports import petsc
+from ..snapshot import FieldLayout, layout_bytes
 
 #: what a product's reverse sweep holds beyond a gradient driver's states: its adjoint is the pair
 #: (lambda, dlambda), two states where the driver's count has one (held and built)
@@ -56,12 +65,6 @@ def plan_products(model, *, gauss_newton: bool = False, ram=None, memory=None, l
     (``memory``, naming the least budget that would do) when nothing fits. Without ``memory``,
     ``$HPCADJ_MEMORY`` or SLURM's budget applies, as for a gradient session.
     """
-    from ..checkpoint.budget import budget_slots
-    from ..checkpoint.memory import budget_from_environment
-    from ..checkpoint.manager import snapshot_slot_bytes
-    from ..checkpoint.options import Checkpointing, ConfigError
-    from ..checkpoint.provision import provision
-
     check_model(model, gauss_newton)
     comm, n = model.comm, model.n_steps
     budgeted = memory is not None or budget_from_environment(os.environ) is not None
@@ -109,9 +112,6 @@ def _declared(model, composite, mode: str, n: int):
     model state a slot) beside the composite's working set, the pair adjoint and the kept states;
     in ``recompute`` mode the composite run (a pair a slot). Six control-sized sets: the composite's
     m and v, dJ/dm and H v, the products' copies of m and of dJ/dm."""
-    from ..checkpoint.provision import Declared
-    from ..snapshot import FieldLayout, layout_bytes
-
     comm = model.comm
     controls = 3 * layout_bytes(model.control_layout())
     sets = {"controls": FieldLayout((controls * comm.size,), (controls * comm.rank,), (controls,), "uint8")}
@@ -140,9 +140,6 @@ def settled_rss(comm) -> int:
     (the baseline a budget's slots are counted from). Collective."""
     import gc
 
-    from ..checkpoint.memory import process_rss_bytes
-    from ..imports import petsc
-    from ..buffers import release_idle_buffers
 
     gc.collect()
     petsc().garbage_cleanup(comm)
@@ -152,8 +149,6 @@ def settled_rss(comm) -> int:
 
 def _same_controls(model, a: dict, b: dict) -> bool:
     """Whether the controls ``a`` and ``b`` hold the same bytes on every rank (collective)."""
-    from ..collective import any_rank
-
     mine = owned_arrays(model, a), owned_arrays(model, b)
     differ = set(mine[0]) != set(mine[1]) or any(
         mine[0][k].tobytes() != mine[1][k].tobytes() for k in mine[0])
@@ -171,8 +166,6 @@ class _StateStore:
         self.model = model
         self.vecs, self.level, self.cache = [], None, {}
         if local_dir is not None:
-            from ..checkpoint.storage import LocalLevel
-
             self.level = LocalLevel(model.n_steps + 1, model.snapshot_layout(), model.comm,
                                     local_dir=local_dir, run_id=run_id, async_io=False, name="hessian-states")
 
@@ -348,8 +341,6 @@ class HessianProducts:
 
     def _forward(self, controls) -> None:
         """The forward sweep at ``controls``: J, and the states kept (not in ``recompute`` mode)."""
-        from ..imports import petsc
-
         self.close()
         model = self.model
         self.controls = {k: v.copy() for k, v in controls.items()}
@@ -374,8 +365,6 @@ class HessianProducts:
 
     def close(self) -> None:
         """Free the kept states (and remove their node-local files)."""
-        from ..imports import petsc
-
         if self.states is not None:
             self.states.close()
             self.states = None
@@ -396,8 +385,6 @@ class HessianProducts:
         return out
 
     def _planned(self, v) -> HessianResult:
-        from ..checkpoint.manager import CheckpointConfig, build_levels
-
         model = self.model
         model.set_controls(self.controls)
         reuse = self.gauss_newton and self.gradient is not None
@@ -427,8 +414,6 @@ class HessianProducts:
         return out
 
     def _store_all(self, v) -> HessianResult:
-        from ..imports import petsc
-
         model, n = self.model, self.model.n_steps
         states = self.states.vecs
         stepper = SecondOrderStepper(model, v, gauss_newton=self.gauss_newton)

@@ -8,6 +8,9 @@ rank's, bytes summed over the ranks; a function given ``comm`` is collective ove
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from ..checkpoint.schedules import PlanSummary
+from ..imports import mpi
+from ..telemetry.jsonlog import peak_rss_bytes
 
 
 @dataclass
@@ -42,8 +45,6 @@ def run_summary(model, comm, result, wall_s: float) -> dict:
 
 def level_summary(comm, plans, levels) -> list[dict]:
     """Per level: counts, bytes and seconds (bytes summed over ranks, seconds the slowest rank's)."""
-    from ..imports import mpi
-
     MPI = mpi()
     out = []
     for plan, level in zip(plans, levels):
@@ -62,7 +63,6 @@ def executed_summary(planned, model, result, levels, driver):
     executed: its forward and adjoint steps and advanced runs, each level's writes, reads and peak."""
     if planned.summary is not None or model.n_steps is None:
         return planned.summary
-    from ..checkpoint.schedules import PlanSummary
 
     k = len(planned.plans)
     return PlanSummary(model.n_steps, tuple(p.slots for p in planned.plans), forward_steps=result.forward_steps,
@@ -83,8 +83,6 @@ def advance_summary(comm, planned, driver, summary) -> dict | None:
     (``advance_seconds``) and what the run measured (``measured`` seconds, the slowest rank's,
     ``measured_runs``, ``measured_steps``); None when neither the profile prices advances nor the
     run made any."""
-    from ..imports import mpi
-
     predicted = planned.profile.advance_seconds(summary)
     measured = comm.allreduce(driver.advance_s, op=mpi().MAX)
     if predicted is None and not driver.advance_runs:
@@ -110,8 +108,6 @@ def completed_info(model, comm, result, wall_s: float, planned, checkpointing, l
                    faults: list, durability, restartable: bool, resumed: bool) -> dict:
     """The ``run --json`` object of a complete run (``driver``: the one that ran it), but for what
     :func:`finish_info` adds."""
-    from ..imports import mpi
-
     profile = planned.profile
     info = run_summary(model, comm, result, wall_s)
     info.update(actions=driver.actions_done, faults=list(faults))
@@ -145,9 +141,6 @@ def completed_info(model, comm, result, wall_s: float, planned, checkpointing, l
 
 def finish_info(info: dict, comm, phase_s: dict, notes: list[str]) -> None:
     """Add the phase totals (slowest rank), the peak resident set (largest rank) and the notes."""
-    from ..imports import mpi
-    from ..telemetry.jsonlog import peak_rss_bytes
-
     info["phase_s"] = {k: comm.allreduce(phase_s.get(k, 0.0), op=mpi().MAX) for k in PHASES}
     info["peak_rss_bytes"] = comm.allreduce(peak_rss_bytes(), op=mpi().MAX)
     if notes:

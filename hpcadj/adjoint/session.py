@@ -37,6 +37,8 @@ from .driver import Driver, StopRequested, Unrecoverable
 from .report import Outcome, completed_info, finish_info, log_record, stop_message, write_gradient
 from .runsetup import (Restart, attach_kinds, check_configuration, durable_seconds, open_durability, open_run_directory,
                        recovered_faults)
+from ..imports import mpi, petsc
+from ..telemetry import LogDirError, SweepProgress, Telemetry, open_run_log
 
 __all__ = ["Checkpointing", "ConfigError", "GradientSession", "Outcome", "PlannedRun", "Restart",
            "check_configuration", "compute_gradient_checkpointed", "fmt_bytes", "load_costs", "measure_costs",
@@ -178,7 +180,6 @@ class GradientSession:
             return planned
         if self.log_dir and self.log is None:
             self._open_log(planned)
-        from ..telemetry import Telemetry
 
         self.telemetry = Telemetry(sinks=[self.log] if self.log is not None else [])
         try:
@@ -217,8 +218,6 @@ class GradientSession:
             self._lock.release()
 
     def _open_log(self, planned: PlannedRun) -> None:
-        from ..telemetry import LogDirError, open_run_log
-
         record = log_record(self.record, self.model, self.checkpointing, planned, self.resuming)
         try:
             self.log = open_run_log(self.log_dir, self.comm, record, energy_model=self.energy_model,
@@ -273,7 +272,6 @@ class GradientSession:
             self.log.close({"status": outcome.status})
 
     def _execute(self, planned: PlannedRun, pause: bool = False) -> Outcome:
-        from ..telemetry import SweepProgress
         from ..restart import resume_point
 
         if self._steps is not None:  # the model may have evaluated other controls since
@@ -306,8 +304,6 @@ class GradientSession:
     def _drive(self, planned: PlannedRun, driver, progress, durability, elapsed: float, run) -> Outcome:
         """``run()`` (the driver's run or its proceed), then the levels closed and the run's summary;
         a run paused before its reverse sweep keeps levels, driver and progress for the next call."""
-        from ..imports import mpi
-
         model, comm, levels, ck = self.model, self.comm, self.levels, self.checkpointing
         comm.Barrier()
         t0 = time.perf_counter() - elapsed
@@ -372,8 +368,6 @@ class GradientSession:
         for level in self.levels:
             level.close()
         if self._paused is not None:
-            from ..imports import petsc
-
             self._paused[1].close()
             self._paused = None
             petsc().garbage_cleanup(self.comm)

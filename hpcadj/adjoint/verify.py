@@ -13,6 +13,9 @@ from ..checkpoint.schedules.storeall import StoreAll, store_all_slots
 from ..checkpoint.storage import RamLevel
 from .driver import Driver, GradientResult
 from .hessian import HessianResult, hessian_action
+from ..imports import petsc
+from .products import settled_rss
+from .session import compute_gradient_checkpointed
 
 
 def compute_gradient(stepper, controls, schedule=None, levels=None, telemetry=None) -> GradientResult:
@@ -38,8 +41,6 @@ def compute_gradient(stepper, controls, schedule=None, levels=None, telemetry=No
 def _free_dropped(stepper) -> None:
     """Destroy the states a sweep dropped: petsc4py parks a parallel Vec whose last reference went on
     its communicator's garbage list until ``PETSc.garbage_cleanup`` (collective, as the sweep is)."""
-    from ..imports import petsc
-
     petsc().garbage_cleanup(stepper.comm)
 
 
@@ -257,9 +258,6 @@ def symmetry_test(model, controls, v, w, *, gauss_newton: bool = False) -> tuple
 def gradient_difference(model, controls, direction, eps: float, checkpointing=None) -> dict:
     """(g(m + e v) - g(m - e v)) / 2e, control name -> Vec: H v to O(e^2). The two gradients are
     store-all, or checkpointed sessions under ``checkpointing`` (a memory budget, say)."""
-    from .products import settled_rss
-    from .session import compute_gradient_checkpointed
-
     def gradient(at):
         if checkpointing is None:
             return compute_gradient(model, at).gradient

@@ -36,6 +36,8 @@ from .storage.factory import make_level
 from .storage.base import agree_run_id
 from .storage.local import SCRATCH_PREFIX
 from .manager import CheckpointConfig, LevelPlan
+from ..imports import mpi, petsc
+from ..telemetry import load_model
 
 
 #: back-to-back calls per timed sample of a step or an adjoint step
@@ -44,8 +46,6 @@ BLOCK = 5
 
 def _timed(comm, fn, repeats: int, calls: int = 1) -> float:
     """Median over ``repeats`` of the slowest rank's seconds per call of ``calls`` calls to ``fn()``."""
-    from ..imports import mpi
-
     samples = []
     for _ in range(repeats):
         comm.Barrier()
@@ -72,8 +72,6 @@ def _fill_seconds(comm, nbytes: int, slots: int, repeats: int) -> float:
     MiB may come from such warm pages while the rest costs a host page fault each (seen: 8 ms per
     16 MiB slot for the first 24 of two ranks' slots, 59 ms for the last 8 of 32). Slots beyond the
     probe are priced at the mean of its last quarter."""
-    from ..imports import mpi
-
     probe = max(min(slots, FILL_PROBE_SLOTS, FILL_PROBE_BYTES // max(nbytes, 1)), repeats, 3)
     samples, held = [], []
     for _ in range(probe):
@@ -110,8 +108,6 @@ def advance_cost(model, comm, repeats: int = 3, brief: bool = False) -> AdvanceC
     has none; ``brief``: 2, T and 4T), each from u_0 as a recomputation makes it (the input kept, the
     result freed, ``garbage_cleanup`` after), the slowest rank's median; None for a model whose
     advance is the default loop over ``step``. Collective."""
-    from ..imports import petsc
-
     if not getattr(model, "has_own_advance", lambda: False)() or (model.n_steps or 0) < 2:
         return None
     depth = model.tile_depth() if hasattr(model, "tile_depth") else None
@@ -138,9 +134,6 @@ def calibrate(model, controls, comm, plans: list[LevelPlan], config: CheckpointC
               repeats: int = 3, energy_model=None, warmup: int = 2, brief: bool = False) -> CostProfile:
     """A cost profile for ``model`` with the current ranks and the levels in ``plans`` (``brief``: a
     run's own calibration, fewer advance lengths)."""
-    from ..imports import petsc
-    from ..telemetry import load_model
-
     energy = energy_model if energy_model is not None else load_model(None)
     cores = comm.size
     model.set_controls(controls)
@@ -197,8 +190,6 @@ def _level_cost(plan, layout, comm, config, snapshot, repeats, forward_s, energy
     an asynchronous one writes it without a staging copy). A read is timed as the driver's restore
     runs it: the level's read and the model's ``restore`` of it into a state (a RAM read alone
     returns views and costs nothing; the copy into a state is the cost)."""
-    from ..imports import petsc
-
     def restore(level, step):
         model.restore(level.read(step))
         petsc().garbage_cleanup(comm)

@@ -28,6 +28,10 @@ from ..snapshot import layout_bytes
 from ..levelkinds import LEVEL_NAMES
 from .storage.codec import Codec, parse_codec
 from .storage.compressed import CompressedLevel, PooledLevel, framed_nbytes
+from ..imports import mpi, petsc
+from .memory import process_rss_bytes
+from .schedules.actions import Free, Move, Store
+from .schedules.storeall import store_all_slots
 
 #: slot bytes = probed compressed bytes x this, per codec kind (later states may compress worse than
 #: the probed ones; a lossy codec's size follows the field's detail far more than a lossless one's)
@@ -102,8 +106,6 @@ def codec_footprint(codecs: dict, layout) -> int:
     of this process's resident set over two encode/decode rounds of a synthetic snapshot of
     ``layout``'s local blocks (the allocator pools and buffers a run's codec keeps). Its transient
     buffers during a write or read are counted apart (:data:`~hpcadj.checkpoint.provision.CODEC_STATES`)."""
-    from .memory import process_rss_bytes
-
     if not codecs:
         return 0
     snapshot = {}
@@ -152,8 +154,6 @@ def probe_points(n_steps: int, probe_steps: int | None) -> list[int]:
 
 def probe(model, controls, codecs: dict, comm, probe_steps: int | None = None) -> dict[str, Probe]:
     """Level name -> :class:`Probe` of its codec on the model's first states (collective)."""
-    from ..imports import mpi, petsc
-
     MPI = mpi()
     if not codecs:
         return {}
@@ -219,8 +219,6 @@ def size_curve(sizes, cap: float = float("inf")):
 
 def peak_bytes(actions, level: int, nbytes) -> float:
     """The most bytes level ``level`` holds at once in a plan, a snapshot of u_n taking nbytes(n)."""
-    from .schedules.actions import Free, Move, Store
-
     held, total, peak = {}, 0.0, 0.0
     for a in actions:
         if isinstance(a, Store) and a.level == level or isinstance(a, Move) and a.dst == level:
@@ -245,7 +243,6 @@ def pooled_capacity(plans, index: int, pool_bytes: int, sizes, margin: float, pl
     by byte."""
     from dataclasses import replace
 
-    from .schedules.storeall import store_all_slots
 
     low = plans[index].slots
     if name not in SEARCHED or not sizes:
@@ -289,8 +286,6 @@ def adjusted_profile(profile, plans, probes: dict):
 def summary(comm, levels) -> dict:
     """``run --json``'s ``compression``: per compressed level its codec, ratio (raw/stored bytes
     over all ranks), slot bytes, the largest measured pointwise error and codec seconds."""
-    from ..imports import mpi
-
     MPI = mpi()
     out = {}
     for level in levels:

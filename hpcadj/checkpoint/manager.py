@@ -15,6 +15,8 @@ from .budget import parse_budget
 from ..levelkinds import LEVEL_KINDS
 from .schedules import CostProfile, ScheduleError, make_schedule, store_all_slots
 from .storage.factory import make_level
+from ..imports import mpi
+from .storage.local import purge_node_local
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,6 @@ def build_levels(plans: list[LevelPlan], layout, comm, config: CheckpointConfig,
             level.close()
         raise
     if attach and not any(plan.kind == "local" for plan in plans):  # resumed without --disk
-        from .storage.local import purge_node_local
 
         purge_node_local(comm, config.local_dir, config.run_id)
     return levels
@@ -133,6 +134,4 @@ def make_plan(name: str, n_steps: int, plans: list[LevelPlan], profile: CostProf
 
 
 def _mpi_max():
-    from ..imports import mpi
-
     return mpi().MAX

@@ -28,11 +28,13 @@ from .manager import LevelPlan, level_slots, make_plan, profile_for
 from .memory import (DEFAULT_MODEL_STATES, MemoryPlan, budget_from_environment, least_budget, node_memory_bytes,
                      plan_memory)
 from .options import Checkpointing, ConfigError, fmt_bytes, load_costs, memory_bytes
-from .schedules import CostProfile, simulate
+from .schedules import CostProfile, Multilevel, min_forward_steps, simulate
 from .schedules.storeall import store_all_slots
 from .storage.base import LevelError
 from ..collective import agree_or_raise
 from ..snapshot import FieldLayout, layout_bytes
+from ..imports import mpi
+from .schedules.online_plans import make_online_plan
 
 #: schedules that keep every snapshot on one level: a second budget given with them is never used
 ONE_LEVEL_SCHEDULES = ("store-all", "revolve", "online")
@@ -235,8 +237,6 @@ def provision(model, controls, checkpointing: Checkpointing, *, config=None, bas
 
 
 def _mpi_max():
-    from ..imports import mpi
-
     return mpi().MAX
 
 
@@ -246,8 +246,6 @@ def _online(model, ck: Checkpointing, config) -> PlannedRun:
     Store-all (no budget) keeps up to the model's step bound in RAM; costs come from --costs or
     the defaults (a calibration would take steps of the model, deciding its sequence early).
     """
-    from .schedules.online_plans import make_online_plan
-
     name = ck.schedule or "online"
     if name != "online":
         raise ConfigError(f"--schedule {name} needs the number of steps, which adaptive steps decide as the "
@@ -312,8 +310,6 @@ def _fit_memory(model, plans, ck: Checkpointing, probes: dict, baseline: int, no
     Returns ``(memory, plans, reshaped)``: the :class:`MemoryPlan` (None without a budget), and
     ``reshaped`` True when the budget replaced store-all's RAM level by a smaller one.
     """
-    from ..imports import mpi
-
     MPI = mpi()
     comm, n = model.comm, model.n_steps
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
@@ -358,7 +354,6 @@ def _codec_memory(model, probes: dict, snapshot: int) -> dict:
     """plan_memory's compression terms: a compressed RAM slot's bytes (its worst probed size; the
     pool may then plan more) and the codecs' transient buffers
     (:func:`~hpcadj.checkpoint.compression.codec_memory_bytes`, collective)."""
-    from ..imports import mpi
     from .compression import codec_memory_bytes
 
     if not probes:
@@ -396,8 +391,6 @@ def _ram_within(predicted: MemoryPlan, plans, ck: Checkpointing, budget: int, so
 
 def _check_node(comm, node, claim: int, source: str) -> None:
     """ConfigError when the ranks sharing this node claim more memory than the node holds."""
-    from ..imports import mpi
-
     total = node.allreduce(int(claim))
     capacity, what = node_memory_bytes()
     capacity = node.allreduce(capacity if capacity is not None else -1, op=mpi().MIN)
@@ -496,8 +489,6 @@ def _fill_priced(plans, name: str, n: int, profile: CostProfile, minimize: str, 
     plus ``slots * fill_s``; candidates from the given slots down by :data:`FILL_SEARCH_RATIO`, then
     every count between the best's neighbours (ties keep more slots). Unchanged without a measured
     first touch."""
-    from .schedules import Multilevel, min_forward_steps
-
     ram = next((i for i, p in enumerate(plans) if p.kind == "ram" and p.codec is None), None)
     if ram is None or name not in FILL_PRICED_SCHEDULES or minimize != "time":
         return plans

@@ -30,7 +30,10 @@ import json
 import time
 from dataclasses import dataclass, replace
 
-from ..models.base import begin_evaluation
+from ..models.base import SolverError, begin_evaluation
+from ..adjoint.session import Checkpointing, GradientSession
+from ..buffers import release_idle_buffers
+from ..imports import petsc
 
 POLICIES = ("keep", "gradient", "forward")
 
@@ -71,8 +74,6 @@ class EvaluationCache:
     """
 
     def __init__(self, model, space, checkpointing=None, *, policy: str = "keep"):
-        from ..adjoint.session import Checkpointing
-
         if policy not in POLICIES:
             raise ValueError(f"objective-only policy must be one of {', '.join(POLICIES)}, got {policy!r}")
         self.model, self.space, self.policy = model, space, policy
@@ -166,16 +167,11 @@ class EvaluationCache:
             vec.destroy()
 
     def _session(self, x):
-        from ..adjoint.session import GradientSession
-        from ..buffers import release_idle_buffers
-
         release_idle_buffers()  # the last session's RAM slots, still pooled, are no baseline of this one
         return GradientSession(self.model, self.checkpointing, controls=self.space.unpack(x), run_id=self.run_id)
 
     def _complete(self, session, outcome, key: str, t0: float, counted: int = 0) -> Evaluation:
         """The entry of a finished session; ``counted`` forward steps were counted at its first sweep."""
-        from ..models.base import SolverError
-
         try:
             if outcome.status != "complete":
                 raise SolverError(f"gradient session {outcome.status}: {outcome.message}")
@@ -206,8 +202,6 @@ class EvaluationCache:
 
     def _kept_forward(self, x, key: str) -> Evaluation:
         """J from the session's first sweep; its levels and held states kept for a gradient at ``key``."""
-        from ..models.base import SolverError
-
         t0 = time.perf_counter()
         session = self._session(x)
         try:
@@ -247,8 +241,6 @@ class EvaluationCache:
 
     def _forward(self, x, key: str) -> Evaluation:
         """J from one forward sweep, accumulated in the driver's order (so bitwise the session's J)."""
-        from ..imports import petsc
-
         model = self.model
         begin_evaluation(model)  # adaptive steps: decided afresh at this control, as a session would
         done = getattr(model, "done", None) or (lambda i: i >= model.n_steps)

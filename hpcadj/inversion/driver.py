@@ -16,13 +16,17 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 
-from ..imports import is_number
+from ..imports import is_number, mpi, petsc
 from ..models.base import begin_evaluation
-from ..telemetry.jsonlog import peak_rss_bytes
+from ..telemetry.jsonlog import dumps, iso_time, peak_rss_bytes
 from .cache import EvaluationCache
 from .iterates import IterateError, IterateStore
 from .problem import TaoProblem
 from .space import ControlSpace, Scaling, Tikhonov
+from ..adjoint.products import plan_products, product_options
+from ..collective import any_rank
+from ..telemetry.energy import EnergyMeter
+from .newton import HessianShell
 
 #: TAO types the inversion drives; the Newton types get H v through a shell matrix
 TAO_TYPES = ("lmvm", "blmvm", "bqnls", "nls", "bntr")
@@ -124,8 +128,6 @@ class Inversion:
     def effective_tao_type(self) -> str:
         """The type TAO will use: a ``-tao_type`` among ``tao_options`` or in PETSc's options database
         (``setFromOptions`` applies it over ``tao_type``), else ``tao_type``."""
-        from ..imports import petsc
-
         given = [value for key, value in self.tao_options if key == "-tao_type" and value]
         return given[-1] if given else petsc().Options().getString("tao_type", self.tao_type)
 
@@ -248,8 +250,6 @@ class Inversion:
 
     def _set_from_options(self, tao) -> None:
         """``tao.setFromOptions()`` with ``tao_options`` in PETSc's database for this call only."""
-        from ..imports import petsc
-
         database = petsc().Options()
         for key, value in self.tao_options:
             database.setValue(key, value)
@@ -287,9 +287,7 @@ class Inversion:
     def _hessian(self, tao, space):
         """H v products (hpcadj.inversion.newton.HessianShell) as TAO's Hessian, for nls and bntr:
         planned before TAO starts (a budget no product fits is refused here), and held."""
-        from ..adjoint.products import plan_products, product_options
         from ..restart.rundir import products_run_id
-        from .newton import HessianShell
 
         options = product_options(self.checkpointing)
         held = self._held(space)
@@ -315,8 +313,6 @@ class Inversion:
         return shell
 
     def _stop_check(self, t_start: float):
-        from ..collective import any_rank
-
         def check():
             asked = bool(self.should_stop()) if self.should_stop is not None else False
             late = self.time_limit is not None and time.perf_counter() - t_start > self.time_limit
@@ -327,8 +323,6 @@ class Inversion:
     def _meter(self):
         """The energy meter, restarted for the next iterate (one meter: its node communicator is
         split once per solve, not once per iterate)."""
-        from ..telemetry.energy import EnergyMeter
-
         if getattr(self, "_energy", None) is None:
             self._energy = EnergyMeter(self.comm, interval_s=None, nvml=False)
         self._energy.start()
@@ -363,7 +357,6 @@ class Inversion:
     def _write_log(self, record: dict) -> None:
         if self.log is None or self.comm.rank != 0:
             return
-        from ..telemetry.jsonlog import dumps, iso_time
 
         parent = os.path.dirname(os.path.abspath(self.log))
         os.makedirs(parent, exist_ok=True)
@@ -450,6 +443,4 @@ def _release_before_evaluations(cache, shell) -> None:
 
 
 def _max_op():
-    from ..imports import mpi
-
     return mpi().MAX

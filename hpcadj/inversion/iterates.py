@@ -26,6 +26,8 @@ import json
 import os
 
 import numpy as np
+from ..imports import h5py
+from ..telemetry.jsonlog import dumps, write_json_atomic
 
 STATE = "inversion.json"
 
@@ -106,7 +108,6 @@ class IterateStore:
         previous = self._read_state(quiet=True) if self.comm.rank == 0 else None
         if self.comm.rank == 0:
             from ..restart.rundir import json_crc32
-            from ..telemetry.jsonlog import dumps, write_json_atomic
 
             state = json.loads(dumps({"identity": self.identity, "iteration": iteration, "controls_file": name,
                                       "controls_sha256": _sha256(path), "last": record, "history": history}))
@@ -167,8 +168,6 @@ class IterateStore:
         return state, self._read_controls(path, like)
 
     def _read_controls(self, path: str, like: dict) -> dict:
-        from ..imports import h5py
-
         layouts = self.model.control_layout()
         out, problem = {}, None
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..adjoint.products import HessianProducts
+from ..imports import petsc
 
 
 class HessianShell:
@@ -35,8 +36,6 @@ class HessianShell:
 
     def matrix(self):
         """The shell Mat (collective); :meth:`close` destroys it."""
-        from ..imports import petsc
-
         vec = self.space.vec
         sizes = (vec.getLocalSize(), vec.getSize())
         self.mat = petsc().Mat().createPython((sizes, sizes), context=self, comm=vec.getComm())

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from ..models.base import SolverError
+from ..imports import petsc
 
 
 class Trials:
@@ -84,8 +85,6 @@ class TaoProblem:
 
     def tao(self, comm, tao_type: str, x):
         """A TAO of ``tao_type`` on ``comm`` asking this problem for f and g, starting at ``x``."""
-        from ..imports import petsc
-
         tao = petsc().TAO().create(comm=comm)
         tao.setType(tao_type)
         tao.setObjective(self.objective)
@@ -96,8 +95,6 @@ class TaoProblem:
 
     def set_bounds(self, tao, bounds: dict) -> None:
         """``bounds`` (control -> (low, high), None for none) as TAO's variable bounds, in y."""
-        from ..imports import petsc
-
         PETSc = petsc()
         lower = self.space.fill({k: v[0] for k, v in bounds.items() if v[0] is not None}, PETSc.NINFINITY)
         upper = self.space.fill({k: v[1] for k, v in bounds.items() if v[1] is not None}, PETSc.INFINITY)

@@ -30,6 +30,14 @@ import numpy as np
 
 from .cache import Evaluation, EvaluationCache, control_hash
 from .driver import Inversion, InversionError
+from ..adjoint.session import ConfigError, GradientSession
+from ..buffers import release_idle_buffers
+from ..checkpoint.storage import resolve_local_dir
+from ..collective import any_rank
+from ..imports import mpi, petsc
+from ..models.base import SolverError
+from ..telemetry.energy import EnergyMeter
+from .iterates import STATE
 
 
 class ShotLayoutError(InversionError):
@@ -63,8 +71,6 @@ class ShotLayout:
     in order) and ``slots`` (the most shots any group runs). Collective over ``comm``."""
 
     def __init__(self, comm, n_shots: int, ranks_per_shot: int = 1):
-        from ..imports import mpi
-
         check_layout(comm.size, n_shots, ranks_per_shot)
         self.comm, self.n_shots, self.ranks_per_shot = comm, n_shots, ranks_per_shot
         hosts = comm.allgather(mpi().Get_processor_name())
@@ -112,8 +118,6 @@ class ShotProblem:
     on every rank; not how groups lie on nodes, so a resume may run on other nodes."""
 
     def __init__(self, layout: ShotLayout, factory):
-        from ..models.base import SolverError
-
         self.layout, self.comm = layout, layout.shot_comm
         self.models, problem = {}, None
         try:
@@ -202,8 +206,6 @@ class ShotEvaluations(EvaluationCache):
 
         The kept controls are hashed again first, in every group: if any group's changed in place
         since the first sweeps, every group's levels are discarded and whole sessions run."""
-        from ..collective import any_rank
-
         kept = entry.session
         changed = control_hash(self.comm, kept.controls, self.configuration) != entry.key
         if any_rank(self.layout.comm, changed):
@@ -314,9 +316,6 @@ class ShotEvaluations(EvaluationCache):
     def _calibrate(self, controls):
         """Shot 0's session planned first (calibrating the costs when its plan needs them) and its
         profile handed to every group: one profile, one plan for all shots. Shot 0's session, to run."""
-        from ..adjoint.session import GradientSession
-        from ..buffers import release_idle_buffers
-
         layout, session, profile, problem = self.layout, None, None, None
         if layout.group == 0:
             try:
@@ -338,8 +337,6 @@ class ShotEvaluations(EvaluationCache):
 
     def _checkpointing(self, shot: int):
         """Shot ``shot``'s own levels: node-local files under ``shot-KKK/``, its own HDF5 file."""
-        from ..checkpoint.storage import resolve_local_dir
-
         ck = self.checkpointing
         changes = {}
         if ck.disk is not None:
@@ -361,10 +358,6 @@ class ShotEvaluations(EvaluationCache):
     def _shot_gradient(self, shot: int, controls: dict, out, session=None) -> tuple[float, int, int]:
         """Shot ``shot``'s checkpointed session: its packed gradient into ``out``; (J, forward steps,
         adjoint steps)."""
-        from ..adjoint.session import GradientSession
-        from ..models.base import SolverError
-        from ..buffers import release_idle_buffers
-
         ck = self._checkpointing(shot)
         if session is None:
             # the pools of this rank's shot models still hold the last session's RAM slots: freed
@@ -391,10 +384,6 @@ class ShotEvaluations(EvaluationCache):
     def _shot_kept(self, shot: int, controls: dict, keeping: KeptShots, session=None) -> tuple[float, int]:
         """Shot ``shot``'s first sweep with its plan's stores, the session kept in ``keeping`` for a
         reverse sweep; (J, forward steps)."""
-        from ..adjoint.session import GradientSession
-        from ..models.base import SolverError
-        from ..buffers import release_idle_buffers
-
         ck = self._checkpointing(shot)
         if ck.local_dir and ck.local_dir != self.checkpointing.local_dir:
             keeping.dirs.append(ck.local_dir)
@@ -414,8 +403,6 @@ class ShotEvaluations(EvaluationCache):
 
     def _shot_forward(self, shot: int, controls: dict) -> float:
         """Shot ``shot``'s J from one forward sweep, accumulated as the session accumulates it."""
-        from ..imports import petsc
-
         model = self.problem.models[shot]
         model.set_controls(controls)
         u = model.initial_state()
@@ -438,9 +425,6 @@ def _describe_error(exc) -> tuple[str, str] | None:
 
 def _raise_agreed(own, found: list) -> None:
     """Raise this rank's own error, else the first failing group's as the same kind (one line)."""
-    from ..adjoint.session import ConfigError
-    from ..models.base import SolverError
-
     if own is not None:
         raise own
     kind, text = found[0]
@@ -461,16 +445,12 @@ class GroupInversion(Inversion):
         self.job_comm = problem.layout.comm
 
     def _meter(self):
-        from ..telemetry.energy import EnergyMeter
-
         if getattr(self, "_energy", None) is None:
             self._energy = EnergyMeter(self.job_comm, interval_s=None, nvml=False)
         self._energy.start()
         return self._energy
 
     def _record(self, *args, **kwargs) -> dict:
-        from ..imports import mpi
-
         record = super()._record(*args, **kwargs)
         record["ranks"] = self.job_comm.size
         record["max_rss_bytes"] = self.job_comm.allreduce(record["max_rss_bytes"], op=mpi().MAX)
@@ -501,8 +481,6 @@ class ShotInversion:
         self.evaluations: ShotEvaluations | None = None
 
     def solve(self):
-        from ..collective import any_rank
-
         if self.time_limit is not None and not (self.time_limit > 0):
             raise InversionError(f"--time-limit must be a positive number of seconds, got {self.time_limit}")
         layout = self.layout = self.layout or ShotLayout(self.comm, self.n_shots, self.ranks_per_shot)
@@ -539,8 +517,6 @@ class ShotInversion:
     def _check_run_dir(self) -> None:
         """A run directory's refusal (another inversion there, no --resume) made on every group alike:
         only group 0 writes it."""
-        from .iterates import STATE
-
         problem = None
         if self.run_dir and not self.resume and self.comm.rank == 0 and \
                 os.path.exists(os.path.join(self.run_dir, STATE)):

@@ -9,14 +9,14 @@ and unpacking move no data between ranks. Controls not inverted stay fixed at th
 from __future__ import annotations
 
 import numpy as np
+from ..collective import any_rank
+from ..imports import petsc
 
 
 class ControlSpace:
     """``invert`` (names) out of ``controls`` (name -> Vec, the starting point and the fixed rest)."""
 
     def __init__(self, controls: dict, invert):
-        from ..imports import petsc
-
         self.controls = controls
         self.names = list(invert)
         unknown = [n for n in self.names if n not in controls]
@@ -101,8 +101,6 @@ class Scaling:
     """
 
     def __init__(self, space: ControlSpace, weights: dict):
-        from ..collective import any_rank
-
         unknown = [n for n in weights if n not in space.names]
         if unknown:
             raise ValueError(f"cannot scale {', '.join(unknown)}: the inverted controls are {', '.join(space.names)}")

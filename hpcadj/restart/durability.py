@@ -7,6 +7,9 @@ import time
 from ..runstate import RunObserver
 from ..levelkinds import DURABLE_KINDS
 from .rundir import RunDirectory
+from ..checkpoint.schedules.actions import Advance, EndForward, Store
+from ..checkpoint.storage.base import LevelError
+from ..checkpoint.storage.survey import survey
 
 #: the mean time between failures ``--durable-interval auto`` assumes for a job (seconds)
 DEFAULT_MTBF_S = 4 * 3600.0
@@ -26,8 +29,6 @@ def predicted_durable_seconds(schedule, plans, profile, every: int, interval: fl
     of ``makespan_s`` (Young's interval for ``None``). Each costs a write and a read-back (the
     checksums) of one snapshot on the dearest durable level of ``profile``, the HDF5 one when present.
     """
-    from ..checkpoint.schedules.actions import Advance, EndForward, Store
-
     kinds = [p.kind for p in plans]
     costs = {lv.name: lv for lv in profile.levels}
     durable = [costs[p.name] for p in plans if p.kind in DURABLE_KINDS and p.name in costs]
@@ -99,9 +100,6 @@ class Durability(RunObserver):
 
     def _durable_snapshots(self) -> dict:
         """Flush the durable levels and list their complete snapshots (the same on every rank)."""
-        from ..checkpoint.storage.base import LevelError
-        from ..checkpoint.storage.survey import survey
-
         out = {}
         for level in self.levels:
             if level.kind in DURABLE_KINDS:

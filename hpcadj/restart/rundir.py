@@ -19,6 +19,8 @@ from ..collective import agree_or_raise
 from ..fieldio import verify_fields, write_fields
 from ..imports import h5py
 from .identity import identity_mismatch, trajectory_refusal
+from ..checkpoint.storage.local import purge_node_local
+from ..checkpoint.storage.pfs_attach import remove_dead_file
 
 MANIFEST = "manifest.json"
 #: the level files a run owns outside its directory (run id, node-local base, HDF5 path)
@@ -487,9 +489,6 @@ def remove_owned(comm, record: dict | None, local_dir: str | None = None, pfs_fi
     where a level of that run put them, by default the recorded ones; an HDF5 file that no longer
     opens is taken as the run's only where ``record`` claims the path). Collective; what went, and
     the recorded hosts this job cannot reach (their node-local files stay there), for a report."""
-    from ..checkpoint.storage.local import purge_node_local
-    from ..checkpoint.storage.pfs_attach import remove_dead_file
-
     if not record:
         return []
     notes, hosts, base = [], _hosts(comm), None

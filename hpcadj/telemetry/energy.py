@@ -21,6 +21,7 @@ import socket
 import subprocess
 import threading
 from dataclasses import dataclass
+from ..imports import mpi
 
 DEFAULT_POWERCAP_ROOT = "/sys/class/powercap"
 #: how often the node's reader samples RAPL so that a counter cannot wrap twice between samples
@@ -208,8 +209,6 @@ class EnergyMeter:
                  interval_s: float | None = DEFAULT_INTERVAL_S):
         self.comm = comm
         if comm is not None:
-            from ..imports import mpi
-
             self.node_comm = comm.Split_type(mpi().COMM_TYPE_SHARED, key=comm.rank)
             self.is_reader = self.node_comm.rank == 0
         else:

@@ -32,6 +32,7 @@ import warnings
 
 from .energy import DEFAULT_POWERCAP_ROOT, EnergyMeter
 from .energy_model import EnergyModel, best_energy, level_kind_map, load_model, model_run_energy
+from .. import __version__
 
 SCHEMA = "hpcadj-telemetry/1"
 RUN_FILE = "run.json"
@@ -63,8 +64,6 @@ def job_info() -> dict:
 
 def stack_versions() -> dict:
     """Versions of hpcadj, Python, numpy and of the PETSc/MPI/HDF5 modules already loaded."""
-    from .. import __version__
-
     versions = {"hpcadj": __version__, "python": sys.version.split()[0]}
     numpy = sys.modules.get("numpy")
     if numpy is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from ..imports import petsc
 
 
 @dataclass
@@ -33,8 +34,6 @@ class Telemetry:
     def _petsc_event(self, phase: str):
         event = self._events.get(phase)
         if event is None:
-            from ..imports import petsc
-
             event = petsc().Log.Event(f"hpcadj:{phase}")
             self._events[phase] = event
         return event

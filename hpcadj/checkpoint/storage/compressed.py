@@ -24,6 +24,7 @@ from ...snapshot import FieldLayout, Snapshot, SnapshotLayout, mapped_empty
 from ...collective import any_rank
 from .base import CorruptSnapshot, Level, LevelError, kept_by
 from .codec import Codec, CodecError, EncodedBlock, encode_snapshot, scratch_bytes
+from ...imports import mpi
 
 #: slot frame: magic, <u8 payload length, <u4 field count; then per field <u2 name length, name, <u8 length
 _FRAME = struct.Struct("<8sQI")
@@ -381,7 +382,6 @@ class PooledLevel(Level):
         pool holds at that size, every other held snapshot is dropped first (collective). Returns
         how many were dropped."""
         before = len(self.dropped)
-        from ...imports import mpi
 
         largest = self.largest if self.comm is None else self.comm.allreduce(self.largest, op=mpi().MAX)
         each = max(1, int(largest * self.margin))

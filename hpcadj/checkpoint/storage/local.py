@@ -40,6 +40,7 @@ from ...snapshot import Snapshot, SnapshotLayout
 from .aio import QueuedLevel, Transport
 from .base import CorruptSnapshot, LevelError, agree_run_id
 from .checksum import ALGORITHM, block_checksum
+from ...imports import mpi
 
 #: run ids of scratch levels (calibration): swept by any later node-local level once their owner died
 SCRATCH_PREFIX = "calibrate-"
@@ -166,8 +167,6 @@ class RankFiles(Transport):
         are removed, and what went is reported in ``attach_note`` and returned: (snapshot files,
         bytes) over all nodes.
         """
-        from ...imports import mpi
-
         node = self.comm.Split_type(mpi().COMM_TYPE_SHARED) if self.comm is not None else None
         removed = [0, 0]
         if node is None or node.rank == 0:

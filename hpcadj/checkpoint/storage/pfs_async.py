@@ -41,6 +41,7 @@ from .base import LevelError, WriteFailed, kept_by
 from .checksum import block_checksum
 from .pfs import H5File, open_h5, read_checked
 from .rawio import RawFile, file_runs
+from ...imports import mpi
 
 
 class CommittedRaw(Transport):
@@ -239,8 +240,6 @@ class AsyncPfsLevel(QueuedLevel):
                  prefetch_depth: int = 1, run_id: str | None = None, keep: bool = False,
                  fsync: bool = False, collective: str = "auto", name: str = "pfs",
                  attach: bool = False, async_io: bool = True):
-        from ...imports import mpi
-
         if comm is None:
             comm = mpi().COMM_WORLD
         if not layout:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator, Sequence
 
-from .actions import Action, Adjoint, Advance, EndForward, Free
+from .actions import Action, Adjoint, Advance, EndForward, Free, Restore
 
 
 class ScheduleError(ValueError):
@@ -40,6 +40,18 @@ class Schedule(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n_steps={self.n_steps}, capacities={self.capacities})"
+
+
+def opening(lo: int, hi: int, level: int, forward: bool, held: bool):
+    """The first actions of the segment [lo, hi] whose base u_lo is stored on ``level``: its
+    restore unless ``held``; for one step the whole segment (:func:`last_step`). Returns whether
+    that finished the segment (``done = yield from opening(...)``)."""
+    if not held:
+        yield Restore(lo, level)
+    if hi - lo == 1:
+        yield from last_step(lo, level, forward)
+        return True
+    return False
 
 
 def to_the_end(lo: int, hi: int, forward: bool):

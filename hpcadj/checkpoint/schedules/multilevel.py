@@ -53,8 +53,8 @@ from collections.abc import Iterator, Sequence
 from itertools import repeat
 from operator import add, eq
 
-from .actions import Action, Adjoint, Advance, EndForward, EndReverse, Free, Restore, Store
-from .base import Schedule, ScheduleError, last_step, to_the_end
+from .actions import Action, Adjoint, Advance, EndForward, EndReverse, Free, Store
+from .base import Schedule, ScheduleError, opening, to_the_end
 from .costs import OpCosts, default_costs
 
 INF = float("inf")
@@ -254,12 +254,9 @@ class MultilevelPlanner:
                 yield Free(*task)
                 continue
             lo, hi, k, m, fwd, held = task
-            if not held:
-                yield Restore(lo, k)
-            length = hi - lo
-            if length == 1:
-                yield from last_step(lo, k, fwd)
+            if (yield from opening(lo, hi, k, fwd, held)):
                 continue
+            length = hi - lo
             j = self.choices[k][m][length]
             if j < 0:
                 lower = -j - 1

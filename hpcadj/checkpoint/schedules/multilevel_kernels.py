@@ -48,6 +48,16 @@ def right_part(right, D, previous, wk):
 
 
 @njit(cache=True, inline="always")
+def _descend(j, L, B, right, best, bj):
+    """(best, bj, moved) after trying split j of length L, where 1 <= j < L: taken if strictly better."""
+    if 1 <= j < L:
+        v = B[j] + right[L - j]
+        if v < best:
+            return v, j, True
+    return best, bj, False
+
+
+@njit(cache=True, inline="always")
 def _settle(L, best, j, rk, D, D_level, F, P, choice, B):
     """Length L's entry once its best split j (cost ``best``, before the read ``rk``) is known:
     dropping the chain to a lower level instead where that is strictly cheaper."""
@@ -107,19 +117,9 @@ def candidate_layer(right, D, D_level, F, rk, P, choice, B, window, base, probe_
             x *= base
         moved = True
         while moved:
-            moved = False
             lo, hi = bj - 1, bj + 1  # both neighbours of the best at the pass's start, lower first
-            if 1 <= lo < L:
-                v = B[lo] + right[L - lo]
-                if v < best:
-                    best = v
-                    bj = lo
-                    moved = True
-            if 1 <= hi < L:
-                v = B[hi] + right[L - hi]
-                if v < best:
-                    best = v
-                    bj = hi
-                    moved = True
+            best, bj, below = _descend(lo, L, B, right, best, bj)
+            best, bj, above = _descend(hi, L, B, right, best, bj)
+            moved = below or above
         jp = bj
         _settle(L, best, bj, rk, D, D_level, F, P, choice, B)

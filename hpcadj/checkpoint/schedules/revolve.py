@@ -18,8 +18,8 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from math import comb
 
-from .actions import Action, Adjoint, Advance, EndForward, EndReverse, Restore, Store
-from .base import Schedule, ScheduleError, last_step, to_the_end
+from .actions import Action, Adjoint, Advance, EndForward, EndReverse, Store
+from .base import Schedule, ScheduleError, opening, to_the_end
 
 
 def beta(s: int, t: int) -> int:
@@ -104,12 +104,9 @@ def segment_actions(start: int, end: int, slots: int, level: int, forward: bool)
     pop, push = stack.pop, stack.append
     while stack:
         lo, hi, g, fwd, held = pop()
-        if not held:
-            yield Restore(lo, level)
-        length = hi - lo
-        if length == 1:
-            yield from last_step(lo, level, fwd)
+        if (yield from opening(lo, hi, level, fwd, held)):
             continue
+        length = hi - lo
         k = length - 1 if g == 1 else binom.first_advance(length, g)
         if k >= length - 1:
             yield from to_the_end(lo, hi, fwd)  # no checkpoint: the last step reversed at once

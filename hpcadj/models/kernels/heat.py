@@ -94,6 +94,31 @@ def _point(x, kappa, g, s0, s1, kzl, kzh, kyl, kyh, kxl, kxh, h2z, h2y, h2x, wei
     return s
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _bulk3(kc, kzl, kzh, kyl, kyh, i, h2z, h2y, h2x, weight):
+    """(A's diagonal, the six faces z-, z+, y-, y+, x-, x+) at point i of a bulk row (all six
+    neighbours points): one formula for the diagonal and the product loops of :func:`_row3`."""
+    kp = kc[i]
+    fzl = (0.5 * (kp + kzl[i])) / h2z
+    fzh = (0.5 * (kp + kzh[i])) / h2z
+    fyl = (0.5 * (kp + kyl[i])) / h2y
+    fyh = (0.5 * (kp + kyh[i])) / h2y
+    fxl = (0.5 * (kp + kc[i - 1])) / h2x
+    fxh = (0.5 * (kp + kc[i + 1])) / h2x
+    return 1.0 + weight * ((((((0.0 - fzl) - fzh) - fyl) - fyh) - fxl) - fxh), fzl, fzh, fyl, fyh, fxl, fxh
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _bulk2(kc, kyl, kyh, i, h2y, h2x, weight):
+    """As :func:`_bulk3` on a 2-D grid: (A's diagonal, faces y-, y+, x-, x+) for :func:`_row2`."""
+    kp = kc[i]
+    fyl = (0.5 * (kp + kyl[i])) / h2y
+    fyh = (0.5 * (kp + kyh[i])) / h2y
+    fxl = (0.5 * (kp + kc[i - 1])) / h2x
+    fxh = (0.5 * (kp + kc[i + 1])) / h2x
+    return 1.0 + weight * ((((0.0 - fyl) - fyh) - fxl) - fxh), fyl, fyh, fxl, fxh
+
+
 @njit(cache=True, error_model="numpy")
 def _row3(x, kappa, g0, s0, s1, n, kxl, kxh, h2z, h2y, h2x, weight, out, p0, diagonal):
     """A 3-D row whose z and y neighbours are all owned: points 1 .. n-2 in one unit-stride loop
@@ -110,27 +135,13 @@ def _row3(x, kappa, g0, s0, s1, n, kxl, kxh, h2z, h2y, h2x, weight, out, p0, dia
                       h2z, h2y, h2x, weight, diagonal)
     if diagonal:
         for i in range(1, n - 1):
-            kp = kc[i]
-            fzl = (0.5 * (kp + kzl[i])) / h2z
-            fzh = (0.5 * (kp + kzh[i])) / h2z
-            fyl = (0.5 * (kp + kyl[i])) / h2y
-            fyh = (0.5 * (kp + kyh[i])) / h2y
-            fxl = (0.5 * (kp + kc[i - 1])) / h2x
-            fxh = (0.5 * (kp + kc[i + 1])) / h2x
-            y[i] = 1.0 + weight * ((((((0.0 - fzl) - fzh) - fyl) - fyh) - fxl) - fxh)
+            y[i] = _bulk3(kc, kzl, kzh, kyl, kyh, i, h2z, h2y, h2x, weight)[0]
         return
     xc = x[g0:g0 + n]
     xzl, xzh = x[g0 - s0:g0 - s0 + n], x[g0 + s0:g0 + s0 + n]
     xyl, xyh = x[g0 - s1:g0 - s1 + n], x[g0 + s1:g0 + s1 + n]
     for i in range(1, n - 1):
-        kp = kc[i]
-        fzl = (0.5 * (kp + kzl[i])) / h2z
-        fzh = (0.5 * (kp + kzh[i])) / h2z
-        fyl = (0.5 * (kp + kyl[i])) / h2y
-        fyh = (0.5 * (kp + kyh[i])) / h2y
-        fxl = (0.5 * (kp + kc[i - 1])) / h2x
-        fxh = (0.5 * (kp + kc[i + 1])) / h2x
-        centre = 1.0 + weight * ((((((0.0 - fzl) - fzh) - fyl) - fyh) - fxl) - fxh)
+        centre, fzl, fzh, fyl, fyh, fxl, fxh = _bulk3(kc, kzl, kzh, kyl, kyh, i, h2z, h2y, h2x, weight)
         s = 0.0 + (weight * fzl) * xzl[i]
         s += (weight * fyl) * xyl[i]
         s += (weight * fxl) * xc[i - 1]
@@ -153,22 +164,12 @@ def _row2(x, kappa, g0, s1, n, kxl, kxh, h2y, h2x, weight, out, p0, diagonal):
                       1.0, h2y, h2x, weight, diagonal)
     if diagonal:
         for i in range(1, n - 1):
-            kp = kc[i]
-            fyl = (0.5 * (kp + kyl[i])) / h2y
-            fyh = (0.5 * (kp + kyh[i])) / h2y
-            fxl = (0.5 * (kp + kc[i - 1])) / h2x
-            fxh = (0.5 * (kp + kc[i + 1])) / h2x
-            y[i] = 1.0 + weight * ((((0.0 - fyl) - fyh) - fxl) - fxh)
+            y[i] = _bulk2(kc, kyl, kyh, i, h2y, h2x, weight)[0]
         return
     xc = x[g0:g0 + n]
     xyl, xyh = x[g0 - s1:g0 - s1 + n], x[g0 + s1:g0 + s1 + n]
     for i in range(1, n - 1):
-        kp = kc[i]
-        fyl = (0.5 * (kp + kyl[i])) / h2y
-        fyh = (0.5 * (kp + kyh[i])) / h2y
-        fxl = (0.5 * (kp + kc[i - 1])) / h2x
-        fxh = (0.5 * (kp + kc[i + 1])) / h2x
-        centre = 1.0 + weight * ((((0.0 - fyl) - fyh) - fxl) - fxh)
+        centre, fyl, fyh, fxl, fxh = _bulk2(kc, kyl, kyh, i, h2y, h2x, weight)
         s = 0.0 + (weight * fyl) * xyl[i]
         s += (weight * fxl) * xc[i - 1]
         s += centre * xc[i]

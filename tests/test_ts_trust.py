@@ -235,6 +235,17 @@ def test_check_reports_what_applies_to_a_ts(comm):
     assert status["adjoint_transpose"] == "NOT CHECKED" and "no tangent step" in report["adjoint_transpose"].reason
     for name in ("step_pure", "inputs_untouched", "snapshot_round_trip", "adjoint_difference", "parameters_used"):
         assert status[name] == "PASSED", (name, report[name].reason)
+    assert status["adjoint_data"] == "NOT CHECKED"      # CN: its stages are the states
+    assert report.passed
+
+
+def test_check_verifies_an_rk_ts_stages(comm):
+    """RK4: the stages declared as adjoint data reverse a step bitwise as a recomputed step does."""
+    model = Reaction(comm)
+    model.ts.setType("rk")
+    model.ts.setRKType("4")
+    report = check_contract(model.stepper(), steps=2)
+    assert report["adjoint_data"].status == "PASSED", report["adjoint_data"].reason
     assert report.passed
 
 

@@ -28,18 +28,19 @@ demo: setup
 test: setup
 	@bash scripts/run-tests.sh
 
-# The unit tier only (tests/conftest.py): pure Python in one process, no mpirun, no subprocess; ~1 minute.
+# The unit tier only (tests/unit/): pure Python in one process, no mpirun, no subprocess; ~1.5 minutes.
 test-fast: setup
-	@$(PY) -m pytest -q -m unit
+	@$(PY) -m pytest -q tests/unit
 
 # ruff over the tree, with the rules in pyproject.toml ([tool.ruff]); `make test` runs it first.
 lint: setup
 	@$(VENV)/bin/ruff check .
 
-# jobs/*.sbatch on a private 3-node SLURM on this machine (tests/test_slurm_multinode.py and
-# tests/cluster/, a few minutes).
+# jobs/*.sbatch on a private 3-node SLURM on this machine: the tests/cluster/ files that wait for
+# HPCADJ_TEST_CLUSTER (test_slurm_jobs.py and test_slurm_cluster_script.py run in `make test`); a few minutes.
 test-cluster: setup
-	@HPCADJ_TEST_CLUSTER=1 $(PY) -m pytest -ra -q tests/test_slurm_multinode.py tests/cluster
+	@HPCADJ_TEST_CLUSTER=1 $(PY) -m pytest -ra -q tests/cluster \
+	    --ignore=tests/cluster/test_slurm_jobs.py --ignore=tests/cluster/test_slurm_cluster_script.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

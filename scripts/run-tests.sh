@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ruff over the tree, then the whole suite in one pytest session on two pytest-xdist workers
-# (docs/testing.md): the serial tests, and tests/test_mpi_suites.py's runs of every tests/mpi/ module
+# (docs/testing.md): the serial tests, and tests/mpi/test_mpi_suites.py's runs of every tests/mpi/ranks/ module
 # under real `mpirun -n 1, 2, 3` with a timeout each. The last line printed is pytest's summary.
 # `make test` runs scripts/setup.sh first, which also compiles the kernels into numba's cache.
 set -euo pipefail

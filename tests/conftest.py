@@ -1,68 +1,41 @@
 """The suite's tiers and the serial session's collection.
 
-Every test gets one tier marker (pyproject.toml lists them): ``cluster`` (the SLURM files), ``mpi``
-(real mpirun: the tests/mpi/ modules and the serial tests that launch ranks), ``cli`` (the ``hpcadj``
-command, in a process or in-process), and ``unit`` for the rest — pure Python in this process, which
-``make test-fast`` (``pytest -m unit``) runs. A test is placed by its file, then by what its own body
-calls; a unit test that starts a process anyway fails (mark it, or move it to a process tier).
-tests/mpi/ is collected only inside mpirun (see test_mpi_suites.py).
+A test's tier is its folder (pyproject.toml lists the markers): ``tests/unit/`` pure Python in this
+process, which ``make test-fast`` runs (a unit test that starts a process fails); ``tests/cli/`` the
+``hpcadj`` command, in a process or in-process; ``tests/mpi/`` real mpirun: serial tests that launch
+ranks, and test_mpi_suites.py, which runs the ``tests/mpi/ranks/`` modules on every rank (collected
+only inside mpirun); ``tests/cluster/`` the SLURM job scripts. Each test gets its folder's marker, so
+``pytest -m TIER`` selects a tier as well as ``pytest tests/TIER``.
 """
 
 from __future__ import annotations
 
 import gc
-import inspect
 import json
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from .helpers import RESTART_BASE, RESTART_LEVELS, RESTART_PROFILE, hpcadj_json, read_gradients
 
 if not os.environ.get("HPCADJ_MPI_WORKER"):
-    collect_ignore = ["mpi"]
+    collect_ignore = ["mpi/ranks"]
 
 TIERS = ("unit", "cli", "mpi", "cluster")
-#: files whose every test belongs to a process tier
-FILE_TIERS = {
-    "test_slurm_jobs.py": "cluster", "test_slurm_multinode.py": "cluster",
-    "test_mpi_suites.py": "mpi", "test_compression.py": "mpi", "test_compression_restart.py": "mpi",
-    "test_heat_ranks.py": "mpi", "test_restart.py": "mpi", "test_docs_api.py": "mpi",
-    "test_readme_example.py": "mpi", "test_soak_small.py": "mpi", "test_models_cli.py": "mpi",
-    "test_documented_commands.py": "cli", "test_cli_fuzz.py": "cli", "test_cli_models.py": "cli",
-    "test_cli_plan.py": "cli", "test_cli_run.py": "cli", "test_memory_flag.py": "cli",
-}
-#: in any other file, a test whose body calls one of these leaves the unit tier
-_MPI_CALL = re.compile(r"(?<![.\w])mpirun\(")
-_PROCESS_CALL = re.compile(r"(?<![.\w])(run|hpcadj|hpcadj_json|hpcadj_in_process|run_hpcadj|main)\(|subprocess\.")
+HERE = Path(__file__).resolve().parent
 
 
-def _source(function) -> str:
-    try:
-        return inspect.getsource(function)
-    except (OSError, TypeError):
-        return ""
+#: tests collected outside every tier folder: each fails, naming the folders (see _in_a_tier_folder)
+OUTSIDE: set[str] = set()
 
 
-def _tier(item) -> str:
-    path = item.path
-    if "mpi" in path.parts[-2:-1]:
-        return "mpi"
-    if path.name in FILE_TIERS:
-        return FILE_TIERS[path.name]
-    source = _source(item.function)
-    # and the module's own helpers it calls (a wrapper around hpcadj.cli.main, say)
-    for name in set(re.findall(r"(?<![.\w])(\w+)\(", source)):
-        helper = getattr(item.module, name, None)
-        if inspect.isfunction(helper) and helper.__module__ == item.module.__name__:
-            source += _source(helper)
-    if _MPI_CALL.search(source):
-        return "mpi"
-    if _PROCESS_CALL.search(source):
-        return "cli"
-    return "unit"
+def _tier(item) -> str | None:
+    """The tier folder a test's file is in (None outside every tier folder)."""
+    parts = item.path.resolve().relative_to(HERE).parts
+    return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
 
 
 #: files whose tests share a session fixture's run (``restart_reference``): one worker runs them all
@@ -83,15 +56,18 @@ def _nranks(item) -> int:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Give every test its tier marker unless it declares one itself, and lay the suite out for
+    """Give every test its folder's tier marker, and lay the suite out for
     pytest-xdist (``-n 2 --dist loadgroup``, scripts/run-tests.sh): a file's tests stay on one worker
     (its module fixtures run once), the MPI suites' one-rank runs spread over the workers and their
     multi-rank runs on one worker in turn; dearest first: the multi-rank runs, files with a ``slow``
     test, then by tier and rank count."""
     unit_of, cost = {}, {}
     for item in items:
-        if not any(item.get_closest_marker(t) for t in TIERS):
-            item.add_marker(getattr(pytest.mark, _tier(item)))
+        folder = _tier(item)
+        if folder is None:
+            OUTSIDE.add(item.nodeid)
+            folder = "unit"
+        item.add_marker(getattr(pytest.mark, folder))
         unit = item.nodeid
         if item.path.name in SPREAD_FILES and _nranks(item) > 1:
             unit = SERIAL_MPI_GROUP
@@ -99,10 +75,9 @@ def pytest_collection_modifyitems(config, items):
         elif item.path.name not in SPREAD_FILES:
             unit = WORKER_GROUPS.get(item.path.name, item.path.name)
             item.add_marker(pytest.mark.xdist_group(unit))
-        tier = next(t for t in TIERS if item.get_closest_marker(t))
         unit_of[item] = unit
         slow = 0 if item.get_closest_marker("slow") else 1
-        cost[unit] = min(cost.get(unit, (1, 9, 0)), (slow, _TIER_ORDER[tier], -_nranks(item)))
+        cost[unit] = min(cost.get(unit, (1, 9, 0)), (slow, _TIER_ORDER[folder], -_nranks(item)))
     cost[SERIAL_MPI_GROUP] = (-1, 0, 0)  # the longest unit: handed out first
     first = {}
     for index, item in enumerate(items):
@@ -133,6 +108,14 @@ class _NoLaunch(_Popen):
         if _LAUNCHERS.fullmatch(os.path.basename(os.fsdecode(argv0)).split()[0]):
             raise AssertionError(f"a unit-tier test started {args!r}: mark it cli or mpi")
         super().__init__(args, *rest, **kw)
+
+
+@pytest.fixture(autouse=True)
+def _in_a_tier_folder(request):
+    """A test file directly in tests/ has no tier: it fails until moved to its tier's folder."""
+    if request.node.nodeid in OUTSIDE:
+        pytest.fail(f"{request.node.path.name} is outside tests/{{unit,cli,mpi,cluster}}/: move it to its tier's "
+                    "folder (docs/testing.md, Tiers)", pytrace=False)
 
 
 @pytest.fixture(autouse=True)

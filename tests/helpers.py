@@ -100,7 +100,7 @@ def hpcadj_json(args: list[str], nranks: int = 1, *, in_process: bool = False, *
     return json.loads(lines[0])
 
 
-# -- the run that tests/test_restart.py and tests/test_compression_restart.py kill and resume ---------
+# -- the run that tests/mpi/test_restart.py and tests/mpi/test_compression_restart.py kill and resume ---------
 #: a small heat gradient with durable points every 2 stores (its reference: conftest's restart_reference)
 RESTART_BASE = ["run", "--model", "heat", "--grid", "20x16", "--steps", "30", "--dt", "1e-3", "--durable-every", "2",
                 "--quiet"]
@@ -154,7 +154,7 @@ def read_gradients(path) -> dict:
         return {name: f[name][...] for name in f}
 
 
-# -- jobs/*.sbatch on a private SLURM (tests/test_slurm_jobs.py, tests/test_slurm_multinode.py) --------
+# -- jobs/*.sbatch on a private SLURM (tests/cluster/test_slurm_jobs.py, tests/cluster/test_slurm_multinode.py) --------
 def slurm_cluster(**options):
     """A started :class:`tests.slurm_cluster.SlurmCluster` (``options`` as it takes them), yielded
     for a module-scoped fixture and stopped after it, even on failure. The test is skipped where

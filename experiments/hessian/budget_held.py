@@ -4,7 +4,7 @@ differences) and ``hpcadj run --memory`` under a revolve plan, wave 384x384 x 40
 
 Each row is one real command (``mpirun -n RANKS hpcadj ... --json``); its ``peak_rss_bytes`` is the
 largest rank's peak resident set over the whole command. Appends rows to budget_held.csv beside this
-script and exits 1 when a peak exceeds its budget (tests/test_memory_baseline.py checks the cause
+script and exits 1 when a peak exceeds its budget (tests/cli/test_memory_baseline.py checks the cause
 in-process at a small size; this is the size where the budget was broken).
 
     flock /work/wt/measure.lock .venv/bin/python experiments/hessian/budget_held.py

@@ -12,7 +12,7 @@ the initial guess is always zero, so a step is a pure function of its input.
 A is never assembled: it is a PETSc shell matrix whose product is one compiled stencil loop
 (:mod:`hpcadj.models.kernels.heat`) over the halo-exchanged input and a ghosted copy of kappa. Its
 entries and their summation order are those of the AIJ matrix it replaced, so A x, every state
-and the gradient are bitwise what they were with the assembled matrix (tests/mpi/test_heat.py
+and the gradient are bitwise what they were with the assembled matrix (tests/mpi/ranks/test_heat.py
 compares the two products). :meth:`HeatModel.assemble_matrix` still assembles A, for the PETSc TS
 oracle (:mod:`hpcadj.models.heat_ts`) and that test.
 

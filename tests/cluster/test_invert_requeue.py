@@ -17,7 +17,7 @@ import pytest
 
 from ..helpers import PYTHON, ROOT, assert_jobs_completed, batch_output, mpirun, slurm_cluster, slurm_job_env
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900),
+pytestmark = [pytest.mark.timeout(900),
               pytest.mark.skipif(os.environ.get("HPCADJ_TEST_CLUSTER") != "1",
                                  reason="SLURM cluster tests: run with `make test-cluster` (HPCADJ_TEST_CLUSTER=1)")]
 

@@ -16,7 +16,7 @@ import pytest
 from ..helpers import HPCADJ, PYTHON, ROOT, mpi_env, run
 from ..slurm_cluster import LOOPBACK_MPI, SlurmCluster, SlurmUnavailable, ensure_installed
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900),
+pytestmark = [pytest.mark.timeout(900),
               pytest.mark.skipif(os.environ.get("HPCADJ_TEST_CLUSTER") != "1",
                                  reason="multi-node SLURM tests: run with `make test-cluster` (HPCADJ_TEST_CLUSTER=1)")]
 

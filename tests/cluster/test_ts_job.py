@@ -16,7 +16,7 @@ from ..helpers import (HPCADJ, ROOT, assert_jobs_completed, mpirun, rank_hosts, 
                        slurm_job_env)
 from ..slurm_cluster import LOOPBACK_MPI
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900),
+pytestmark = [pytest.mark.timeout(900),
               pytest.mark.skipif(os.environ.get("HPCADJ_TEST_CLUSTER") != "1",
                                  reason="multi-node SLURM tests: run with `make test-cluster` (HPCADJ_TEST_CLUSTER=1)")]
 

@@ -12,7 +12,7 @@ Two kinds of model (``states_suffice``):
   working states u_i, u_{i+1} at no cost, and after it u_i stays held (actions.py).
 - False (RK: the stages exist only while the step runs): a step is reversed only from its data; from a
   state that means evaluating the step again. This is checkpoint_schedules' mixed model; with d = r
-  the counts equal its ``MixedCheckpointSchedule``'s (tests/test_schedules_mixed.py).
+  the counts equal its ``MixedCheckpointSchedule``'s (tests/unit/test_schedules_mixed.py).
 
 The programme. ``T(L, m, e, f)`` is the least cost to reverse a chain of L steps whose first state
 u_a is held and not stored, with m free units, where ``e`` says u_{a+L} is held (so step a+L-1 may

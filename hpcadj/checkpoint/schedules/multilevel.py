@@ -42,7 +42,7 @@ local descent. Slot layers stop early once an extra slot no longer lowers any co
 in Python for small DPs and compiled (multilevel_kernels.py, numba: the same float operations in
 the same order, so bitwise the same tables and plans) for large ones (``COMPILE_ABOVE_S``): the
 DP of n = 10^4 with K = 3 takes milliseconds. On random instances with n <= 120 the candidate DP
-matched the exact one in 149 of 150 cases, within 0.11 % (tests/test_schedules_multilevel.py).
+matched the exact one in 149 of 150 cases, within 0.11 % (tests/unit/test_schedules_multilevel.py).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ takes the candidate with the least F at n = i+1, ties broken by n = i+2, i+3, th
 adding, then the smallest j.
 All candidates cost O(s) per step from prefix/suffix sums.
 
-What holds (checked by simulation in tests/test_schedules_online.py):
+What holds (checked by simulation in tests/unit/test_schedules_online.py):
 - optimal (F = offline minimum) for every n <= C(s+2, 2) + 1, the range up to which Stumm and
   Walther's online algorithm is optimal (SISC 32(2), 2010: repetition number t <= 2); simulated for
   every such n with s <= 14, and (1000, 20), (10^4, 50) are optimal too;

@@ -1,0 +1,45 @@
+"""A whole-process budget held for a whole command: ``hpcadj invert --memory`` (lmvm, and bntr with
+its Hessian products) and ``hpcadj hesscheck --memory`` measure the baseline after what their work
+loads (a warm-up on a tiny grid), check every session and product before any step, and keep every
+rank's peak resident set within the budget (real mpirun, 2 ranks)."""
+
+import json
+import re
+
+import pytest
+
+from ..helpers import hpcadj
+
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # its file goes to a worker first
+MiB = 2 ** 20
+#: heat 256x256 on 2 ranks: 256 KiB a state a rank, 20 steps
+SIZE = ["--model", "heat", "--grid", "256x256", "--steps", "20"]
+COMMANDS = {
+    "invert-lmvm": ["invert", *SIZE, "--invert", "kappa", "--max-it", "2"],
+    "invert-bntr": ["invert", *SIZE, "--invert", "kappa", "--max-it", "2", "--tao", "bntr",
+                    "--bounds", "kappa:0.1:10"],
+    "hesscheck": ["hesscheck", *SIZE, "--halvings", "2"],
+}
+
+
+def least_budget(argv) -> float:
+    """The least budget (MiB) the command names when refusing one far too small, before any step."""
+    proc = hpcadj([*argv, "--memory", "1MiB"], 2, timeout=600)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("hpcadj: error")]
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    return float(re.search(r"least budget that would do is ([\d.]+) MiB", lines[0]).group(1))
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_peak_within_the_budget(command):
+    argv = COMMANDS[command]
+    budget = least_budget(argv) + 3.0  # about 12 states' room beside what the command needs
+    proc = hpcadj([*argv, "--memory", f"{budget:.1f}MiB", "--json"], 2, timeout=600)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]  # an inversion may end at its iteration cap
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    peak = info["peak_rss_bytes"] if "peak_rss_bytes" in info else info["memory"]["peak_rss_bytes"]
+    assert peak <= round(budget, 1) * MiB, (peak / MiB, budget)
+    if command == "hesscheck":
+        assert info["passed"] and info["memory"]["mode"] in ("ram", "local", "recompute")
+    else:
+        assert info["status"] in ("converged", "max_it"), info

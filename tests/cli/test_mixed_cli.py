@@ -1,0 +1,51 @@
+"""``hpcadj run --schedule mixed``: the wave gradient from steps' data and restart states in one RAM
+budget, bitwise the store-all run's, with fewer forward steps than revolve in the same bytes; the
+refusals of what it cannot plan."""
+
+import json
+
+import pytest
+
+from ..helpers import assert_bitwise, hpcadj, hpcadj_in_process, read_gradients
+
+WAVE = ["run", "--model", "wave", "--grid", "14x12", "--steps", "24", "--anomaly", "0.15", "--json"]
+
+
+def _run(args, tmp_path, tag, nranks=2):
+    out = tmp_path / f"{tag}.h5"
+    proc = hpcadj([*WAVE, *args, "--gradient-out", str(out)], nranks, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), read_gradients(out)
+
+
+@pytest.mark.timeout(600)
+def test_mixed_run_is_bitwise_store_all_with_fewer_forward_steps(tmp_path):
+    info, want = _run(["--schedule", "store-all"], tmp_path, "all")
+    mixed, got = _run(["--schedule", "mixed", "--ram", "6"], tmp_path, "mixed")
+    revolve, _ = _run(["--schedule", "revolve", "--ram", "6"], tmp_path, "revolve")
+    assert_bitwise(got, want)
+    assert mixed["J"] == info["J"]
+    facts = mixed["mixed"]
+    assert mixed["forward_steps"] < revolve["forward_steps"] == facts["forward_steps_states_only"]
+    assert facts["forward_steps_saved"] == revolve["forward_steps"] - mixed["forward_steps"]
+    assert facts["data_writes"] > 0 and facts["restart_bytes"] == 2 * facts["data_bytes"]
+    assert facts["peak_bytes"] <= facts["budget_bytes"] == 6 * facts["restart_bytes"]
+
+
+@pytest.mark.timeout(300)
+def test_mixed_without_a_budget_stores_every_step_s_data_once(tmp_path):
+    info, _ = _run(["--schedule", "mixed"], tmp_path, "all", nranks=1)
+    assert info["forward_steps"] == 24 and info["recomputed_steps"] == 0
+    assert info["mixed"]["data_writes"] == 23 and info["mixed"]["restart_writes"] == 0
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--model", "heat", "--steps", "6"], "declares no"),
+    (["--model", "wave", "--grid", "14x12", "--steps", "6", "--disk", "4"], "one uncompressed RAM level"),
+    (["--model", "wave", "--grid", "14x12", "--steps", "6", "--ram", "100B"], "one snapshot is"),
+])
+def test_what_mixed_cannot_plan_is_one_line_and_exit_2(args, words, tmp_path):
+    proc = hpcadj_in_process(["run", *args, "--schedule", "mixed", "--local-dir", str(tmp_path)])
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hpcadj: error:") and words in lines[0], proc.stderr

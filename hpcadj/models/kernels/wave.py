@@ -58,13 +58,38 @@ def _lap(c, zm, zp, ym, yp, xm, xp, ihz2, ihy2, ihx2, has_z):
     return lap
 
 
+@njit(cache=True, inline="always")
+def _lap_row(buf, Fzm, Fzp, fym, fyp, j, i, ih2, has_z):
+    """L f at point (j, i) of a plane: f's row with its x halo in ``buf`` (f at buf[i + 1]), the
+    planes and rows around it ``Fzm``, ``Fzp``, ``fym``, ``fyp``."""
+    ihz2, ihy2, ihx2 = ih2
+    return _lap(buf[i + 1], Fzm[j, i], Fzp[j, i], fym[i], fyp[i], buf[i], buf[i + 2], ihz2, ihy2, ihx2, has_z)
+
+
+@njit(cache=True, inline="always")
+def _damping(s, r):
+    """(a, b) = (1 / (1 + s), r - s) of a point whose damping term is s = dt/2 sigma."""
+    return 1.0 / (1.0 + s), r - s
+
+
+@njit(cache=True, inline="always")
+def _terms(i, buf, zm, zp, ym, yp, prow, srow, crow, hdt, r, two, ih2, has_z):
+    """Point i of a row as u^{i+1} = a (rest + dt2 force): (a, rest = (1 + r) u - b u^{i-1}, force =
+    c^2 L u), the source's value added to ``force`` by the caller (the same doubles either way)."""
+    ihz2, ihy2, ihx2 = ih2
+    u = buf[i + 1]
+    lap = _lap(u, zm[i], zp[i], ym[i], yp[i], buf[i], buf[i + 2], ihz2, ihy2, ihx2, has_z)
+    a, b = _damping(hdt * srow[i], r)
+    ci = crow[i]
+    return a, two * u - b * prow[i], (ci * ci) * lap
+
+
 @njit(cache=True, error_model="numpy")
 def step(P, C, FC, sigma, hdt, c, ih2, has_z, dt2, r, src, fval, out_p, out_c):
     """(out_p, out_c) = (u^i, a [(1 + r) u^i - b u^{i-1} + dt2 (c^2 L u^i + f)]), b = r - s, with
     (P, C) = (u^{i-1}, u^i) and FC the faces of C; f = fval at owned index src. c^2 is c * c per
     point (the double numpy's ``c ** 2`` gives), so no c^2 array is stored or read."""
     zlo, zhi, ylo, yhi, xlo, xhi = FC
-    ihz2, ihy2, ihx2 = ih2
     mz, my, mx = sigma.shape
     buf = np.empty(mx + 2)
     two = 1.0 + r
@@ -84,22 +109,11 @@ def step(P, C, FC, sigma, hdt, c, ih2, has_z, dt2, r, src, fval, out_p, out_c):
             crow = c[k, j]
             orow = out_c[k, j]
             for i in range(mx):
-                u = buf[i + 1]
-                lap = _lap(u, zm[i], zp[i], ym[i], yp[i], buf[i], buf[i + 2], ihz2, ihy2, ihx2, has_z)
-                s = hdt * srow[i]
-                a = 1.0 / (1.0 + s)
-                b = r - s
-                ci = crow[i]
-                orow[i] = a * ((two * u - b * prow[i]) + dt2 * ((ci * ci) * lap))
+                a, rest, force = _terms(i, buf, zm, zp, ym, yp, prow, srow, crow, hdt, r, two, ih2, has_z)
+                orow[i] = a * (rest + dt2 * force)
             if k == sk and j == sj:
-                i = si
-                u = buf[i + 1]
-                lap = _lap(u, zm[i], zp[i], ym[i], yp[i], buf[i], buf[i + 2], ihz2, ihy2, ihx2, has_z)
-                s = hdt * srow[i]
-                a = 1.0 / (1.0 + s)
-                b = r - s
-                ci = crow[i]
-                orow[i] = a * ((two * u - b * prow[i]) + dt2 * ((ci * ci) * lap + fval))
+                a, rest, force = _terms(si, buf, zm, zp, ym, yp, prow, srow, crow, hdt, r, two, ih2, has_z)
+                orow[si] = a * (rest + dt2 * (force + fval))
 
 
 @njit(cache=True, inline="always")
@@ -174,12 +188,8 @@ def adjoint_step(LP, LC, FL, U, FU, sigma, hdt, c, FQ, ih2, has_z, dt2, r, grad,
                 q = Qc[j + 1, i + 1]
                 lapq = _lap(q, Qm[j + 1, i + 1], Qp[j + 1, i + 1], Qc[j, i + 1], Qc[j + 2, i + 1], Qc[j + 1, i],
                             Qc[j + 1, i + 2], ihz2, ihy2, ihx2, has_z)
-                uc = ubuf[i + 1]
-                lapu = _lap(uc, Uzm[j, i], Uzp[j, i], uym[i], uyp[i], ubuf[i], ubuf[i + 2],
-                            ihz2, ihy2, ihx2, has_z)
-                s = hdt * Sk[j, i]
-                a = 1.0 / (1.0 + s)
-                b = r - s
+                lapu = _lap_row(ubuf, Uzm, Uzp, uym, uyp, j, i, ih2, has_z)
+                a, b = _damping(hdt * Sk[j, i], r)
                 mu = a * LCk[j, i]
                 OPk[j, i] = -b * mu
                 Ok[j, i] = (LPk[j, i] + two * mu) + dt2 * lapq
@@ -227,12 +237,8 @@ def tangent_step(DP, DC, FD, U, FU, sigma, hdt, c, dc, ih2, has_z, dt2, r, out_p
                 d = dbuf[i + 1]
                 lapd = _lap(d, Dzm[j, i], Dzp[j, i], dym[i], dyp[i], dbuf[i], dbuf[i + 2],
                             ihz2, ihy2, ihx2, has_z)
-                uc = ubuf[i + 1]
-                lapu = _lap(uc, Uzm[j, i], Uzp[j, i], uym[i], uyp[i], ubuf[i], ubuf[i + 2],
-                            ihz2, ihy2, ihx2, has_z)
-                s = hdt * Sk[j, i]
-                a = 1.0 / (1.0 + s)
-                b = r - s
+                lapu = _lap_row(ubuf, Uzm, Uzp, uym, uyp, j, i, ih2, has_z)
+                a, b = _damping(hdt * Sk[j, i], r)
                 ci = Ck[j, i]
                 Ok[j, i] = a * ((two * d - b * DPk[j, i])
                                 + dt2 * ((ci * ci) * lapd + 2.0 * ci * dCk[j, i] * lapu))

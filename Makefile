@@ -28,9 +28,9 @@ demo: setup
 test: setup
 	@bash scripts/run-tests.sh
 
-# The unit tier only (tests/unit/): pure Python in one process, no mpirun, no subprocess; ~1.5 minutes.
+# The unit tier only (tests/unit/): pure Python, no mpirun, no subprocess, on two workers; ~1 minute.
 test-fast: setup
-	@$(PY) -m pytest -q tests/unit
+	@$(PY) -m pytest -q -n 2 tests/unit
 
 # ruff over the tree, with the rules in pyproject.toml ([tool.ruff]); `make test` runs it first.
 lint: setup

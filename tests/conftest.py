@@ -120,7 +120,7 @@ def _in_a_tier_folder(request):
 
 @pytest.fixture(autouse=True)
 def _unit_tests_start_no_process(request, monkeypatch):
-    """Keep ``-m unit`` honest: the tier that ``make test-fast`` runs starts no process."""
+    """Keep tests/unit honest: the tier that ``make test-fast`` runs starts no process."""
     if request.node.get_closest_marker("unit"):
         monkeypatch.setattr(subprocess, "Popen", _NoLaunch)
     yield

@@ -208,7 +208,7 @@ NOT_RUN: list[tuple[str, str]] = [
     (r"(mpirun -n \d )?python my_ts\.py( .*)?|mpirun (--oversubscribe )?-n \d hpcadj run --model my_ts\.py:build .*"
      r"|hpcadj check --model my_ts\.py:build"
      r'|(\w+=("[^"]*"|\S*) )+sbatch jobs/gradient\.sbatch', TS_PAGE),
-    (r"make test-fast", "the unit tier of this very suite (pytest -m unit)"),
+    (r"make test-fast", "the unit tier of this very suite (pytest tests/unit)"),
     (r"make lint", "scripts/run-tests.sh runs ruff before pytest: make test fails on a finding"),
     (r"make setup", "scripts/setup.sh, which make test runs first (and the venv these commands use)"),
     (r'(\w+=("[^"]*"|\S+) )*sbatch .*', SLURM),

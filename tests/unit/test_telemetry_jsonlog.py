@@ -169,7 +169,7 @@ def test_progress_bars_only_on_a_terminal():
     assert not progress_enabled(1, False, Tty())
     assert not progress_enabled(0, True, Tty())
     plain = io.StringIO()
-    silent = SweepProgress(10, stream=plain, interval=3600)   # not a terminal: lines (tests/unit/test_progress.py)
+    silent = SweepProgress(10, stream=plain, interval=3600)   # not a terminal: lines (tests/cli/test_progress.py)
     silent({"phase": "forward", "steps": 10})
     assert silent._forward is None and silent.mode == "lines" and plain.getvalue() == ""
     stream = Tty()

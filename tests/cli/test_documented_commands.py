@@ -190,6 +190,10 @@ RUN: dict[str, list[tuple]] = {
     # docs/inversion.md: an inversion, then its resume raising the cap (the run directory carries over)
     INVERT: [(small(INVERT), 0, _all(_has("hpcadj invert: heat 16x16, 12 steps, 2 rank(s)"),
                                       _files("inv/inversion.json", "inv/log/inversion.jsonl")))],
+    # the RK study's tables, printed from its committed rows
+    "python experiments/mixed/rk_runs.py --tables experiments/mixed/rk_runs.jsonl": [
+        (".venv/bin/python $ROOT/experiments/mixed/rk_runs.py --tables $ROOT/experiments/mixed/rk_runs.jsonl", 0,
+         _has("TSAdjointSolve wall", "128x128, 1, 200"))],
     INVERT.replace("--max-it 10", "--max-it 15") + " --resume": [
         (small(INVERT.replace("--max-it 10", "--max-it 15")) + " --resume", 0,
          _has("hpcadj invert: heat 16x16, 12 steps, 2 rank(s)"))],
@@ -238,6 +242,9 @@ NOT_RUN: list[tuple[str, str]] = [
     (r"mpirun -n [12]", FRAGMENT),
     (r"(mpirun -n 2 )?hpcadj run --json( --costs)?", "names what a study's script launches: " + FRAGMENT),
     (r"hpcadj analyze --sacct|hpcadj analyze --plot|hpcadj run --ram/--disk/--pfs", FRAGMENT),
+    (r"hpcadj (run|invert) --resume|hpcadj (hesscheck|run) --memory", FRAGMENT),
+    (r"python experiments/mixed/rk_runs\.py --grid \d+ --ranks \d .*", STUDY),
+    (r"hpcadj run --model wave --grid 128x128x128 --steps 300 --ram 512MiB", STUDY + " (the Devito comparison)"),
 ]
 
 

@@ -300,7 +300,7 @@ class WaveModel(AdaptiveSteps, Stepper):
         Time tiles add what the tiler holds (``wave_tiled.extra_states``: sigma, c and a on the
         extended block, about 1.5 states)."""
         depth = self.time_tile if self.time_tile is not None else _tiled().auto_depth(self.field)
-        return 2.0 + (_tiled().extra_states(self.field, depth) if depth > 1 else 0.0)
+        return 2.0 + (_tiled().extra_states(self.field, depth, self.tile_width) if depth > 1 else 0.0)
 
     def initial_state(self):
         """u_0: the split u0 made by set_controls, shared (states are never changed in place)."""

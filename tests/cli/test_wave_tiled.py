@@ -237,3 +237,27 @@ def test_the_slab_width_comes_from_the_cache_sizes(monkeypatch):
     assert wave_tiled.auto_depth(field) == 16
     split = SimpleNamespace(dim=3, shape=(128, 128, 64), ownership_ranges=((128,), (128,), (64, 64)))
     assert wave_tiled.auto_depth(split) == 8
+
+
+def _held_bytes(tiler) -> int:
+    """Bytes of the arrays a Tiler holds: its own, and the extended c and a it made."""
+    arrays = [v for v in vars(tiler).values() if isinstance(v, np.ndarray)]
+    arrays += [pair[1] for pair in (tiler._c_of, tiler._a_of) if pair]
+    return sum(a.nbytes for a in arrays)
+
+
+@pytest.mark.parametrize("grid, width", [((96, 96), None), ((24, 20, 18), None), ((24, 20, 18), 4)])
+def test_the_working_set_counts_what_the_tiler_holds_and_not_far_more(comm, grid, width):
+    """The model's working set (``extra_states``) bounds the tiler's arrays from above, without
+    counting the slabs' edge rows where the block is swept whole (a 2-D grid's were 16 states)."""
+    from hpcadj.models.kernels import wave_tiled
+
+    model = WaveModel(comm, grid, n_steps=20)
+    model.tile_width = width
+    model.set_time_tile(8)
+    model.set_controls(_perturbed(model))
+    model.advance(0, model.initial_state(), 10)
+    state = 2 * 8 * int(np.prod(model.field.shape))  # a state: two owned fields
+    held = _held_bytes(model._tiler)
+    counted = wave_tiled.extra_states(model.field, 8, width) * state
+    assert held <= counted <= 1.25 * held, (held / state, counted / state)

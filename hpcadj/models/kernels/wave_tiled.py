@@ -536,14 +536,18 @@ def auto_depth(field) -> int:
     return 8 if any(split) else 16
 
 
-def extra_states(field, depth: int) -> float:
+def extra_states(field, depth: int, width: int | None = None) -> float:
     """What :class:`Tiler` holds, in state-equivalents (a state is two owned fields), no more than:
-    sigma, c and a on the extended block, the halo buffer of both fields, the ring planes and the
-    slabs' edge rows."""
+    sigma, c and a on the extended block, the halo buffer of both fields, the ring planes, the zero
+    plane, sigma's zero runs, the receivers' row index and, when the block is swept in slabs
+    ``width`` rows wide (default :func:`auto_width`), their edge rows."""
     shape, split = _tile_shape(field)
     owned = float(np.prod(shape))
     extended = float(np.prod([m + 2 * depth * s for m, s in zip(shape, split)]))
     rows = _extended_rows(field, depth) + 2
     ring = (depth + 1) * 3 * rows * _row_bytes(field, depth) / 8
-    edge = depth * (shape[0] + 2 * depth * split[0]) * 2 * _row_bytes(field, depth) / 8
-    return (3 * extended + 2 * (extended - owned) + ring + edge) / (2 * owned)
+    slabs = (width or auto_width(field, depth)) < _extended_rows(field, depth)
+    planes = shape[0] + 2 * depth * split[0]
+    edge = depth * planes * 2 * _row_bytes(field, depth) / 8 if slabs else 0.0
+    zero_and_runs = rows * _row_bytes(field, depth) / 8 + 3 * planes * rows
+    return (3 * extended + 2 * (extended - owned) + ring + edge + zero_and_runs) / (2 * owned)

@@ -26,20 +26,16 @@ import numpy as np
 from numba import njit
 
 from ...imports import petsc
+from .wave import _lap
 
 
 @njit(cache=True, inline="always")
 def _lap_t(u, am, ap, bm, bp, xm, xp, iha2, ihb2, ihx2, has_b):
-    """The Laplacian in the single step's order: axis A (z, or y in 2-D), then B (y in 3-D), then x."""
-    lap = 0.0
-    lap += (am - u) * iha2
-    lap += (ap - u) * iha2
+    """The single step's Laplacian (:func:`wave._lap`, the same order: axis A, which is z or y in
+    2-D, then B, y in 3-D, then x) in tile coordinates."""
     if has_b:
-        lap += (bm - u) * ihb2
-        lap += (bp - u) * ihb2
-    lap += (xm - u) * ihx2
-    lap += (xp - u) * ihx2
-    return lap
+        return _lap(u, am, ap, bm, bp, xm, xp, iha2, ihb2, ihx2, True)
+    return _lap(u, 0.0, 0.0, am, ap, xm, xp, 0.0, iha2, ihx2, False)
 
 
 @njit(cache=True, inline="always")

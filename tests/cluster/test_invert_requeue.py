@@ -83,8 +83,11 @@ def iterations(log: Path) -> list[dict]:
 
 
 def test_invert_job_stopped_by_usr1_is_requeued_and_resumes_from_its_last_iterate(cluster, tmp_path):
-    import h5py
     import numpy as np
+
+    from hpcadj.imports import h5py as mpi_h5py
+
+    h5py = mpi_h5py()  # the MPI build: a plain import first would fix the serial one in this process
 
     env = slurm_job_env(tmp_path, PYTHONPATH=str(ROOT), HPCADJ_GRID=GRID, HPCADJ_STEPS=STEPS,
                         HPCADJ_SHOTS=SHOTS, HPCADJ_RANKS_PER_SHOT=1, HPCADJ_MAX_IT=MAX_IT, HPCADJ_RAM=8,

@@ -107,8 +107,11 @@ def batch_output(submit_dir: Path) -> str:
 def test_six_shots_over_three_nodes_are_the_shots_in_turn_summed(cluster, tmp_path):
     """--nodes=3 --ntasks=6, 2 ranks a shot: 3 groups, one per node, 2 shots each, RAM + node-local +
     HDF5 levels; one L-BFGS iterate; the gradient at the final controls equals the 6 shots run in turn."""
-    import h5py
     import numpy as np
+
+    from hpcadj.imports import h5py as mpi_h5py
+
+    h5py = mpi_h5py()  # the MPI build: a plain import first would fix the serial one in this process
 
     env = mpi_env({"HPCADJ": HPCADJ, "HPCADJ_OUTPUT": str(tmp_path / "hpcadj-jobs"), "PYTHONPATH": str(ROOT),
                    "TMPDIR": str(tmp_path / "tmp"), "SLURM_TMPDIR": str(cluster.local_dir), **LOOPBACK_MPI,

@@ -14,7 +14,7 @@ import time
 
 from ..checkpoint.schedules.actions import MIN_ADVANCE
 from ..collective import any_rank
-from ..models.base import SolverError
+from ..models.base import SolverError, Stepper
 from .guards import NonFinite, checksum, finite
 
 
@@ -49,11 +49,15 @@ class AdvanceRuns:
 
     #: steps of the check of a model's advance against its single steps, once per run
     ADVANCE_CHECK = 8
-    #: this rank's runs handed to the model's advance, their steps and seconds (``run --json``);
-    #: ``advance_counts``: (m, first sweep) -> runs of m steps, as a plan summary counts them
-    advance_runs = 0
-    advance_steps = 0
-    advance_s = 0.0
+
+    def _start_advances(self) -> None:
+        """This run's advance bookkeeping, from zero: whether the model has its own advance, the check
+        still to do, and this rank's runs handed to it, their steps and seconds (``run --json``);
+        ``advance_counts``: (m, first sweep) -> runs of m steps, as a plan summary counts them."""
+        self._advances = type(self.stepper).advance is not Stepper.advance
+        self._advance_checked = False
+        self.advance_runs, self.advance_steps, self.advance_s = 0, 0, 0.0
+        self.advance_counts: dict[tuple[int, bool], int] = {}
 
     def _advance_run(self, k: int, stop: int, u, first: bool):
         """Steps k..stop-1 through the model's own ``advance`` (the first sweep's only where it sets
@@ -91,8 +95,7 @@ class AdvanceRuns:
                 self.advance_s += time.perf_counter() - t0
                 self.advance_runs += 1
                 self.advance_steps += end - k
-                counts = self.__dict__.setdefault("advance_counts", {})
-                counts[end - k, first] = counts.get((end - k, first), 0) + 1
+                self.advance_counts[end - k, first] = self.advance_counts.get((end - k, first), 0) + 1
             self._collect_garbage()
             if first and self._agree_flags(0 if math.isfinite(self.result.J) and finite([u]) else 2):
                 raise NonFinite(f"forward sweep: a non-finite value (inf or NaN) in u_{end} or the objective"

@@ -53,12 +53,10 @@ def warm_up(model, second_order: bool = False) -> None:
 
     controls = model.default_controls()
     slots = min(WARM_UP_SLOTS, model.n_steps)
-    result = compute_gradient(model, controls, schedule=Revolve(model.n_steps, [slots]),
-                              levels=[RamLevel(slots, model.snapshot_layout())])
-    del result
+    compute_gradient(model, controls, schedule=Revolve(model.n_steps, [slots]),
+                     levels=[RamLevel(slots, model.snapshot_layout())])
     if second_order:
-        product = hessian_action(model, controls, scaled_direction(model, controls, 1))
-        del product
+        hessian_action(model, controls, scaled_direction(model, controls, 1))
 
 
 def warmed_baseline(build_small, second_order: bool = False) -> int | None:

@@ -10,7 +10,6 @@ beside the plan level's states; the plan counts their bytes within that level's 
 from __future__ import annotations
 
 from ..checkpoint.schedules.actions import PlanError
-from ..snapshot import layout_bytes
 
 
 def _where(text: str):
@@ -50,13 +49,6 @@ class DataActions:
             self._data_store[index] = RamLevel(self.n, self._data_layout, name=f"{level.name} data")
         return self._data_store[index]
 
-    def _data_bytes(self) -> int:
-        """One step's data bytes on this rank, counted once (the layout does not change during a run)."""
-        nbytes = self.__dict__.get("_data_nbytes")
-        if nbytes is None:
-            nbytes = self._data_nbytes = layout_bytes(self._data_layout)
-        return nbytes
-
     def _captured(self, n: int):
         u, u_next = self.work.get_data(n)
         with _where(f"capturing the adjoint data of step {n}"):
@@ -65,7 +57,7 @@ class DataActions:
     def store_data(self, action) -> None:
         level = self._data_level(action.level)
         data = self._captured(action.n)
-        with self.telemetry.phase("store_data", step=action.n, nbytes=self._data_bytes(),
+        with self.telemetry.phase("store_data", step=action.n, nbytes=self._data_nbytes,
                                   level=level.name):
             level.write(action.n, data, time=self.stepper.time(action.n), donate=True)
 
@@ -77,7 +69,7 @@ class DataActions:
             data = self._captured(n0)
         else:
             level = self._data_level(action.level)
-            with self.telemetry.phase("restore_data", step=n0, nbytes=self._data_bytes(),
+            with self.telemetry.phase("restore_data", step=n0, nbytes=self._data_nbytes,
                                       level=level.name):
                 data = level.read(n0)
         self.work.data_adjoint_done(n0)

@@ -25,7 +25,7 @@ from ..checkpoint.storage.base import LevelError, LevelFault
 from ..checkpoint.storage.survey import survey
 from ..collective import any_rank, detail, problems
 from ..telemetry import Telemetry
-from ..models.base import SolverError, Stepper
+from ..models.base import SolverError
 from ..runstate import ResumePoint
 from ..snapshot import layout_bytes
 from .advances import AdvanceRuns
@@ -148,6 +148,7 @@ class Driver(AdvanceRuns, DataActions):
         self._check_steps(schedule)
         self.snapshot_bytes = layout_bytes(stepper.snapshot_layout())
         self._data_layout, self._data_store = stepper.adjoint_data_layout(), {}
+        self._data_nbytes = 0 if self._data_layout is None else layout_bytes(self._data_layout)
         self._hold_data = self._data_layout is not None and getattr(schedule, "stores_data", False)
         u0 = stepper.initial_state()
         self.work = WorkingStates(0, u0)
@@ -171,8 +172,7 @@ class Driver(AdvanceRuns, DataActions):
         self._frontier_J = {self.frontier: self.result.J}
         self._input_checks_left = self.INPUT_CHECKS
         self._finite_state = self.frontier  # the last first-sweep state checked finite
-        self._advances = type(stepper).advance is not Stepper.advance
-        self._advance_checked = False
+        self._start_advances()
         self._J_before = self.result.J
         self._finite_lambda = self.lam_step
         self.finished = False

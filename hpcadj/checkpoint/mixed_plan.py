@@ -4,7 +4,9 @@ For a model that declares its adjoint data (:meth:`~hpcadj.models.base.Stepper.a
 the RAM level's budget becomes bytes B (the budget given, or whole restart states of it) and
 :class:`~hpcadj.checkpoint.schedules.mixed.Mixed` chooses per step between a restart state of r bytes
 and the step's data of d bytes (the largest rank's, so every rank makes the same plan). One RAM
-level only, no compression, no run directory: the data actions have no file level or restart yet.
+level only, no compression. With a run directory the durable points are those of any plan (forward
+states at an interval, lambda in the reverse sweep); data slots live in RAM only and a resumed run
+rebuilds them by recomputation (:meth:`~hpcadj.checkpoint.schedules.mixed.Mixed.resumed`).
 """
 
 from __future__ import annotations
@@ -51,8 +53,6 @@ def mixed_run(model, controls, plans, ck, profile, memory, probes, notes, warnin
     model whose declared data disagree with what its adjoint step reads (``refuse_untrusted_data``)."""
     from .provision import PlannedRun, recompute_warning
 
-    if durability is not None:
-        _refuse("runs without a run directory (no restart of data slots yet)")
     if len(plans) != 1 or plans[0].kind != "ram" or probes or plans[0].codec is not None:
         _refuse("plans one uncompressed RAM level: give --ram alone (or no budget)")
     n = model.n_steps
@@ -83,7 +83,9 @@ def mixed_run(model, controls, plans, ck, profile, memory, probes, notes, warnin
     text = recompute_warning(summary.forward_steps, n, "this plan")
     if text:
         warnings.append(text)
-    return PlannedRun((plan,), schedule, profile, summary, profile.predicted_seconds(peak), 0.0, memory, probes,
+    predicted = profile.predicted_seconds(peak)
+    durable_s = durability(schedule, (plan,), profile, predicted) if durability is not None else 0.0
+    return PlannedRun((plan,), schedule, profile, summary, predicted + durable_s, durable_s, memory, probes,
                       tuple(notes), tuple(warnings), profile)
 
 

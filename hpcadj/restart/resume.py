@@ -10,7 +10,7 @@ from ..checkpoint.storage.survey import survey
 from .rundir import RunDirectory, RunDirError
 
 
-def resume_point(rundir: RunDirectory, model, controls, levels, costs=None, online=None):
+def resume_point(rundir: RunDirectory, model, controls, levels, costs=None, online=None, mixed=None):
     """The residual plan and :class:`ResumePoint` that continue the run recorded in ``rundir``.
 
     ``levels`` are the run's levels reopened on their existing snapshots; every snapshot not used
@@ -18,7 +18,8 @@ def resume_point(rundir: RunDirectory, model, controls, levels, costs=None, onli
     discarded from them. Returns ``(plan, point)``; ``point`` is None when nothing durable exists
     (the run starts over with its ordinary plan). ``online`` is the run's online plan
     (:class:`~hpcadj.checkpoint.schedules.online_plans.OnlinePlan`): a first sweep of unknown length
-    continues with its residual (:meth:`OnlinePlan.resumed`).
+    continues with its residual (:meth:`OnlinePlan.resumed`). ``mixed`` is the run's mixed plan
+    (:class:`~hpcadj.checkpoint.schedules.mixed.Mixed`): its residual segments are mixed plans too.
     """
     manifest = rundir.manifest
     record = manifest.get("adaptive_steps")
@@ -61,6 +62,8 @@ def resume_point(rundir: RunDirectory, model, controls, levels, costs=None, onli
             raise RunDirError("this run's step count is unknown until it ends (adaptive steps): "
                               "resume it with --schedule online")
         return online.resumed(capacities, keep, costs=costs), point
+    if mixed is not None:
+        return mixed.resumed(capacities, keep, lam_step=point.lam_step, costs=costs), point
     return Residual(n, capacities, keep, lam_step=point.lam_step, costs=costs), point
 
 

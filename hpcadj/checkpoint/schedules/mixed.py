@@ -40,6 +40,7 @@ from operator import add
 
 from .actions import Action, Adjoint, AdjointData, Advance, EndForward, EndReverse, Free, Restore, Store, StoreData
 from .base import Schedule, ScheduleError
+from .resume import Residual
 from .storeall import StoreAll
 
 _INF = 1 << 62
@@ -176,6 +177,20 @@ class Mixed(Schedule):
         if self.states_suffice and r < d and steps > 0:
             return "states" if budget >= steps * r else None
         return "data" if budget >= steps * d else None
+
+    def resumed(self, capacities, retained, *, lam_step: int | None, costs=None) -> Residual:
+        """The plan that finishes a resumed run: the rest cut into segments between the ``retained``
+        snapshots (step -> level), each a fresh mixed plan in the units of this plan's level that the
+        lower retained snapshots leave (a restart state takes ``state_size`` there, a slot elsewhere).
+        Data slots never survive a run: they are rebuilt by recomputation from the segment's base."""
+        r, d = self.sizes
+        units, sizes = list(capacities), [1] * len(capacities)
+        units[self.level], sizes[self.level] = self.capacities[self.level], r
+
+        def segment(steps, free):
+            return Mixed(steps, free, r, d, self.states_suffice, level=self.level)
+        return Residual(self.n_steps, units, retained, lam_step=lam_step, costs=costs, segment=segment,
+                        slot_units=sizes, stores_data=True)
 
     def forward_steps(self) -> int:
         """Forward evaluations of this plan (the programme's optimum)."""

@@ -86,10 +86,10 @@ class Simulator:
 
     @classmethod
     def resumed(cls, n_steps: int, capacities: Sequence[int], retained: dict[int, int],
-                lam_step: int | None) -> "Simulator":
+                lam_step: int | None, sizes: tuple[int, int] = (1, 1)) -> "Simulator":
         """A simulator in the state a resumed driver starts from (see ``resume.residual_plan``):
         u_0 held, ``retained`` snapshots (step -> level) stored, lambda at ``lam_step`` if known."""
-        sim = cls(n_steps, capacities)
+        sim = cls(n_steps, capacities, sizes)
         for step, level in retained.items():
             sim._level(level)[step] = step
         if lam_step is not None:

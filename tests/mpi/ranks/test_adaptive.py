@@ -77,7 +77,8 @@ def test_taylor_and_dot_product_with_the_sequence_frozen(frozen):
     for control in sorted(controls):
         result = taylor_test(model, controls, control, gradient=gradient)
         assert result.min_rate >= 1.95, (control, result.rates)
-    assert dot_product_test(model, controls, gradient=gradient).relative_mismatch <= 1e-10
+    dot = dot_product_test(model, controls, gradient=gradient)
+    assert dot.relative_mismatch <= dot.limit <= 1e-8, dot
 
 
 @pytest.mark.parametrize("budgets", MIXES, ids=["+".join(m) for m in MIXES])

@@ -135,6 +135,10 @@ def test_plan_with_a_model_is_the_plan_run_runs(args, tmp_path):
     _assert_same_plan(planned, ran)
 
 
+#: how far (relative) a plan's measured baseline may stand from a run's of the same options
+BASELINE_NOISE = 0.1
+
+
 def test_plan_memory_counts_the_run_s_baseline_and_slots(tmp_path):
     """Under --memory, plan measures the baseline as run does (not zero); given run's, it plans the
     same RAM slots, bytes and actions."""
@@ -153,5 +157,13 @@ def test_plan_memory_counts_the_run_s_baseline_and_slots(tmp_path):
     given = ("--baseline", f"{ran['memory']['baseline'] - ALLOCATOR_SLACK_BYTES}B")
     lines = hpcadj(["plan", *args, *given, "--json", "--actions"], 2, timeout=240).stdout.splitlines()
     assert len(lines) - 1 == ran["actions"]  # the same action list, one per line
-    measured = json.loads(hpcadj(["plan", *args, "--json"], 2, timeout=240).stdout)["memory"]["baseline"]
-    assert abs(measured - ran["memory"]["baseline"]) < 8 * 2 ** 20  # measured, not zero
+    measured = json.loads(hpcadj(["plan", *args, "--json"], 2, timeout=240).stdout)
+    m = measured["memory"]
+    # measured as run measures it, not zero nor before the warm-up (wave's kernels alone are about
+    # 55 MiB): two processes' resident sets differ by a few MiB, more under load
+    assert abs(m["baseline"] - ran["memory"]["baseline"]) <= BASELINE_NOISE * ran["memory"]["baseline"]
+    # and counted, exactly: the RAM slots are what the budget leaves beside this plan's own baseline
+    assert m["peak"] == m["baseline"] + m["total"]
+    assert m["ram_slots_fit"] == (m["budget"] - m["baseline"] - m["model"] - m["working states"]
+                                  - m["staging"]) // m["snapshot"]
+    assert measured["levels"][0]["slots"] == min(m["ram_slots_fit"], 39) == m["ram slots"] // m["snapshot"]

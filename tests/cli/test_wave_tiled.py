@@ -261,3 +261,24 @@ def test_the_working_set_counts_what_the_tiler_holds_and_not_far_more(comm, grid
     held = _held_bytes(model._tiler)
     counted = wave_tiled.extra_states(model.field, 8, width) * state
     assert held <= counted <= 1.25 * held, (held / state, counted / state)
+
+
+@pytest.mark.parametrize("grid, width", [((37, 23), None), ((19, 21, 17), None), ((19, 21, 17), 3)],
+                         ids=["2d", "3d", "3d-slabs"])
+def test_a_downward_sweep_is_bitwise_single_steps(comm, monkeypatch, grid, width):
+    """The sweep run from the block's last plane along z (y in 2-D) to its first, as the last rank of
+    a split along that axis takes it: every depth and run length, whole blocks and y slabs."""
+    from hpcadj.models.kernels import wave_tiled
+
+    made = []
+
+    def downward(*args, **kwargs):
+        made.append(wave_tiled_tiler(*args, **kwargs, down=True))
+        return made[-1]
+
+    wave_tiled_tiler = wave_tiled.Tiler
+    monkeypatch.setattr(wave_tiled, "Tiler", downward)
+    model = WaveModel(comm, grid, n_steps=30)
+    model.tile_width = width
+    _assert_advances(model, 2, [1, 2, 7, 8, 9, 25], (2, 3, 8, 16))
+    assert made and all(t.down for t in made)

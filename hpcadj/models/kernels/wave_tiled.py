@@ -13,7 +13,8 @@ ring holds W + 2 rows, not the whole plane, whatever the grid.
 On several ranks the block is extended by a halo of depth T (the tile depth; less where the domain
 ends) on every side with a neighbour, gathered once per tile; level s is computed on the extended
 box shrunk by t - s on each such side (the dependency cone of the owned points), redundantly in the
-overlap. Every point's arithmetic is :func:`hpcadj.models.kernels.wave.step`'s, term for term in the
+overlap. Where a rank's only halo lies along A on one side, A is swept away from it (downwards when
+it lies below), so the sweep iterations over owned planes run while the halo is still exchanged. Every point's arithmetic is :func:`hpcadj.models.kernels.wave.step`'s, term for term in the
 same order (the source added at its node, inside the tile, wherever it lies; the sponge and
 per-step r, dt2 and dt/2; where sigma is 0 the single step's a = 1 and b = r exactly, so a shorter
 formula there gives the same doubles), so the states are bitwise those of t single steps on any
@@ -77,7 +78,8 @@ def _bound(k, s, nt, width, t, rng):
 
 @njit(cache=True, error_model="numpy")
 def advance(P, C, H, rowoff, lo, m, E, rng, sigma, c, ih2, has_b, hdts, rs, dt2s, fvals, src,
-            recrow, rec_start, rec_x, rec_col, traces, ring, zero, afield, inner, edge, width, out_p, out_c):
+            recrow, rec_start, rec_x, rec_col, traces, ring, zero, afield, inner, edge, width, out_p, out_c,
+            down, first, stop):
     """(out_p, out_c) = (u^{i+t-1}, u^{i+t}) from (P, C) = (u^{i-1}, u^i), t = len(hdts).
 
     P, C, out_*: owned blocks (tile coordinates); H (2, nh): the halo of P and C (depth T);
@@ -92,6 +94,10 @@ def advance(P, C, H, rowoff, lo, m, E, rng, sigma, c, ih2, has_b, hdts, rs, dt2s
     row (a, b) where sigma is 0 (a shorter formula there, the same doubles). The B axis is cut into slabs ``width``
     rows wide, taken in turn, each swept along A; edge (>= t, EA, 2, EX + 2) keeps each level's
     last two rows of a slab for the next.
+    ``down``: sweep A from its last plane to its first (rng's A axis then given in sweep order,
+    plane q swept p-th, q = EA - 1 - p), so a rank whose halo lies below starts on owned planes.
+    Only sweep iterations n in [first, stop) are taken (n = k * (sweep length) + kk - rng[0, 0, 0]),
+    so the iterations reading no halo can run while it is still on its way (:class:`Tiler`).
     """
     iha2, ihb2, ihx2 = ih2
     t = hdts.shape[0]
@@ -102,17 +108,24 @@ def advance(P, C, H, rowoff, lo, m, E, rng, sigma, c, ih2, has_b, hdts, rs, dt2s
     W2 = EX + 2
     one = np.uint64(1)
     nt = max(1, (rng[t, 1, 1] - rng[t, 1, 0] + width - 1) // width)
-    for k in range(nt):
+    sweep = rng[0, 0, 1] + t - rng[0, 0, 0]
+    last_plane = EA - 1 if down else 0  # q = last_plane +- p: the plane swept p-th
+    step_a = -1 if down else 1
+    for k in range(max(0, first // sweep), min(nt, (stop + sweep - 1) // sweep)):
         f0, f1 = _bound(k, 0, nt, width, t, rng), _bound(k + 1, 0, nt, width, t, rng)
         g0 = max(f0 - 2, 0)
-        for kk in range(rng[0, 0, 0], rng[0, 0, 1] + t):
+        kk0 = rng[0, 0, 0] + max(0, first - k * sweep)
+        kk1 = rng[0, 0, 0] + min(sweep, stop - k * sweep)
+        for kk in range(kk0, kk1):
             if kk < rng[0, 0, 1]:
-                _fill(ring[0, kk % 3], P, H[0], rowoff, kk, lo, m, E, g0, f1)
-                _fill(ring[1, kk % 3], C, H[1], rowoff, kk, lo, m, E, g0, f1)
+                qf = last_plane + step_a * kk
+                _fill(ring[0, kk % 3], P, H[0], rowoff, qf, lo, m, E, g0, f1)
+                _fill(ring[1, kk % 3], C, H[1], rowoff, qf, lo, m, E, g0, f1)
             for s in range(1, t + 1):
                 p = kk - s
                 if p < rng[s, 0, 0] or p >= rng[s, 0, 1]:
                     continue
+                q = last_plane + step_a * p  # the plane's index along A
                 j0, j1 = _bound(k, s, nt, width, t, rng), _bound(k + 1, s, nt, width, t, rng)
                 last = s == t
                 if k > 0 and not last:  # the previous slab's last two rows of this level and plane
@@ -123,14 +136,14 @@ def advance(P, C, H, rowoff, lo, m, E, rng, sigma, c, ih2, has_b, hdts, rs, dt2s
                 # flat views of the planes, made once per level and plane; rows are indexed by unsigned
                 # offsets (no negative-index wraparound, so the loops vectorise, and no view per row)
                 cen = ring[s, p % 3].reshape(-1)
-                am = ring[s, (p - 1) % 3].reshape(-1) if p > 0 else zero.reshape(-1)
-                ap = ring[s, (p + 1) % 3].reshape(-1) if p + 1 < EA else zero.reshape(-1)
+                am = ring[s, (p - step_a) % 3].reshape(-1) if q > 0 else zero.reshape(-1)
+                ap = ring[s, (p + step_a) % 3].reshape(-1) if q + 1 < EA else zero.reshape(-1)
                 prv = ring[s - 1, p % 3].reshape(-1)
-                sg_p = sigma[p].reshape(-1)
-                c_p = c[p].reshape(-1)
-                a_p = afield[p].reshape(-1) if uniform else sg_p
+                sg_p = sigma[q].reshape(-1)
+                c_p = c[q].reshape(-1)
+                a_p = afield[q].reshape(-1) if uniform else sg_p
                 if last:
-                    outf = out_c[p - lo[0]].reshape(-1)
+                    outf = out_c[q - lo[0]].reshape(-1)
                 else:
                     outf = ring[s + 1, p % 3].reshape(-1)
                 hdt = hdts[s - 1]
@@ -151,8 +164,8 @@ def advance(P, C, H, rowoff, lo, m, E, rng, sigma, c, ih2, has_b, hdts, rs, dt2s
                         oo = rc
                     # sigma is 0 on [xa, xb) of this row: there a = 1 and b = r exactly, so the single
                     # step's value is (2u - r u_prev) + dt^2 c^2 lap, the same double
-                    xa = min(max(inner[p, j, 0], i0), i1)
-                    xb = min(max(inner[p, j, 1], xa), i1)
+                    xa = min(max(inner[q, j, 0], i0), i1)
+                    xb = min(max(inner[q, j, 1], xa), i1)
                     for seg in range(3):
                         e0 = np.uint64((i0 if seg == 0 else (xa if seg == 1 else xb)) - i0)
                         e1 = np.uint64((xa if seg == 0 else (xb if seg == 1 else i1)) - i0)
@@ -181,7 +194,7 @@ def advance(P, C, H, rowoff, lo, m, E, rng, sigma, c, ih2, has_b, hdts, rs, dt2s
                                 b = r - sg
                                 ci = c_p[co + i]
                                 outf[oo + i] = a * ((two * u - b * prv[rc + i]) + dt2 * ((ci * ci) * lap))
-                    if p == sa and j == sb and i0 <= sx < i1:
+                    if q == sa and j == sb and i0 <= sx < i1:
                         si = np.uint64(sx - i0)
                         u = cen[rc + si]
                         lap = _lap_t(u, am[rc + si], ap[rc + si], cen[rm + si], cen[rp + si], cen[rl + si], cen[rr + si],
@@ -191,22 +204,23 @@ def advance(P, C, H, rowoff, lo, m, E, rng, sigma, c, ih2, has_b, hdts, rs, dt2s
                         b = r - sg
                         ci = c_p[co + si]
                         outf[oo + si] = a * ((two * u - b * prv[rc + si]) + dt2 * ((ci * ci) * lap + fvals[s - 1]))
-                    rid = recrow[p, j]
+                    rid = recrow[q, j]
                     if rid >= 0:
-                        for q in range(rec_start[rid], rec_start[rid + 1]):
-                            traces[s - 1, rec_col[q]] = outf[oo + np.uint64(rec_x[q] - i0)]
+                        for qr in range(rec_start[rid], rec_start[rid + 1]):
+                            traces[s - 1, rec_col[qr]] = outf[oo + np.uint64(rec_x[qr] - i0)]
                 if k + 1 < nt and not last:  # this slab's last two rows, for the next
                     for e in range(2):
                         jj = j1 - 2 + e
                         if jj >= 0:
                             edge[s - 1, p, e, :] = ring[s + 1, p % 3, jj + 1, :]
             pp = kk - (t - 1)  # level t - 1's plane finished this iteration: the owned part is u^{i+t-1}
-            if lo[0] <= pp < lo[0] + m[0]:
+            qq = last_plane + step_a * pp
+            if lo[0] <= qq < lo[0] + m[0]:
                 plane = ring[t, pp % 3]
                 j0 = max(_bound(k, t - 1, nt, width, t, rng), lo[1])
                 j1 = min(_bound(k + 1, t - 1, nt, width, t, rng), lo[1] + m[1])
                 for j in range(j0, j1):
-                    dst = out_p[pp - lo[0], j - lo[1]]
+                    dst = out_p[qq - lo[0], j - lo[1]]
                     srow_ = plane[j + 1]
                     for i in range(m[2]):
                         dst[i] = srow_[lo[2] + i + 1]
@@ -322,12 +336,14 @@ class Tiler:
     and the receivers in tile coordinates. Built per T; the velocity's extension is rebuilt when
     the model's controls change."""
 
-    def __init__(self, model, depth: int, width: int | None = None):
+    def __init__(self, model, depth: int, width: int | None = None, down: bool | None = None):
         from . import readonly
 
         self.model = model
         self.depth = int(depth)
         ext = self.ext = Extended(model.field, depth)
+        # sweep A downwards where the only halo along it lies below (None: so; tests force either)
+        self.down = bool(ext.lo[0] > 0 and ext.lo[0] + ext.m[0] == ext.E[0]) if down is None else bool(down)
         EA, EB, EX = ext.shape
         self.width = int(width) if width else auto_width(model.field, depth)
         self.ring = np.zeros((self.depth + 1, 3, EB + 2, EX + 2))
@@ -395,33 +411,56 @@ class Tiler:
             self.rng[t] = self.ext.ranges(t)
         return self.rng[t]
 
-    def halo(self, u) -> np.ndarray:
-        """The depth-T halo of both fields of state ``u``, as (2, nh) (collective)."""
+    def _halo_scatter(self, u):
+        """The scatter of both fields' depth-T halo from states like ``u`` and its (2, nh) buffer."""
         if self._state_scatter is None:
             split = self.model._split_pair
-            self._state_scatter = self.ext.scatter(u, [split._index_map(0), split._index_map(1)])
-        scatter, seq = self._state_scatter
-        PETSc = petsc()
-        scatter.scatter(u, seq, addv=PETSc.InsertMode.INSERT, mode=PETSc.ScatterMode.FORWARD)
-        return seq.getArray(readonly=True).reshape(2, self.ext.size)
+            scatter, seq = self.ext.scatter(u, [split._index_map(0), split._index_map(1)])
+            self._state_scatter = (scatter, seq, seq.getArray(readonly=True).reshape(2, self.ext.size))
+        return self._state_scatter
+
+    def sweep(self, t: int):
+        """(rng with its A axis in sweep order, the sweep iterations that read no halo): the block is
+        swept along A away from its only halo there (down when that lies below), so the owned planes
+        come first and their iterations run while the halo is exchanged; 0 of them where a halo lies
+        across B or X or on the side swept first (both sides on a middle rank)."""
+        ext, rng = self.ext, self.ranges(t)
+        hi = ext.E - ext.lo - ext.m
+        if self.down:
+            flat, rng = rng, rng.copy()
+            rng[:, 0, 0], rng[:, 0, 1] = ext.E[0] - flat[:, 0, 1], ext.E[0] - flat[:, 0, 0]
+        ahead = ext.lo[0] if not self.down else hi[0]
+        across = ext.lo[1] + hi[1] + ext.lo[2] + hi[2]
+        return rng, (0 if ahead or across else int(ext.m[0]))
 
     def run(self, u, out, params, traces):
         """One tile: ``out`` = the state t = len(params) steps after ``u``; params per step are
-        (hdt, r, dt2, source value)."""
+        (hdt, r, dt2, source value). The halo exchange is started first and waited for only when
+        the sweep reaches the first iteration reading it."""
         model = self.model
         t = len(params)
         hdts, rs, dt2s, fvals = (np.array(col, dtype=np.float64) for col in zip(*params))
-        H = self.halo(u)
+        PETSc = petsc()
+        scatter, seq, H = self._halo_scatter(u)
+        modes = (PETSc.InsertMode.INSERT, PETSc.ScatterMode.FORWARD)
+        scatter.begin(u, seq, *modes)
         tile3 = tuple(int(v) for v in self.ext.m)
         P, C = (f.reshape(tile3) for f in model._block(u))
         out_p, out_c = (f.reshape(tile3) for f in model._block(out, readonly=False))
         ih2 = model._ih2 if model.dim == 3 else (model._ih2[1], 1.0, model._ih2[2])
-        advance(P, C, H, self.ext.rowoff, self.ext.lo, self.ext.m, self.ext.E, self.ranges(t),
+        rng, ready = self.sweep(t)
+        args = (P, C, H, self.ext.rowoff, self.ext.lo, self.ext.m, self.ext.E, rng,
                 self.sigma, self.velocity(), ih2, model.dim == 3, hdts, rs, dt2s, fvals, self.src,
                 self.recrow, self.rec_start, self.rec_x, self.rec_col, traces, self.ring, self.zero,
                 self.a_field(hdts[0]) if np.all(hdts == hdts[0]) else self._no_a, self.inner, self.edge, self.width,
-                out_p, out_c)
+                out_p, out_c, self.down)
+        if ready:
+            advance(*args, 0, ready)
+        scatter.end(u, seq, *modes)
+        advance(*args, ready, _ALL)
 
+
+_ALL = 1 << 60  # ``stop`` past every sweep iteration
 
 #: the deepest tile offered: the ring holds T + 1 levels of three planes each
 MAX_DEPTH = 64

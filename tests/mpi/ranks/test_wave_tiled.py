@@ -147,3 +147,50 @@ def test_y_slabs_bitwise_on_uneven_partitions(comm, grid):
                         (source_x, width, depth, k)
                     assert got_terms == terms[:k], (source_x, width, depth, k)
                 assert model._tiler.width == width
+
+
+def _cut_depths(comm, grid):
+    """source_depth fractions putting the source and the receivers' line on the first node of each
+    rank after the first along the sweep axis (z, or y in 2-D), the last node before it, and T = 3
+    nodes inside the neighbour (the halo's edge)."""
+    n_a = grid[-1]
+    sizes = np.asarray(WaveModel(comm, grid, n_steps=2).field.ownership_ranges[-1])
+    cuts = np.cumsum(sizes)[:-1]
+    assert comm.size == 1 or len(cuts) == comm.size - 1, sizes  # the sweep axis is the one split
+    out = {0.2}
+    for cut in cuts:
+        for node in (cut, cut - 1, cut + 3, cut - 4):
+            if 0 <= node < n_a:
+                out.add((node + 1) / (n_a + 1))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("grid, widths", [((9, 29), (None,)), ((8, 9, 23), (None, 2))], ids=["2d", "3d"])
+def test_a_split_along_the_sweep_overlaps_the_halo_and_stays_bitwise(comm, grid, widths):
+    """Split along the sweep axis (y in 2-D, z in 3-D): the first rank sweeps up, the last down (away
+    from their halo) and take their owned planes' iterations before waiting for it; a middle rank
+    waits first. States and J bitwise the single steps' with the source and the receivers on each
+    cut, beside it and at the halo's edge, whole blocks and y slabs 2 rows wide."""
+    for frac in _cut_depths(comm, grid):
+        model = type("Shot", (WaveModel,), {"source_depth": frac})(comm, grid, n_steps=20)
+        model.set_controls(_perturbed(model))
+        u = model.initial_state()
+        states = [u]
+        for i in range(17):
+            states.append(model.step(i, states[-1]))
+        terms = [model.objective(i, states[i]) for i in range(1, 18)]
+        limit = model.time_tile_limit()
+        for width in widths:
+            model.tile_width = width
+            for depth in sorted({d for d in (2, 3, 4, 7) if d <= limit}):
+                model.set_time_tile(depth)
+                for k in (1, depth - 1, depth, depth + 1, 17):
+                    if k < 1:
+                        continue
+                    got, got_terms = model.advance(0, u, k, objective=True)
+                    assert _agree_equal(comm, got.getArray(readonly=True), states[k].getArray(readonly=True)), \
+                        (frac, width, depth, k)
+                    assert got_terms == terms[:k], (frac, width, depth, k)
+                tiler, first, last = model._tiler, comm.rank == 0, comm.rank == comm.size - 1
+                assert tiler.down == (last and not first)
+                assert tiler.sweep(depth)[1] == (model.field.shape[0] if first or last else 0)

@@ -1,17 +1,14 @@
-"""Progress lines on rank 0 when stderr is not a terminal (batch jobs, mpirun), and their format."""
+"""Progress lines on rank 0 when stderr is not a terminal (batch jobs, mpirun): their format, interval
+and mode, from a fake clock and stream (a real run's lines: tests/cli/test_cli_progress.py)."""
 
 import io
 import re
 from types import SimpleNamespace
 
-import pytest
-
 from hpcadj.checkpoint.schedules import OpCosts
 from hpcadj.checkpoint.schedules.actions import Adjoint, Advance, EndForward, EndReverse, Move, Restore, Store
 from hpcadj.telemetry.progress import (SweepProgress, format_bytes, format_duration, format_line, plan_work,
                                        progress_interval, progress_mode)
-
-from ..helpers import hpcadj
 
 LINE = re.compile(r"^hpcadj: progress \(rank 0\): forward (\d+)/(\d+), recomputed (\d+), adjoint (\d+)/(\d+); "
                   r"elapsed ([^;]+); remaining (~[^;]+ \(plan cost model\)|n/a \([^)]+\))"
@@ -126,32 +123,3 @@ def test_bad_interval_warns_once(monkeypatch):
     assert progress.interval == 10.0
     assert stream.getvalue().splitlines() == [
         "hpcadj: warning: HPCADJ_PROGRESS_INTERVAL='soon' is not a positive number of seconds; progress every 10 s"]
-
-
-RUN = ["run", "--grid", "16x16", "--steps", "24", "--ram", "4", "--schedule", "revolve"]
-ENV = {"HPCADJ_PROGRESS_INTERVAL": "0.1", "HPCADJ_TEST_STEP_DELAY": "0.02"}
-
-
-def test_progress_lines_under_mpirun():
-    proc = hpcadj(RUN, nranks=2, timeout=240, env=ENV)
-    assert proc.returncode == 0, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("hpcadj: progress")]
-    assert len(lines) >= 3, proc.stderr
-    matches = [LINE.match(line) for line in lines]
-    assert all(matches), lines
-    assert {m.group(2) for m in matches} == {"24"}
-    assert any(m.group(8) and "ram " in m.group(8) for m in matches), lines
-    assert all("(plan cost model)" in line for line in lines), lines
-    assert int(matches[-1].group(4)) == 24 and int(matches[-1].group(1)) == 24   # the last line: all done
-    assert int(matches[-1].group(3)) > 0                                       # revolve recomputes
-    assert "hpcadj: progress (rank 1)" not in proc.stderr
-    assert proc.stdout.count("hpcadj run: heat 16x16") == 1                    # stdout untouched
-
-
-@pytest.mark.parametrize("flag", ["--quiet", "--json"])
-def test_quiet_and_json_silence_progress(flag):
-    proc = hpcadj([*RUN, flag], nranks=2, timeout=240, env=ENV)
-    assert proc.returncode == 0, proc.stderr
-    assert "hpcadj: progress" not in proc.stderr, proc.stderr
-    if flag == "--json":
-        assert len(proc.stdout.strip().splitlines()) == 1

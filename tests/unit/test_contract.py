@@ -1,8 +1,6 @@
-"""The contract checker's working-set property (one process: RSS is per process) and the human
-output of ``hpcadj check``."""
+"""The contract checker's working-set property (one process: RSS is per process); the human output
+of ``hpcadj check``: tests/cli/test_cli_check.py."""
 
-import contextlib
-import io
 
 import pytest
 
@@ -57,15 +55,3 @@ def test_a_tiny_state_is_a_warning_that_says_so(comm):
     report = check_contract(Greedy(comm, grid=(12, 10)), steps=1)
     ws = report["working_set"]
     assert ws.status == "WARNING" and "too small" in ws.reason, ws.reason
-
-
-def test_check_command_human_output(comm):
-    from hpcadj.cli import main
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        rc = main(["check", "--model", "heat", "--grid", "10x8", "--check-steps", "2"])
-    text = out.getvalue()
-    assert rc == 0, text
-    assert "step_pure" in text and "PASSED" in text
-    assert "describe" in text and "NOT CHECKED" in text and "--vary" in text

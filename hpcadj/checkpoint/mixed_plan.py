@@ -1,10 +1,11 @@
-"""``--schedule mixed``: restart states and steps' adjoint data planned in one RAM byte budget.
+"""``--schedule mixed``: restart states and steps' adjoint data planned in a RAM byte budget.
 
 For a model that declares its adjoint data (:meth:`~hpcadj.models.base.Stepper.adjoint_data_layout`)
 the RAM level's budget becomes bytes B (the budget given, or whole restart states of it) and
 :class:`~hpcadj.checkpoint.schedules.mixed.Mixed` chooses per step between a restart state of r bytes
-and the step's data of d bytes (the largest rank's, so every rank makes the same plan). One RAM
-level only, no compression. With a run directory the durable points are those of any plan (forward
+and the step's data of d bytes (the largest rank's, so every rank makes the same plan). With node-local
+or HDF5 levels beside RAM, :class:`~hpcadj.checkpoint.schedules.mixed_levels.MixedLevels` keeps today's
+multi-level plan on them and plans every RAM chain between their states that way. No compression. With a run directory the durable points are those of any plan (forward
 states at an interval, lambda in the reverse sweep); data slots live in RAM only and a resumed run
 rebuilds them by recomputation (:meth:`~hpcadj.checkpoint.schedules.mixed.Mixed.resumed`).
 """
@@ -16,13 +17,13 @@ from math import gcd
 
 from ..snapshot import layout_bytes
 from .budget import parse_budget
+from .options import ConfigError
 from .schedules import Mixed, ScheduleError, simulate
+from .schedules.mixed_levels import MixedLevels
 from .schedules.revolve import min_forward_steps
 
 
 def _refuse(text: str):
-    from .provision import ConfigError
-
     raise ConfigError(f"--schedule mixed {text}")
 
 
@@ -49,12 +50,15 @@ def recomputes(model) -> bool:
 
 
 def mixed_run(model, controls, plans, ck, profile, memory, probes, notes, warnings, durability):
-    """The PlannedRun of ``--schedule mixed`` over ``plans`` (one RAM level); the session has refused a
-    model whose declared data disagree with what its adjoint step reads (``refuse_untrusted_data``)."""
+    """The PlannedRun of ``--schedule mixed`` over ``plans`` (RAM first; node-local and HDF5 levels
+    hold restart states); the session has refused a model whose declared data disagree with what its
+    adjoint step reads (``refuse_untrusted_data``)."""
     from .provision import PlannedRun, recompute_warning
 
-    if len(plans) != 1 or plans[0].kind != "ram" or probes or plans[0].codec is not None:
-        _refuse("plans one uncompressed RAM level: give --ram alone (or no budget)")
+    if probes or any(p.codec is not None for p in plans):
+        _refuse("does not compress its slots yet: leave out --compress")
+    if plans[0].kind != "ram":
+        _refuse("keeps steps' data in RAM: give --ram (or --memory) beside the other levels")
     n = model.n_steps
     r, d = mixed_sizes(model)
     text = ck.budgets.get("ram")
@@ -68,25 +72,45 @@ def mixed_run(model, controls, plans, ck, profile, memory, probes, notes, warnin
     else:
         budget = plans[0].slots * r
     unit = gcd(r, d)
+    units = [budget // unit] + [p.slots * (r // unit) for p in plans[1:]]
     try:
-        schedule = Mixed(n, [budget // unit], state_size=r // unit, data_size=d // unit,
-                         states_suffice=not recomputes(model))
+        if len(plans) == 1:
+            schedule = Mixed(n, units, state_size=r // unit, data_size=d // unit,
+                             states_suffice=not recomputes(model))
+        else:
+            schedule = MixedLevels(n, [budget // unit, *(p.slots for p in plans[1:])], r // unit, d // unit,
+                                   costs=profile.vector(ck.minimize), states_suffice=not recomputes(model))
     except ScheduleError as exc:
+        if len(plans) > 1:
+            raise ConfigError(f"--schedule mixed: {exc}") from None
         least = str(exc).rsplit(" ", 1)[-1]
         _refuse(f"with --ram {text if text is not None else budget}: restart states of {r} bytes and step "
                 f"data of {d} bytes per rank cannot reverse {n} steps; the least that would do is "
                 f"{int(least) * unit}B")
-    plan = replace(plans[0], slots=max(budget // r, 1))
-    summary = simulate(schedule.actions(), n, [budget // unit], profile.vector("time"),
-                       sizes=(r // unit, d // unit))
+    plans = (replace(plans[0], slots=max(budget // r, 1)), *plans[1:])
+    summary = simulate(schedule.actions(), n, units, profile.vector("time"), sizes=(r // unit, d // unit))
     peak = replace(summary, peak=[-(-p * unit // r) for p in summary.peak])
     text = recompute_warning(summary.forward_steps, n, "this plan")
     if text:
         warnings.append(text)
     predicted = profile.predicted_seconds(peak)
-    durable_s = durability(schedule, (plan,), profile, predicted) if durability is not None else 0.0
-    return PlannedRun((plan,), schedule, profile, summary, predicted + durable_s, durable_s, memory, probes,
+    durable_s = durability(schedule, plans, profile, predicted) if durability is not None else 0.0
+    return PlannedRun(plans, schedule, profile, summary, predicted + durable_s, durable_s, memory, probes,
                       tuple(notes), tuple(warnings), profile)
+
+
+def states_only_forward_steps(schedule, stepper) -> int:
+    """Forward steps of today's plan with the same bytes in restart states: revolve over RAM's whole
+    states (store-all where n - 1 fit), or today's multi-level plan over the same levels; plus one a
+    step where each adjoint step from states re-runs its step (not counted by the plan)."""
+    n = schedule.n_steps
+    if isinstance(schedule, MixedLevels):
+        slots = schedule.slots()
+        today = simulate(schedule.today.actions(), n, slots).forward_steps
+    else:
+        states = schedule.capacities[0] // schedule.sizes[0]
+        today = n if states >= n - 1 else min_forward_steps(n, max(states, 1))
+    return today + (n if recomputes(stepper) else 0)
 
 
 def mixed_summary(comm, planned, driver) -> dict:
@@ -94,12 +118,9 @@ def mixed_summary(comm, planned, driver) -> dict:
     steps saved against revolve's plan with the same bytes in restart states."""
     schedule, summary = planned.schedule, planned.summary
     r, d = mixed_sizes(driver.stepper)
-    n, unit = schedule.n_steps, r // schedule.sizes[0]
+    unit = r // schedule.sizes[0]
     budget = schedule.capacities[0] * unit
-    states = budget // r
-    today = n if states >= n - 1 else min_forward_steps(n, max(states, 1))
-    if recomputes(driver.stepper):
-        today += n  # each adjoint step from states re-runs its step: a forward step the plan does not count
+    today = states_only_forward_steps(schedule, driver.stepper)
     data = driver.data_stats()
     return {"budget_bytes": budget, "restart_bytes": r, "data_bytes": d,
             "restart_writes": sum(summary.writes), "data_writes": data["writes"],

@@ -202,7 +202,7 @@ def provision(model, controls, checkpointing: Checkpointing, *, config=None, bas
     store_all = all(b is None for b in ck.budgets.values()) and not reshaped
     name = ck.schedule or ("store-all" if store_all else "auto")
     profile = load_costs(ck.costs)
-    if profile is None and name in ("auto", "multilevel") and len(plans) > 1:
+    if profile is None and name in ("auto", "multilevel", "mixed") and len(plans) > 1:
         if isinstance(model, Declared):
             notes.append("no --costs profile given: the default costs plan it (a run calibrates briefly)")
         else:

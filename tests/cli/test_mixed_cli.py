@@ -32,6 +32,21 @@ def test_mixed_run_is_bitwise_store_all_with_fewer_forward_steps(tmp_path):
     assert facts["peak_bytes"] <= facts["budget_bytes"] == 6 * facts["restart_bytes"]
 
 
+@pytest.mark.timeout(600)
+def test_mixed_over_ram_and_disk_beats_today_s_multilevel_plan_bitwise(tmp_path):
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps({"forward_s": 1.0, "adjoint_s": 2.0, "source": "test",
+                                 "levels": [{"name": "ram", "write_s": 0.01, "read_s": 0.01},
+                                            {"name": "disk", "write_s": 0.3, "read_s": 0.3}]}))
+    levels = ["--ram", "8", "--disk", "2", "--local-dir", str(tmp_path), "--costs", str(costs)]
+    info, want = _run(["--schedule", "store-all"], tmp_path, "all")
+    mixed, got = _run(["--schedule", "mixed", *levels], tmp_path, "mixed")
+    today, _ = _run(["--schedule", "multilevel", *levels], tmp_path, "multilevel")
+    assert_bitwise(got, want)
+    assert mixed["forward_steps"] < today["forward_steps"] == mixed["mixed"]["forward_steps_states_only"]
+    assert mixed["mixed"]["data_writes"] > 0 and mixed["levels"][1]["writes"] > 0
+
+
 @pytest.mark.timeout(300)
 def test_mixed_without_a_budget_stores_every_step_s_data_once(tmp_path):
     info, _ = _run(["--schedule", "mixed"], tmp_path, "all", nranks=1)
@@ -41,7 +56,9 @@ def test_mixed_without_a_budget_stores_every_step_s_data_once(tmp_path):
 
 @pytest.mark.parametrize("args, words", [
     (["--model", "heat", "--steps", "6"], "declares no"),
-    (["--model", "wave", "--grid", "14x12", "--steps", "6", "--disk", "4"], "one uncompressed RAM level"),
+    (["--model", "wave", "--grid", "14x12", "--steps", "6", "--disk", "4"], "keeps steps' data in RAM"),
+    (["--model", "wave", "--grid", "14x12", "--steps", "6", "--ram", "4", "--compress", "lossless:zlib"],
+     "does not compress its slots yet"),
     (["--model", "wave", "--grid", "14x12", "--steps", "6", "--ram", "100B"], "one snapshot is"),
 ])
 def test_what_mixed_cannot_plan_is_one_line_and_exit_2(args, words, tmp_path):

@@ -2,13 +2,16 @@
 gradient bitwise. Restart states and lambda are what is durable; the data slots live in RAM only and
 the resumed plan (a fresh mixed plan for what is left) rebuilds them by recomputation."""
 
+import json
+
 import pytest
 
 from ..helpers import assert_bitwise, hpcadj_json, killed_run, read_gradients
 
 #: a budget of 6 restart states (12 fields) for 24 steps: the plan mixes restart states and data
-MIXED = ["run", "--model", "wave", "--grid", "14x12", "--steps", "24", "--anomaly", "0.15", "--quiet",
-         "--schedule", "mixed", "--ram", "6", "--durable-every", "2", "--durable-interval", "0.05"]
+BASE = ["run", "--model", "wave", "--grid", "14x12", "--steps", "24", "--anomaly", "0.15", "--quiet",
+        "--schedule", "mixed", "--durable-every", "2", "--durable-interval", "0.05"]
+MIXED = [*BASE, "--ram", "6"]
 #: actions slowed a little so the interval-driven forward points fall inside the first sweep
 SLOW = {"HPCADJ_TEST_STEP_DELAY": "0.02"}
 
@@ -49,3 +52,30 @@ def test_mixed_run_killed_in_the_reverse_sweep_resumes_bitwise(tmp_path, nranks)
     info, grads = _crash_then_resume(tmp_path, nranks, f"{nranks - 1}:{k}", "r")
     assert info["J"] == ref_info["J"] and info["adjoint_steps"] < ref_info["adjoint_steps"]
     assert_bitwise(grads, ref)
+
+
+@pytest.mark.timeout(900)
+def test_mixed_run_over_ram_disk_and_hdf5_killed_in_either_sweep_resumes_bitwise(tmp_path):
+    costs = tmp_path / "costs.json"
+    costs.write_text(json.dumps({"forward_s": 1.0, "adjoint_s": 2.0, "source": "test",
+                                 "levels": [{"name": n, "write_s": c, "read_s": c}
+                                            for n, c in (("ram", 0.01), ("disk", 0.3), ("pfs", 0.6))]}))
+    (tmp_path / "local").mkdir()
+    # 3.5 restart states of RAM (on 2 ranks a restart pair is 1344 bytes a rank): data fill the odd half
+    levels = ["--ram", "4704B", "--disk", "1", "--pfs", "2", "--costs", str(costs),
+              "--local-dir", str(tmp_path / "local")]
+    out = tmp_path / "ref.h5"
+    ref_info = hpcadj_json([*BASE, *levels, "--pfs-file", str(tmp_path / "ref-ck.h5"),
+                            "--gradient-out", str(out)], 2, timeout=300)
+    ref = read_gradients(out)
+    assert ref_info["mixed"]["data_writes"] > 0, ref_info["mixed"]
+    assert all(level["writes"] > 0 for level in ref_info["levels"]), ref_info["levels"]
+    for share in (0.3, 0.75):
+        k = int(ref_info["actions"] * share)
+        args = [*BASE, *levels, "--pfs-file", str(tmp_path / f"ck{k}.h5"),
+                "--run-dir", str(tmp_path / f"run{k}")]
+        killed_run(args, 2, f"{k % 2}:{k}", env=SLOW, timeout=300)
+        g = tmp_path / f"g{k}.h5"
+        info = hpcadj_json([*args, "--resume", "--gradient-out", str(g)], 2, timeout=300)
+        assert info["J"] == ref_info["J"], k
+        assert_bitwise(read_gradients(g), ref, k)

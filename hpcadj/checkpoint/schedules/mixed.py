@@ -55,10 +55,12 @@ def least_budget(n_steps: int, state_size: int, data_size: int) -> int:
 class MixedTable:
     """The programme's tables for chains up to ``n_steps`` long and budgets up to ``units``."""
 
-    def __init__(self, n_steps: int, units: int, r: int, d: int, states_suffice: bool):
+    def __init__(self, n_steps: int, units: int, r: int, d: int, states_suffice: bool, stored_bases: bool = False):
         self.n, self.r, self.d, self.states = n_steps, r, d, states_suffice
-        # beyond what storing every step needs (data, or states where they suffice) nothing helps
-        self.M = min(units, (n_steps - 1) * (min(r, d) if states_suffice else d))
+        # beyond what storing every step needs (data, or states where they suffice) nothing helps; a
+        # chain whose base is stored and must stay held (``stored_bases``) may use every state's bytes
+        useful = n_steps * r if stored_bases else (n_steps - 1) * (min(r, d) if states_suffice else d)
+        self.M = min(units, useful)
         self.W = n_steps * (n_steps + 1) // 2 + 2
         flags = ((0, 0), (0, 1), (1, 0), (1, 1)) if states_suffice else ((0, 0),)
         self.flags = flags
@@ -223,38 +225,46 @@ class Mixed(Schedule):
         if self.table is None:
             yield from self._store_all_actions()
             return
-        t, lv, states = self.table, self.level, self.states_suffice
-        # pending tasks, last first: ("chain", a, L, m, e, f, stored, fwd) | ("restore", a) | ("data", a)
-        stack: list[tuple] = [("chain", 0, self.n_steps, self._units, 0, 0, False, True)]
-        while stack:
-            task = stack.pop()
-            if task[0] == "restore":
-                yield Restore(task[1], lv)
-                continue
-            if task[0] == "data":
-                yield AdjointData(task[1] + 1, task[1], lv)
-                continue
-            _, a, length, m, e, f, stored, fwd = task
-            option = t.choice(length, m, e, f, stored)
-            if stored and option[0] != "C":
-                yield Free(a, lv)
-            if option[0] == "A":
-                if not e:
-                    yield Advance(a, a + 1)
-                    if fwd:
-                        yield EndForward()
-                yield Adjoint(a + 1, a) if states else AdjointData(a + 1, a)
-            elif option[0] == "B":
-                yield Advance(a, a + 1)
-                yield StoreData(a, lv)
-                stack.append(("data", a))
-                stack.append(("chain", a + 1, length - 1, m - t.d, e, 0, False, fwd))
-            else:
-                _, i, fp = option
-                if not stored:
-                    yield Store(a, lv)
-                yield Advance(a, a + i)
-                stack.append(("chain", a, i, m, fp, f, True, False))
-                stack.append(("restore", a))
-                stack.append(("chain", a + i, length - i, m - t.r, e, fp, False, fwd))
+        yield from chain_actions(self.table, self.level, 0, self.n_steps, self._units, 0, 0, False, True)
         yield EndReverse()
+
+
+def chain_actions(t: MixedTable, lv: int, a: int, length: int, m: int, e: int, f: int, stored: bool,
+                  fwd: bool) -> Iterator[Action]:
+    """The table's plan for the chain u_a .. u_{a+length} on level ``lv`` with ``m`` units (the base's
+    included when ``stored``), ``e``/``f`` as in the module docstring; ``fwd`` when the chain's last step
+    is still ahead of the first sweep (its advance ends with EndForward). u_a is held at the start."""
+    states = t.states
+    # pending tasks, last first: ("chain", a, L, m, e, f, stored, fwd) | ("restore", a) | ("data", a)
+    stack: list[tuple] = [("chain", a, length, min(m, t.M), e, f, stored, fwd)]
+    while stack:
+        task = stack.pop()
+        if task[0] == "restore":
+            yield Restore(task[1], lv)
+            continue
+        if task[0] == "data":
+            yield AdjointData(task[1] + 1, task[1], lv)
+            continue
+        _, a, length, m, e, f, stored, fwd = task
+        option = t.choice(length, m, e, f, stored)
+        if stored and option[0] != "C":
+            yield Free(a, lv)
+        if option[0] == "A":
+            if not e:
+                yield Advance(a, a + 1)
+                if fwd:
+                    yield EndForward()
+            yield Adjoint(a + 1, a) if states else AdjointData(a + 1, a)
+        elif option[0] == "B":
+            yield Advance(a, a + 1)
+            yield StoreData(a, lv)
+            stack.append(("data", a))
+            stack.append(("chain", a + 1, length - 1, m - t.d, e, 0, False, fwd))
+        else:
+            _, i, fp = option
+            if not stored:
+                yield Store(a, lv)
+            yield Advance(a, a + i)
+            stack.append(("chain", a, i, m, fp, f, True, False))
+            stack.append(("restore", a))
+            stack.append(("chain", a + i, length - i, m - t.r, e, fp, False, fwd))

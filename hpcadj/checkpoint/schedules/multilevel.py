@@ -230,22 +230,25 @@ class MultilevelPlanner:
         lower = self.drop_level[k][length]
         return lower, len(self.layers[lower]) - 1
 
-    def actions(self) -> Iterator[Action]:
-        """Stream the optimal plan."""
+    def actions(self, ram_chain=None) -> Iterator[Action]:
+        """Stream the optimal plan (``ram_chain`` as in :meth:`chain_actions`)."""
         n = self.n
         if n == 1:
             yield from (Advance(0, 1), EndForward(), Adjoint(1, 0), EndReverse())
             return
         top = self.top_level
         yield Store(0, top)
-        yield from self.chain_actions(0, n, top, len(self.layers[top]) - 1, forward=True, held=True)
+        yield from self.chain_actions(0, n, top, len(self.layers[top]) - 1, forward=True, held=True,
+                                      ram_chain=ram_chain)
         yield EndReverse()
 
     def chain_actions(self, lo: int, hi: int, level: int, free: int, forward: bool,
-                      held: bool) -> Iterator[Action]:
+                      held: bool, ram_chain=None) -> Iterator[Action]:
         """The table's plan for the chain u_lo .. u_hi with u_lo's slot on ``level`` and ``free`` more
         slots there (faster levels free): ``forward`` if the chain's last step is still ahead of the
-        first sweep, ``held`` if u_lo is the working state (else it is restored first)."""
+        first sweep, ``held`` if u_lo is the working state (else it is restored first).
+        ``ram_chain(lo, hi, forward, held)``, if given, plans every chain whose base is on level 0
+        (the whole of level 0 free but the base: a mixed plan's RAM segments) in the table's place."""
         # pending tasks, last first: (lo, hi, level, layer, forward, base_held) or (lo, level) = Free
         stack: list[tuple] = [(lo, hi, level, free, forward, held)]
         while stack:
@@ -254,6 +257,9 @@ class MultilevelPlanner:
                 yield Free(*task)
                 continue
             lo, hi, k, m, fwd, held = task
+            if k == 0 and ram_chain is not None:
+                yield from ram_chain(lo, hi, fwd, held)
+                continue
             if (yield from opening(lo, hi, k, fwd, held)):
                 continue
             length = hi - lo

@@ -93,3 +93,43 @@ def test_a_mixed_run_refuses_a_model_whose_data_are_wrong_before_any_gradient(co
     model = WrongData(comm, (14, 12), n_steps=6)
     with pytest.raises(ConfigError, match="cannot trust 'wave''s adjoint data: .*from its declared data"):
         GradientSession(model, Checkpointing(schedule="mixed")).solve()
+
+
+#: (RAM budget in fields, node-local slots, HDF5 slots): restart pairs on the file levels, a mixed plan
+#: inside every RAM chain between them
+LEVELS = {"ram3+disk2": (6, 2, 0), "ram3+disk1+pfs2": (7, 1, 2), "ram8+disk2": (17, 2, 0)}
+
+
+@pytest.mark.parametrize("async_io", [True, False], ids=["async", "sync"])
+@pytest.mark.parametrize("case", LEVELS, ids=list(LEVELS))
+def test_mixed_plan_over_several_levels_gives_the_store_all_gradient_bitwise(reference, case, async_io,
+                                                                           comm, shared_tmp):
+    from hpcadj.checkpoint.manager import CheckpointConfig, build_levels, level_slots
+    from hpcadj.checkpoint.schedules.costs import OpCosts
+    from hpcadj.checkpoint.schedules.mixed_levels import MixedLevels
+
+    model, controls, J, grad = reference
+    fields, disk, pfs = LEVELS[case]
+    budgets = {"ram": str(fields // 2), "disk": str(disk), **({"pfs": str(pfs)} if pfs else {})}
+    config = CheckpointConfig(budgets=budgets, local_dir=shared_tmp, pfs_file=f"{shared_tmp}/mixed.h5",
+                              async_io=async_io)
+    plans = level_slots(config, model.snapshot_layout(), comm, N)
+    costs = OpCosts(forward=1.0, adjoint=2.0, write=(0.01, 0.3, 0.6)[:len(plans)],
+                    read=(0.01, 0.3, 0.6)[:len(plans)])
+    plan = MixedLevels(N, [fields, *(p.slots for p in plans[1:])], 2, 1, costs=costs)
+    levels = build_levels(plans, model.snapshot_layout(), comm, config)
+    try:
+        driver = Driver(model, levels)
+        result = driver.run(plan, controls)
+    finally:
+        for level in levels:
+            level.close()
+    assert result.J == J
+    got = owned(result)
+    for name in grad:
+        assert np.array_equal(got[name], grad[name]), name
+    summary = simulate(plan.actions(), N, plan.units(), sizes=(2, 1))
+    today = simulate(plan.today.actions(), N, plan.slots())
+    assert result.forward_steps == summary.forward_steps <= today.forward_steps
+    assert driver.data_stats()["writes"] == summary.data_writes[0] > 0
+    assert levels[1].stats.writes > 0, [lv.stats.writes for lv in levels]  # restart states on file levels

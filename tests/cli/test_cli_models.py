@@ -2,7 +2,6 @@
 plug-in whose entry point names a Stepper class with its own from_args/add_arguments still works,
 and a Stepper class without them is built from the shared options."""
 
-import importlib
 import json
 import os
 import re
@@ -12,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcadj.cli.models import BUILTIN, StepperClassCLI, adapter_for, model_cli
-from hpcadj.models import MODELS
-from hpcadj.models.base import Stepper
+from hpcadj.cli.models import StepperClassCLI, adapter_for
 
 ROOT = Path(__file__).resolve().parents[2]
 HPCADJ = str(ROOT / ".venv" / "bin" / "hpcadj")
@@ -34,17 +31,6 @@ class LegacyReaction(ReactionDiffusion):
     def from_args(cls, comm, args):
         return cls(comm, n_steps=args.legacy_steps or args.steps or 50)
 '''
-
-
-def test_stepper_has_no_cli_hooks_and_every_builtin_has_an_adapter():
-    assert not hasattr(Stepper, "from_args") and not hasattr(Stepper, "add_arguments")
-    assert set(BUILTIN) == set(MODELS)
-    for name, spec in MODELS.items():
-        module, cls = spec.split(":")
-        assert not hasattr(getattr(importlib.import_module(module), cls), "from_args"), name
-        assert callable(model_cli(name).build)
-    with pytest.raises(ValueError, match="unknown model"):
-        model_cli("no-such-model")
 
 
 def _plugin(tmp_path: Path) -> dict:

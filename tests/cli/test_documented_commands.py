@@ -26,9 +26,8 @@ from pathlib import Path
 import pytest
 
 from ..helpers import ROOT, mpi_env, run
+from ..unit.test_doc_links import DOCS
 
-DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("docs/*.md")), "jobs/README.md",
-        "experiments/README.md", *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("experiments/*/README.md"))]
 COMMAND_WORDS = {"hpcadj", "mpirun", "make", "python", "python3", "sbatch", "srun", "bash", "pip", "module",
                  "scancel", "scontrol", ".", "export", ".venv/bin/python", ".venv/bin/hpcadj"}
 SHELL_FENCES = {"sh", "bash", "shell", "console"}
@@ -365,31 +364,3 @@ def test_plugin_model_recipe(tmp_path):
     lines = [line for line in refused.stderr.splitlines() if line.strip()]
     assert refused.returncode == 2 and len(lines) == 1, refused.stderr
     assert lines[0].startswith("hpcadj: error: model reaction does not use --grid"), lines
-
-
-# -- links between the documents ------------------------------------------------------------------------
-def _slug(heading: str) -> str:
-    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces to hyphens."""
-    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-
-
-def _prose(path: Path) -> str:
-    return re.sub(r"^```.*?^```", "", path.read_text(), flags=re.S | re.M)
-
-
-def test_every_relative_link_resolves():
-    """A newcomer following a link lands on a file that exists, at a heading that exists."""
-    broken = []
-    for doc in DOCS:
-        path = ROOT / doc
-        for target in re.findall(r"\]\(([^)\s]+)\)", _prose(path)):
-            if re.match(r"[a-z]+:", target):
-                continue
-            file, _, anchor = target.partition("#")
-            dest = (path.parent / file).resolve() if file else path
-            if not dest.exists():
-                broken.append(f"{doc}: {target} (no such file)")
-            elif anchor and dest.suffix == ".md" and anchor not in {
-                    _slug(h) for h in re.findall(r"^#+\s+(.*)$", _prose(dest), flags=re.M)}:
-                broken.append(f"{doc}: {target} (no such heading)")
-    assert not broken, "\n".join(broken)

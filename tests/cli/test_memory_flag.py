@@ -5,8 +5,6 @@ import re
 
 import pytest
 
-from hpcadj.checkpoint.memory import budget_from_environment
-
 from ..helpers import hpcadj, hpcadj_in_process, hpcadj_json
 
 MiB = 2 ** 20
@@ -68,16 +66,6 @@ def test_the_environment_sets_the_budget():
     info = hpcadj_json(["run", "--model", "heat", "--grid", "32x32", "--steps", "20"], 1, timeout=60,
                        env={"SLURM_MEM_PER_CPU": "2048"})
     assert info["memory"]["budget"] == 2048 * MiB and info["memory"]["source"] == "SLURM_MEM_PER_CPU"
-
-
-def test_budget_from_environment():
-    assert budget_from_environment({}) is None
-    assert budget_from_environment({"HPCADJ_MEMORY": "3GiB", "SLURM_MEM_PER_CPU": "10"}) == (
-        "3GiB", "$HPCADJ_MEMORY", False)
-    assert budget_from_environment({"SLURM_MEM_PER_CPU": "1000", "SLURM_CPUS_PER_TASK": "4"}) == (
-        "4000MiB", "SLURM_MEM_PER_CPU", False)
-    assert budget_from_environment({"SLURM_MEM_PER_NODE": "64000"}) == ("64000MiB", "SLURM_MEM_PER_NODE", True)
-    assert budget_from_environment({"SLURM_MEM_PER_NODE": "0"}) is None
 
 
 def test_plan_shows_the_breakdown():

@@ -2,8 +2,9 @@
 
 import pytest
 
-from hpcadj.checkpoint.memory import (DEFAULT_MODEL_STATES, DRIVER_STATES, LevelSpec, least_budget, model_states,
-                                   plan_memory, process_rss_bytes, staging_snapshots)
+from hpcadj.checkpoint.memory import (DEFAULT_MODEL_STATES, DRIVER_STATES, LevelSpec, budget_from_environment,
+                                   least_budget, model_states, plan_memory, process_rss_bytes,
+                                   staging_snapshots)
 from hpcadj.snapshot import FieldLayout
 
 MiB = 2**20
@@ -111,3 +112,13 @@ def test_real_models_declare_their_working_sets():
 
     for cls in (HeatModel, GrayScottModel):
         assert cls.working_set_states is not Stepper.working_set_states
+
+
+def test_budget_from_environment():
+    assert budget_from_environment({}) is None
+    assert budget_from_environment({"HPCADJ_MEMORY": "3GiB", "SLURM_MEM_PER_CPU": "10"}) == (
+        "3GiB", "$HPCADJ_MEMORY", False)
+    assert budget_from_environment({"SLURM_MEM_PER_CPU": "1000", "SLURM_CPUS_PER_TASK": "4"}) == (
+        "4000MiB", "SLURM_MEM_PER_CPU", False)
+    assert budget_from_environment({"SLURM_MEM_PER_NODE": "64000"}) == ("64000MiB", "SLURM_MEM_PER_NODE", True)
+    assert budget_from_environment({"SLURM_MEM_PER_NODE": "0"}) is None

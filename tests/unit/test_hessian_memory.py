@@ -3,9 +3,6 @@ resident set, measured from a settled baseline (VmHWM reset), stays within the b
 store-all products would not fit, and H v is bitwise store-all's. Wave 384x384 (2.25 MiB a state),
 40 steps, one rank, in process."""
 
-import contextlib
-import io
-import json
 
 import numpy as np
 import pytest
@@ -77,23 +74,3 @@ def test_a_budget_no_product_fits_names_the_least(problem):
     model, controls, _ = problem
     with pytest.raises(ConfigError, match=r"cannot hold a Hessian product: .*least budget that would do is"):
         P.HessianProducts(model, controls, memory=P.settled_rss(model.comm) + 20 * MiB)
-
-
-def test_hesscheck_memory_goes_through_the_same_rule():
-    """``hpcadj hesscheck --memory``: PASSED, the products under the budget, and a budget too small
-    is one line and exit 2."""
-    from hpcadj.cli import main
-
-    def invoke(*argv):
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = main(["hesscheck", "--model", "wave", "--grid", "12x10", "--steps", "20", "--json", *argv])
-        return rc, out.getvalue(), err.getvalue()
-
-    rc, out, err = invoke("--memory", "2GiB")
-    info = json.loads(out)
-    assert rc == 0 and info["passed"], (out, err)
-    assert info["memory"]["budget"] == 2 * 2 ** 30 and info["memory"]["mode"] == "ram"
-    assert info["memory"]["peak_rss_bytes"] <= info["memory"]["budget"]
-    rc, out, err = invoke("--memory", "1MiB")
-    assert rc == 2 and out == "" and "cannot hold" in err and len(err.strip().splitlines()) == 1, err

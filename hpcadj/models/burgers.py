@@ -41,6 +41,7 @@ from .adaptive import AdaptiveSteps, StepSequence
 from .base import Stepper
 from .common import ComponentSnapshots, scalar_add, scalar_array, scalar_layout, scalar_value, scalar_vec
 kern = kernels.lazy("burgers")
+tiled = kernels.lazy("burgers_tiled")
 
 
 class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
@@ -185,6 +186,68 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         kern.stage(*self._block(w2v), *self._faces(w2v, 2), *W0, 1.0 / 3.0, 2.0 / 3.0, False, nu, dt, ih,
                    *self._block(out, readonly=False))
         return out
+
+    # -- advances (time tiling, kernels/burgers_tiled.py) -------------------------------------
+    time_tile: int | None = None  # requested depth T; None: automatic (:func:`burgers_tiled.auto_depth`)
+    advance_objective = True  # J is the last state's, which the advance returns
+    MAX_DEPTH = 64
+    _tile_halos = None  # T -> the depth-3T halos of u and v
+
+    def set_time_tile(self, depth) -> None:
+        """Use time tiles of depth T (1: single steps; None: automatic); ValueError naming the limit.
+        Any partition allows any T: a deep halo reaches past the next rank (``kernels.DeepHalo``)."""
+        if depth is not None:
+            if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+                raise ValueError(f"--time-tile must be a whole number >= 1, got {depth!r}")
+            if depth > self.MAX_DEPTH:
+                raise ValueError(f"--time-tile {depth} exceeds burgers' limit {self.MAX_DEPTH} "
+                                 f"(the tile keeps 3T + 1 levels of rows)")
+        self.time_tile = depth
+
+    def tile_depth(self) -> int:
+        """The time tile depth in use (automatic: from the rank's row length and the L2 cache)."""
+        if self.time_tile is None:
+            self.time_tile = tiled.auto_depth(self.comm.allreduce(int(self.field.shape[1]), op=mpi().MAX))
+        return self.time_tile
+
+    def _tile_halo(self, depth):
+        """The depth-3T halos of both components (one scatter each), made once per T (a shorter tile
+        reads the part it needs)."""
+        if self._tile_halos is None:
+            self._tile_halos = {}
+        if depth not in self._tile_halos:
+            self._tile_halos[depth] = tuple(self._split_pair.deep_halo(c, 3 * depth, template=self._stage_vecs[0])
+                                            for c in (0, 1))
+        return self._tile_halos[depth]
+
+    def advance(self, i, u, k, objective=False):
+        """u_{i+k} from u_i in tiles of T steps (bitwise k calls of :meth:`step`); a tile ends at the
+        last step, whose state J reads; a shorter tile, even of one step (its stages fused in one
+        pass), reads part of the same halo. T = 1, and a step whose dt is not decided yet (the first
+        sweep of an adaptive run), are :meth:`step`'s three stage passes."""
+        depth, terms, first = self.tile_depth(), [], u
+        while k > 0:
+            t = min(depth, k)
+            if self.n_steps is not None and i < self.n_steps:
+                t = min(t, self.n_steps - i)
+            if self.steps is not None:
+                while t > 0 and not self.steps.known(i + t - 1):
+                    t -= 1
+            if depth == 1 or t == 0:
+                t = 1
+                out = self.step(i, u)
+            else:
+                dts = np.array([self._step_dt(j, None) for j in range(i, i + t)])
+                hu, hv = self._tile_halo(depth)
+                out = self._pool.new_vec()
+                tiled.advance(*self._block(u), hu.strips(u), hv.strips(u), self.nu, dts, self._ih,
+                              *self._block(out, readonly=False))
+            if u is not first:
+                u.destroy()  # an intermediate tile's state: its buffer goes back to the pool
+            if objective:
+                terms += [0.0] * (t - 1) + [self.objective(i + t, out)]
+            u, i, k = out, i + t, k - t
+        return (u, terms) if objective else u
 
     def objective(self, i, u):
         if i != self.n_steps:

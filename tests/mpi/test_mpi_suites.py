@@ -17,7 +17,7 @@ MODULES = sorted(p.name for p in (ROOT / "tests" / "mpi" / "ranks").glob("test_*
 GROUPS = [
     ("test_hessian.py", "test_hessian_newton.py", "test_hessian_plans.py", "test_hessian_products.py",
      "test_inversion.py", "test_inversion_reuse.py", "test_inversion_shots.py"),
-    ("test_adaptive.py", "test_adaptive_evaluations.py", "test_burgers.py", "test_calibrate.py", "test_checkpointing.py", "test_collective.py",
+    ("test_adaptive.py", "test_adaptive_evaluations.py", "test_burgers.py", "test_burgers_tiled.py", "test_calibrate.py", "test_checkpointing.py", "test_collective.py",
      "test_contract.py", "test_faults.py", "test_grayscott.py", "test_heat.py", "test_kernels.py",
      "test_layout_corrupt.py", "test_memory_compression.py", "test_online_driver.py", "test_refused_levels.py", "test_run_guards.py",
      "test_rundir_identity.py", "test_storage_attach.py", "test_storage_levels.py", "test_telemetry_runlog.py",

@@ -5,7 +5,8 @@ the RAM level's budget becomes bytes B (the budget given, or whole restart state
 :class:`~hpcadj.checkpoint.schedules.mixed.Mixed` chooses per step between a restart state of r bytes
 and the step's data of d bytes (the largest rank's, so every rank makes the same plan). With node-local
 or HDF5 levels beside RAM, :class:`~hpcadj.checkpoint.schedules.mixed_levels.MixedLevels` keeps today's
-multi-level plan on them and plans every RAM chain between their states that way. No compression. With a run directory the durable points are those of any plan (forward
+multi-level plan on them and plans every RAM chain between their states that way. The file levels may
+be compressed (their slots are then counted at the encoded size, as for any plan); RAM may not yet. With a run directory the durable points are those of any plan (forward
 states at an interval, lambda in the reverse sweep); data slots live in RAM only and a resumed run
 rebuilds them by recomputation (:meth:`~hpcadj.checkpoint.schedules.mixed.Mixed.resumed`).
 """
@@ -55,10 +56,11 @@ def mixed_run(model, controls, plans, ck, profile, memory, probes, notes, warnin
     adjoint step reads (``refuse_untrusted_data``)."""
     from .provision import PlannedRun, recompute_warning
 
-    if probes or any(p.codec is not None for p in plans):
-        _refuse("does not compress its slots yet: leave out --compress")
     if plans[0].kind != "ram":
         _refuse("keeps steps' data in RAM: give --ram (or --memory) beside the other levels")
+    if "ram" in probes or plans[0].codec is not None:
+        _refuse("does not compress its RAM slots (restart states and steps' data) yet: compress the file "
+                "levels only (--compress-disk, --compress-pfs)")
     n = model.n_steps
     r, d = mixed_sizes(model)
     text = ck.budgets.get("ram")

@@ -47,6 +47,16 @@ def test_mixed_over_ram_and_disk_beats_today_s_multilevel_plan_bitwise(tmp_path)
     assert mixed["mixed"]["data_writes"] > 0 and mixed["levels"][1]["writes"] > 0
 
 
+@pytest.mark.timeout(600)
+def test_mixed_with_a_compressed_disk_level_is_bitwise_store_all(tmp_path):
+    info, want = _run(["--schedule", "store-all"], tmp_path, "all")
+    mixed, got = _run(["--schedule", "mixed", "--ram", "4704B", "--disk", "16KiB", "--local-dir", str(tmp_path),
+                       "--compress-disk", "lossless:zlib"], tmp_path, "mixed")
+    assert_bitwise(got, want)
+    assert mixed["compression"]["disk"]["codec"] == "lossless:zlib" and mixed["levels"][1]["writes"] > 0
+    assert mixed["mixed"]["data_writes"] > 0
+
+
 @pytest.mark.timeout(300)
 def test_mixed_without_a_budget_stores_every_step_s_data_once(tmp_path):
     info, _ = _run(["--schedule", "mixed"], tmp_path, "all", nranks=1)
@@ -58,7 +68,7 @@ def test_mixed_without_a_budget_stores_every_step_s_data_once(tmp_path):
     (["--model", "heat", "--steps", "6"], "declares no"),
     (["--model", "wave", "--grid", "14x12", "--steps", "6", "--disk", "4"], "keeps steps' data in RAM"),
     (["--model", "wave", "--grid", "14x12", "--steps", "6", "--ram", "4", "--compress", "lossless:zlib"],
-     "does not compress its slots yet"),
+     "does not compress its RAM slots"),
     (["--model", "wave", "--grid", "14x12", "--steps", "6", "--ram", "100B"], "one snapshot is"),
 ])
 def test_what_mixed_cannot_plan_is_one_line_and_exit_2(args, words, tmp_path):

@@ -69,6 +69,8 @@ def test_mixed_without_a_budget_stores_every_step_s_data_once(tmp_path):
     (["--model", "wave", "--grid", "14x12", "--steps", "6", "--disk", "4"], "keeps steps' data in RAM"),
     (["--model", "wave", "--grid", "14x12", "--steps", "6", "--ram", "4", "--compress", "lossless:zlib"],
      "does not compress its RAM slots"),
+    (["--model", "wave", "--grid", "14x12", "--adaptive", "--t-final", "0.2", "--ram", "4"],
+     "needs the number of steps, which adaptive steps decide as the run goes: use --schedule online"),
     (["--model", "wave", "--grid", "14x12", "--steps", "6", "--ram", "100B"], "one snapshot is"),
 ])
 def test_what_mixed_cannot_plan_is_one_line_and_exit_2(args, words, tmp_path):

@@ -23,7 +23,7 @@ from ..checkpoint.schedules.base import ScheduleError
 from ..checkpoint.schedules.resume import residual_plan
 from ..checkpoint.storage.base import LevelError, LevelFault
 from ..checkpoint.storage.survey import survey
-from ..collective import any_rank, detail, problems
+from ..collective import detail, problems
 from ..telemetry import Telemetry
 from ..models.base import SolverError
 from ..runstate import ResumePoint
@@ -125,6 +125,7 @@ class Driver(AdvanceRuns, DataActions):
         self.faults: list[str] = []
         self.actions_done = 0
         self._gc_calls = 0
+        self._garbage_every, self._parked = 1, 0
         self._kill_after, self._kill_at_frontier = _injected_kill(self.comm.rank)
         # every rank splits a first-sweep advance where the kill strikes (their halo exchanges pair up)
         self._split_at = next((s for s in (_injected_kill(r)[1] for r in range(self.comm.size)) if s is not None),
@@ -147,6 +148,8 @@ class Driver(AdvanceRuns, DataActions):
         self._controls, self._pause, self.paused = controls, pause_before_reverse, False
         self._check_steps(schedule)
         self.snapshot_bytes = layout_bytes(stepper.snapshot_layout())
+        state = sum(field.global_nbytes for field in stepper.snapshot_layout().values())
+        self._garbage_every = max(1, self.GARBAGE_BYTES // max(state, 1))
         self._data_layout, self._data_store = stepper.adjoint_data_layout(), {}
         self._data_nbytes = 0 if self._data_layout is None else layout_bytes(self._data_layout)
         self._hold_data = self._data_layout is not None and getattr(schedule, "stores_data", False)
@@ -228,7 +231,7 @@ class Driver(AdvanceRuns, DataActions):
                         self._stream = itertools.chain([action], self._stream)
                         self.paused = True
                         gc.collect()
-                        self._collect_garbage()
+                        self._collect_garbage(force=True)
                         return
                     execute(action)
                     self.actions_done += 1
@@ -249,11 +252,11 @@ class Driver(AdvanceRuns, DataActions):
             except LevelError as fault:
                 self._stream = self._with_prefetch(self._replan(fault))
         gc.collect()
-        self._collect_garbage()
+        self._collect_garbage(force=True)
 
     def _agree(self, flag: bool) -> bool:
         """True on every rank if ``flag`` is True on any rank."""
-        return any_rank(self.comm, flag)
+        return bool(self._agree_flags(1 if flag else 0))
 
     def _replan(self, fault: LevelError):
         """After a storage fault: keep the snapshots valid on every rank, plan the rest from them."""
@@ -287,6 +290,9 @@ class Driver(AdvanceRuns, DataActions):
 
     LOOKAHEAD = 64
     GC_EVERY = 64
+    #: global bytes of states (one per call, at most) that dropped Vecs may hold between two collective
+    #: garbage cleanups: one cleanup a call for states this large or larger, every few steps for small ones
+    GARBAGE_BYTES = 2 * 2 ** 20
     #: first-sweep steps of a run whose input is checksummed before and after ``step()``
     INPUT_CHECKS = 3
     #: states and lambdas checked for inf/NaN every this many steps (and u_n, lambda_0 always): a
@@ -294,11 +300,15 @@ class Driver(AdvanceRuns, DataActions):
     FINITE_EVERY = 8
 
     def _agree_flags(self, flags: int) -> int:
-        """The bitwise OR of every rank's ``flags`` (one small reduction)."""
+        """The bitwise OR of every rank's ``flags``: one MPI_Allreduce of one integer (mpi4py's
+        allreduce of a Python object is a reduction and two broadcasts)."""
         if self.comm is None or self.comm.size == 1:
             return flags
+        import numpy as np
 
-        return int(self.comm.allreduce(int(flags), op=mpi().BOR))
+        out = np.zeros(1, dtype=np.int64)
+        self.comm.Allreduce(np.array([int(flags)], dtype=np.int64), out, op=mpi().BOR)
+        return int(out[0])
 
     def _first_sweep_step(self, i: int, u):
         """Step i of the first sweep, its objective term, and the guards: the input's checksum
@@ -417,15 +427,21 @@ class Driver(AdvanceRuns, DataActions):
         except IndexError:
             raise PlanError(f"plan uses level {index}, only {len(self.levels)} exist") from None
 
-    def _collect_garbage(self) -> None:
+    def _collect_garbage(self, force: bool = False) -> None:
         """Destroy the PETSc objects whose Python references were dropped (old states, adjoints).
 
-        petsc4py (>= 3.18) does not destroy a parallel object when its last Python reference goes:
-        it parks it on the communicator's garbage list until the collective
-        ``PETSc.garbage_cleanup(comm)``. Without this call every Vec a step or an adjoint step
+        petsc4py (>= 3.18) does not destroy a parallel object when its last Python reference
+        goes: it parks it on the communicator's garbage list until the collective
+        ``PETSc.garbage_cleanup(comm)``. Without cleanups every Vec a step or an adjoint step
         created stayed allocated until the end of the run, so peak memory grew with the number of
         step evaluations and recomputation cost memory instead of saving it. Every rank executes
-        the same plan, so the calls are collective in the same order; one costs a few microseconds.
+        the same plan, so the calls are collective in the same order.
+
+        A cleanup is two allreduces, and a call comes after each step, a few per adjoint step: for
+        small states those synchronisations cost more than the Vecs they free (a 128^2 RK TS on 2
+        ranks: 8 a step beside the 20 of PETSc's own TSSolve + TSAdjointSolve). So a cleanup runs
+        every ``GARBAGE_BYTES / (a state's global bytes)`` calls (every call for states of that size
+        or more), counted alike on every rank, and always with ``force`` (a run's end, a pause).
 
         Python's cyclic collector is off during a run: left on, it ran on whichever thread
         allocated, an I/O thread included, and destroyed PETSc objects held in reference cycles
@@ -435,7 +451,10 @@ class Driver(AdvanceRuns, DataActions):
         self._gc_calls += 1
         if self._gc_calls % self.GC_EVERY == 0:
             gc.collect(2 if self._gc_calls % (64 * self.GC_EVERY) == 0 else 1)
-        petsc().garbage_cleanup(self.comm)
+        self._parked += 1
+        if force or self._parked >= self._garbage_every:
+            self._parked = 0
+            petsc().garbage_cleanup(self.comm)
 
     @singledispatchmethod
     def execute(self, action) -> None:

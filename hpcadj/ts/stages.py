@@ -60,7 +60,7 @@ class StageData:
         from ``data`` instead of re-running the step."""
         import numpy as np
 
-        vec = self._u0.duplicate()
+        vec = self._fresh_vec()
         vec.getArray()[...] = data["stage0"].reshape(-1)
         dtype = vec.getArray(readonly=True).dtype
         stages = [np.ascontiguousarray(data[f"stage{k}"], dtype=dtype).reshape(-1) for k in range(self._stages_read)]

@@ -143,6 +143,7 @@ class TSStepper(StageData, AdaptiveSteps, Stepper):
             self.dt = None
             self.n_steps = None
         self._sol = u0.duplicate()          # the TS's solution Vec during adjoint steps
+        self._template = self._plain_vec(u0)
         self._last_taken = None             # the step the TS took last (θ's estimate continues from it)
         self._controls = None
         if not working_set_extra >= 0:
@@ -152,6 +153,25 @@ class TSStepper(StageData, AdaptiveSteps, Stepper):
         self._preflight()
         if self._adaptive_type != "none":
             self.steps = self._step_sequence(t_final, max_steps or int(ts.getMaxSteps()))
+
+    @staticmethod
+    def _plain_vec(u0):
+        """A Vec laid out as u0 without its DM: its duplicates share its layout and cost no collective
+        call, where a DMDA Vec's are made by the DM (a new layout: an allreduce and an allgather each).
+        Over an array never written: its pages are never touched, it holds no memory."""
+        PETSc = petsc()
+        array = np.empty(u0.getLocalSize(), dtype=PETSc.ScalarType)
+        return PETSc.Vec().createWithArray(array, size=(u0.getLocalSize(), u0.getSize()),
+                                           bsize=u0.getBlockSize(), comm=u0.getComm())
+
+    def _fresh_vec(self):
+        """A new Vec laid out as the state, with the state's DM (``getDM``), made without a collective call:
+        λ of each adjoint step and the stand-in of a step reversed from its data."""
+        vec = self._template.duplicate()
+        dm = self.ts.getDM()
+        if dm is not None and dm.handle:
+            vec.setDM(dm)
+        return vec
 
     # -- checks ----------------------------------------------------------------------------
     def _preflight(self) -> None:
@@ -360,7 +380,8 @@ class TSStepper(StageData, AdaptiveSteps, Stepper):
 
     # -- adjoint -----------------------------------------------------------------------------
     def adjoint_step(self, i: int, u, u_next, lam_next, grad):
-        lam = lam_next.copy()
+        lam = self._fresh_vec()
+        lam_next.copy(lam)
         self._adjoint(i, self.time(i), self.time(i + 1), self._dt(i), u, u_next, lam,
                       grad[self._pname] if self._pname is not None else None)
         return lam

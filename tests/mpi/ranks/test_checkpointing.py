@@ -78,3 +78,48 @@ def test_a_model_whose_adjoint_reads_no_next_state_gets_none_and_the_same_gradie
     assert Lean.seen and all(u_next is None for u_next in Lean.seen)
     for name in grads[0]:
         assert np.array_equal(grads[0][name], grads[1][name]), name
+
+
+def test_garbage_cleanups_are_batched_for_small_states_alike_on_every_rank(comm, monkeypatch):
+    """The collective garbage cleanup (two allreduces) runs once every ``GARBAGE_BYTES`` of states'
+    global bytes of the driver's calls, at the same calls on every rank, and always at the run's end:
+    small states are not synchronised after every step. States at least that large: every call. The
+    gradient is the same bits whatever the cadence."""
+    from hpcadj.adjoint import driver as driver_module
+    from hpcadj.checkpoint.schedules import make_schedule
+    from hpcadj.checkpoint.storage.factory import make_level
+    from hpcadj.imports import petsc
+    from hpcadj.models.burgers import BurgersModel
+
+    cleanups = []
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(petsc(), name)
+
+        @staticmethod
+        def garbage_cleanup(c):
+            cleanups.append(1)
+            petsc().garbage_cleanup(c)
+
+    monkeypatch.setattr(driver_module, "petsc", Counting)
+    model = BurgersModel(comm, (12, 12), n_steps=9)
+    state = sum(f.global_nbytes for f in model.snapshot_layout().values())
+    runs = []
+    for budget, every in ((Driver.GARBAGE_BYTES, None), (3 * state, 3), (state, 1)):
+        monkeypatch.setattr(Driver, "GARBAGE_BYTES", budget)
+        cleanups.clear()
+        levels = [make_level("ram", 3, model.snapshot_layout(), comm)]
+        driver = Driver(model, levels)
+        result = driver.run(make_schedule("revolve", 9, [3]), model.default_controls())
+        calls = driver._gc_calls
+        assert calls > 20  # a cleanup point after every forward and several per adjoint step
+        if every is None:  # 2 MiB of 12x12 states: the run's end only
+            assert len(cleanups) == 1, (len(cleanups), calls)
+        else:
+            assert len(cleanups) == (calls - 1) // every + 1, (len(cleanups), calls, every)
+        assert len(set(comm.allgather((len(cleanups), calls)))) == 1
+        runs.append(owned(result))
+    for other in runs[1:]:
+        for name in runs[0]:
+            assert np.array_equal(runs[0][name], other[name]), name

@@ -289,7 +289,8 @@ class GradientSession:
         if self.resuming:
             resumed, point = resume_point(self.rundir, model, self.controls, levels, costs,
                                           online=schedule if getattr(schedule, "online", False) else None,
-                                          mixed=schedule if getattr(schedule, "stores_data", False) else None)
+                                          mixed=schedule if getattr(schedule, "stores_data", False)
+                                          and not getattr(schedule, "online", False) else None)
             schedule = resumed or schedule
         durability = open_durability(self.rundir, self.restart, model, levels)
         unknown_n = model.n_steps is None  # adaptive steps: progress shows steps and simulated time

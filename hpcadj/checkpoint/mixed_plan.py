@@ -101,6 +101,28 @@ def mixed_run(model, controls, plans, ck, profile, memory, probes, notes, warnin
                       tuple(notes), tuple(warnings), profile)
 
 
+def mixed_online(model, plans, ck, costs, store_all: bool):
+    """The online plan of ``--schedule mixed`` with adaptive steps: the online planner's restart states
+    in the first sweep, the cheaper of its reverse sweep and a mixed one at the end
+    (:class:`~hpcadj.checkpoint.schedules.online_mixed.OnlineMixed`)."""
+    from .schedules.online_mixed import online_mixed_factory
+    from .schedules.online_plans import OnlinePlan, online_factory
+
+    if plans[0].kind != "ram":
+        _refuse("keeps steps' data in RAM: give --ram beside the other levels")
+    r, d = mixed_sizes(model)
+    text = ck.budgets.get("ram")
+    given = parse_budget(text) if text is not None else None
+    budget = given.nbytes if given is not None and given.nbytes is not None else plans[0].slots * r
+    unit = gcd(r, d)
+    slots = [p.slots for p in plans]
+    factory = online_mixed_factory(online_factory(slots, costs, store_all), budget // unit, (r // unit, d // unit),
+                                   not recomputes(model), costs)
+    plan = OnlinePlan(factory(slots), done=model.done, factory=factory)
+    plan.stores_data = True
+    return plan
+
+
 def states_only_forward_steps(schedule, stepper) -> int:
     """Forward steps of today's plan with the same bytes in restart states: revolve over RAM's whole
     states (store-all where n - 1 fit), or today's multi-level plan over the same levels; plus one a

@@ -247,7 +247,7 @@ def _online(model, ck: Checkpointing, config) -> PlannedRun:
     the defaults (a calibration would take steps of the model, deciding its sequence early).
     """
     name = ck.schedule or "online"
-    if name != "online":
+    if name not in ("online", "mixed"):
         raise ConfigError(f"--schedule {name} needs the number of steps, which adaptive steps decide as the "
                           f"run goes: use --schedule online")
     if ck.memory is not None or ck.codecs():
@@ -258,8 +258,13 @@ def _online(model, ck: Checkpointing, config) -> PlannedRun:
         raise ConfigError(str(exc)) from None
     profile = profile_for(plans, load_costs(ck.costs))
     store_all = all(b is None for b in ck.budgets.values())
-    schedule = make_online_plan([p.slots for p in plans], profile.vector(ck.minimize), done=model.done,
-                                store_all=store_all)
+    if name == "mixed":  # restart states forward, steps' data in the reverse sweep
+        from .mixed_plan import mixed_online
+
+        schedule = mixed_online(model, plans, ck, profile.vector(ck.minimize), store_all)
+    else:
+        schedule = make_online_plan([p.slots for p in plans], profile.vector(ck.minimize), done=model.done,
+                                    store_all=store_all)
     return PlannedRun(tuple(plans), schedule, profile, None, float("nan"), costs=profile)
 
 

@@ -57,6 +57,22 @@ def test_mixed_with_a_compressed_disk_level_is_bitwise_store_all(tmp_path):
     assert mixed["mixed"]["data_writes"] > 0
 
 
+@pytest.mark.timeout(600)
+def test_mixed_with_adaptive_steps_is_online_plan_bitwise_with_no_more_forward_steps(tmp_path):
+    adaptive = ["run", "--model", "wave", "--grid", "14x12", "--adaptive", "--t-final", "1.0", "--anomaly", "0.15",
+                "--json", "--ram", "3"]
+    runs = {}
+    for schedule in ("online", "mixed"):
+        out = tmp_path / f"{schedule}.h5"
+        proc = hpcadj([*adaptive, "--schedule", schedule, "--gradient-out", str(out)], 2, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[schedule] = json.loads(proc.stdout.strip().splitlines()[-1]), read_gradients(out)
+    (online, want), (mixed, got) = runs["online"], runs["mixed"]
+    assert_bitwise(got, want)
+    assert mixed["schedule"] == "online-mixed" and mixed["steps"] == online["steps"] > 40
+    assert mixed["forward_steps"] < online["forward_steps"]
+
+
 @pytest.mark.timeout(300)
 def test_mixed_without_a_budget_stores_every_step_s_data_once(tmp_path):
     info, _ = _run(["--schedule", "mixed"], tmp_path, "all", nranks=1)
@@ -69,8 +85,6 @@ def test_mixed_without_a_budget_stores_every_step_s_data_once(tmp_path):
     (["--model", "wave", "--grid", "14x12", "--steps", "6", "--disk", "4"], "keeps steps' data in RAM"),
     (["--model", "wave", "--grid", "14x12", "--steps", "6", "--ram", "4", "--compress", "lossless:zlib"],
      "does not compress its RAM slots"),
-    (["--model", "wave", "--grid", "14x12", "--adaptive", "--t-final", "0.2", "--ram", "4"],
-     "needs the number of steps, which adaptive steps decide as the run goes: use --schedule online"),
     (["--model", "wave", "--grid", "14x12", "--steps", "6", "--ram", "100B"], "one snapshot is"),
 ])
 def test_what_mixed_cannot_plan_is_one_line_and_exit_2(args, words, tmp_path):

@@ -79,3 +79,23 @@ def test_mixed_run_over_ram_disk_and_hdf5_killed_in_either_sweep_resumes_bitwise
         info = hpcadj_json([*args, "--resume", "--gradient-out", str(g)], 2, timeout=300)
         assert info["J"] == ref_info["J"], k
         assert_bitwise(read_gradients(g), ref, k)
+
+
+@pytest.mark.timeout(600)
+def test_adaptive_mixed_run_killed_in_either_sweep_resumes_bitwise(tmp_path):
+    """n unknown: killed in the first sweep the run resumes online (its planner's residual), in the
+    reverse sweep with the recorded steps replayed; both bitwise."""
+    adaptive = [*BASE[:5], "--adaptive", "--t-final", "1.0", *BASE[7:], "--ram", "3"]
+    out = tmp_path / "ref.h5"
+    ref_info = hpcadj_json([*adaptive, "--gradient-out", str(out)], 2, timeout=300)
+    assert ref_info["schedule"] == "online-mixed"
+    for share in (0.25, 0.7):
+        k = int(ref_info["actions"] * share)
+        args = [*adaptive, "--run-dir", str(tmp_path / f"run{k}")]
+        killed_run(args, 2, f"1:{k}", env=SLOW, timeout=300)
+        g = tmp_path / f"g{k}.h5"
+        info = hpcadj_json([*args, "--resume", "--gradient-out", str(g)], 2, timeout=300)
+        assert info["J"] == ref_info["J"], k
+        assert_bitwise(read_gradients(g), read_gradients(out), k)
+        if share > 0.5:
+            assert info["adjoint_steps"] < ref_info["adjoint_steps"]

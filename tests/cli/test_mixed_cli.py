@@ -32,13 +32,18 @@ def test_mixed_run_is_bitwise_store_all_with_fewer_forward_steps(tmp_path):
     assert facts["peak_bytes"] <= facts["budget_bytes"] == 6 * facts["restart_bytes"]
 
 
-@pytest.mark.timeout(600)
-def test_mixed_over_ram_and_disk_beats_today_s_multilevel_plan_bitwise(tmp_path):
+def _costs(tmp_path) -> list[str]:
+    """``--costs`` of a profile where node-local disk is dear but used (no calibration: plans fixed)."""
     costs = tmp_path / "costs.json"
     costs.write_text(json.dumps({"forward_s": 1.0, "adjoint_s": 2.0, "source": "test",
                                  "levels": [{"name": "ram", "write_s": 0.01, "read_s": 0.01},
                                             {"name": "disk", "write_s": 0.3, "read_s": 0.3}]}))
-    levels = ["--ram", "8", "--disk", "2", "--local-dir", str(tmp_path), "--costs", str(costs)]
+    return ["--costs", str(costs)]
+
+
+@pytest.mark.timeout(600)
+def test_mixed_over_ram_and_disk_beats_today_s_multilevel_plan_bitwise(tmp_path):
+    levels = ["--ram", "8", "--disk", "2", "--local-dir", str(tmp_path), *_costs(tmp_path)]
     info, want = _run(["--schedule", "store-all"], tmp_path, "all")
     mixed, got = _run(["--schedule", "mixed", *levels], tmp_path, "mixed")
     today, _ = _run(["--schedule", "multilevel", *levels], tmp_path, "multilevel")
@@ -51,7 +56,7 @@ def test_mixed_over_ram_and_disk_beats_today_s_multilevel_plan_bitwise(tmp_path)
 def test_mixed_with_a_compressed_disk_level_is_bitwise_store_all(tmp_path):
     info, want = _run(["--schedule", "store-all"], tmp_path, "all")
     mixed, got = _run(["--schedule", "mixed", "--ram", "4704B", "--disk", "16KiB", "--local-dir", str(tmp_path),
-                       "--compress-disk", "lossless:zlib"], tmp_path, "mixed")
+                       "--compress-disk", "lossless:zlib", *_costs(tmp_path)], tmp_path, "mixed")
     assert_bitwise(got, want)
     assert mixed["compression"]["disk"]["codec"] == "lossless:zlib" and mixed["levels"][1]["writes"] > 0
     assert mixed["mixed"]["data_writes"] > 0

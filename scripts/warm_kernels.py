@@ -3,7 +3,7 @@
 The first call of a kernel compiles it and writes numba's on-disk cache; in a fresh clone the ranks
 of the first run or MPI test would otherwise compile and write the same cache entries at once. One
 gradient and one tangent of each model on a tiny grid (2-D and 3-D, grayscott with both Jacobians)
-and an advance of three steps (wave's tiled kernel) reach every model kernel; two small multi-level
+and an advance of three steps (wave's and burgers' tiled kernels) reach every model kernel; two small multi-level
 DPs forced onto the compiled path reach the planner's.
 """
 
@@ -33,7 +33,7 @@ def main(part: int = 0, parts: int = 1) -> None:
         controls = model.default_controls()
         dot_product_test(model, controls, gradient=compute_gradient(model, controls))
         model.set_controls(controls)
-        model.advance(0, model.initial_state(), 3)  # a model's own advance: wave's time tiles
+        model.advance(0, model.initial_state(), 3)  # a model's own advance: wave's, burgers' time tiles
 
 
 def warm_multilevel() -> None:

@@ -12,7 +12,7 @@ same in CPU seconds (slowest rank; less sensitive to other work), and the effect
 triad's. Writes results.csv, tiling.png and prints a table.
 
     .venv/bin/python experiments/burgers_tiling/run.py [--grids 768x768,1024x1024,2048x2048]
-        [--ranks 1,2] [--steps 32] [--rounds 5] [--depths 2,4,8,16]
+        [--grids-multi 1024x1024,2048x2048] [--ranks 1,2] [--steps 32] [--rounds 5] [--depths 2,4,8,16]
 """
 
 from __future__ import annotations
@@ -127,7 +127,9 @@ def worker(grid: str, steps: int, rounds: int, depths) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--grids", default="768x768,1024x1024,2048x2048")
+    p.add_argument("--grids", default="768x768,1024x1024,2048x2048", help="grids on one rank")
+    p.add_argument("--grids-multi", default="1024x1024,2048x2048",
+                   help="grids on more ranks (8-64 MiB a state per rank on two)")
     p.add_argument("--ranks", default="1,2")
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--rounds", type=int, default=5)
@@ -141,7 +143,7 @@ def main() -> int:
         return 0
     rows = []
     for ranks in (int(r) for r in args.ranks.split(",")):
-        for grid in args.grids.split(","):
+        for grid in (args.grids if ranks == 1 else args.grids_multi).split(","):
             H.log(f"{grid} on {ranks} rank(s)")
             load = H.machine()["loadavg_1m"]
             out = H.mpirun(ranks, [str(H.PY), str(Path(__file__).resolve()), "--worker", grid,

@@ -153,7 +153,9 @@ class BurgersModel(ComponentSnapshots, AdaptiveSteps, Stepper):
         slots: the step's two stage scratch Vecs and the halo buffers (the one-pass tangent and adjoint
         steps add only their row rings and deep-halo strips, under 1 MiB at 1024^2); its kept u0 is
         u_0 itself. Measured by experiments/memory_budget/probe.py (3 RAM slots, 10 steps; peak RSS
-        above baseline per state per rank): 1024^2 10.2 / 10.3 states in all on 1 / 2 ranks."""
+        above baseline per state per rank): 1024^2 10.2 / 10.3 states in all on 1 / 2 ranks, before
+        the tiled advance, whose halo strips and rings (about 0.3 states at 1024^2, T = 8) are not
+        counted here."""
         return 3.0
 
     def initial_state(self):

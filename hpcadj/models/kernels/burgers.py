@@ -74,24 +74,26 @@ def _ring_face(R, t, face):
 
 
 @njit(cache=True, inline="always")
-def _deep_rows(R, t, X, HX, Y, HY, r, d):
-    """Row r (-d <= r < my + d) of the fields X and Y with their depth-d halos ``HX``, ``HY`` =
-    (ylo, yhi, xlo, xhi) into ring rows t and t + 1: columns -d .. mx + d - 1 at indices
-    0 .. mx + 2d - 1. Both fields in one loop: streams read one after the other (a row of X, then of
-    Y) ran a third as fast as two read side by side (the prefetcher restarts on every row)."""
+def _deep_rows(R, t, X, HX, Y, HY, r, d, hd):
+    """Row r (-d <= r < my + d) of the fields X and Y, columns -d .. mx + d - 1, into ring rows t and
+    t + 1 (at indices 0 .. mx + 2d - 1), from the blocks and their depth-hd halos ``HX``, ``HY`` =
+    (ylo, yhi, xlo, xhi), hd >= d. Both fields in one loop: streams read one after the other (a row
+    of X, then of Y) ran a third as fast as two read side by side (the prefetcher restarts on every
+    row)."""
     my, mx = X.shape
+    s = hd - d
     if r < 0:
         for c in range(mx + 2 * d):
-            R[t, c] = HX[0][r + d, c]
-            R[t + 1, c] = HY[0][r + d, c]
+            R[t, c] = HX[0][r + hd, c + s]
+            R[t + 1, c] = HY[0][r + hd, c + s]
     elif r >= my:
         for c in range(mx + 2 * d):
-            R[t, c] = HX[1][r - my, c]
-            R[t + 1, c] = HY[1][r - my, c]
+            R[t, c] = HX[1][r - my, c + s]
+            R[t + 1, c] = HY[1][r - my, c + s]
     else:
         for c in range(d):
-            R[t, c] = HX[2][r, c]
-            R[t + 1, c] = HY[2][r, c]
+            R[t, c] = HX[2][r, c + s]
+            R[t + 1, c] = HY[2][r, c + s]
             R[t, mx + d + c] = HX[3][r, c]
             R[t + 1, mx + d + c] = HY[3][r, c]
         for c in range(mx):
@@ -310,8 +312,8 @@ def tangent_step(WU, WV, HWU, HWV, DU, DV, HDU, HDV, nu, dnu, dt, ih, outU, outV
     RO = _rows(2, mx)  # the output row
     for t in range(-d, my + d):
         s0 = 4 * ((t + d) % 4)
-        _deep_rows(R0, s0, WU, HWU, WV, HWV, t, d)
-        _deep_rows(R0, s0 + 2, DU, HDU, DV, HDV, t, d)
+        _deep_rows(R0, s0, WU, HWU, WV, HWV, t, d, d)
+        _deep_rows(R0, s0 + 2, DU, HDU, DV, HDV, t, d, d)
         r = t - 1  # stage 1, row r, columns -2 .. mx + 1 (ring index c + 2; R0's c + 3)
         if r >= -2 and r <= my + 1:
             bs, cs, ns = 4 * ((r - 1 + d) % 4), 4 * ((r + d) % 4), s0
@@ -430,10 +432,10 @@ def adjoint_step(WU, WV, HWU, HWV, MU, MV, HMU, HMV, nu, dt, ih, outU, outV):
     g = np.empty(mx + 4)
     acc3, acc2, acc1 = np.zeros(mx), np.zeros(mx), np.zeros(mx)
     for t in range(-dw, my + dw):
-        _deep_rows(RW, 2 * ((t + 7) % 7), WU, HWU, WV, HWV, t, dw)
+        _deep_rows(RW, 2 * ((t + 7) % 7), WU, HWU, WV, HWV, t, dw, dw)
         r = t - 2
         if r >= -dm and r < my + dm:
-            _deep_rows(RM, 2 * ((r + 4) % 4), MU, HMU, MV, HMV, r, dm)
+            _deep_rows(RM, 2 * ((r + 4) % 4), MU, HMU, MV, HMV, r, dm, dm)
         r = t - 1  # w1 = S1(w), row r, columns -4 .. mx + 3 (RW's c + 5, R1's c + 4)
         if r >= -4 and r <= my + 3:
             bs, cs, ns = 2 * ((r + 6) % 7), 2 * ((r + 7) % 7), 2 * ((r + 8) % 7)

@@ -19,7 +19,7 @@ from numba import njit
 
 from .wave_tiled import _cache_bytes
 
-from .burgers import _constants, _rows, _s3, _store_row
+from .burgers import _constants, _deep_rows, _rows, _s3, _store_row
 from .fma import fma
 
 #: the stage weights beta of SSP-RK3 (out = alpha w0 + beta (x + dt N(x)), alpha = 0, 3/4, 1/3)
@@ -30,32 +30,6 @@ BETAS = (1.0, 0.25, 2.0 / 3.0)
 def _slot(r, d):
     """Ring slot (0..3) of row r >= -d - 1 (a non-negative operand: no sign fix-up)."""
     return (r + 4 * d + 4) % 4
-
-
-@njit(cache=True, inline="always")
-def _load_rows(R, t, X, HX, Y, HY, r, d, hd):
-    """Row r (-d <= r < my + d) of the fields X and Y, columns -d .. mx + d - 1, into ring rows t and
-    t + 1 (at indices 0 .. mx + 2d - 1) from the blocks and their depth-hd halos (hd >= d), both
-    fields in one loop (as ``burgers._deep_rows``, which this generalises to a deeper halo)."""
-    my, mx = X.shape
-    s = hd - d
-    if r < 0:
-        for c in range(mx + 2 * d):
-            R[t, c] = HX[0][r + hd, c + s]
-            R[t + 1, c] = HY[0][r + hd, c + s]
-    elif r >= my:
-        for c in range(mx + 2 * d):
-            R[t, c] = HX[1][r - my, c + s]
-            R[t + 1, c] = HY[1][r - my, c + s]
-    else:
-        for c in range(d):
-            R[t, c] = HX[2][r, c + s]
-            R[t + 1, c] = HY[2][r, c + s]
-            R[t, mx + d + c] = HX[3][r, c]
-            R[t + 1, mx + d + c] = HY[3][r, c]
-        for c in range(mx):
-            R[t, d + c] = X[r, c]
-            R[t + 1, d + c] = Y[r, c]
 
 
 @njit(cache=True, error_model="numpy")
@@ -70,7 +44,7 @@ def advance(WU, WV, HU, HV, nu, dts, ih, outU, outV):
     R = _rows(8 * (d + 1), mx + 2 * d)  # level L, slot q, field f: row 8 L + 2 q + f; column c at c + d - L
     RO = _rows(2, mx)  # the output row
     for tt in range(-d, my + d):
-        _load_rows(R, 2 * _slot(tt, d), WU, HU, WV, HV, tt, d, hd)
+        _deep_rows(R, 2 * _slot(tt, d), WU, HU, WV, HV, tt, d, hd)
         for lev in range(1, d + 1):
             r = tt - lev
             e = d - lev  # level lev's margin

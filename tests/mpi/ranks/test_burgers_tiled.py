@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from hpcadj.adjoint.session import Checkpointing, compute_gradient_checkpointed
-from hpcadj.checkpoint.schedules import CostProfile
 from hpcadj.models.burgers import BurgersModel
+
+from test_wave_tiled import _schedules  # the same six schedules as the wave's tiles
 
 
 def _perturbed(model, seed=5):
@@ -49,20 +50,6 @@ def test_states_bitwise_on_uneven_partitions(comm, grid):
             assert got_terms == terms[17 - k:], (depth, k)
             got = model.advance(0, u, k)
             assert _agree_equal(comm, got.getArray(readonly=True), states[k].getArray(readonly=True)), (depth, k)
-
-
-def _schedules(tmp):
-    local = os.path.join(tmp, "local")
-    os.makedirs(local, exist_ok=True)
-    return {
-        "store-all": {},
-        "revolve": {"ram": 3, "schedule": "revolve"},
-        "multilevel-async-hdf5": {"ram": 1, "disk": 2, "pfs": 3, "local_dir": local, "schedule": "multilevel",
-                                  "costs": CostProfile.default(3)},
-        "online": {"ram": 3, "schedule": "online", "costs": CostProfile.default(1)},
-        "compressed": {"ram": 3, "compress": "lossless", "schedule": "revolve"},
-        "memory": {"memory": "2GiB", "ram": 4, "costs": CostProfile.default(1)},
-    }
 
 
 def test_gradients_bitwise_the_untiled_runs_under_every_schedule(comm, shared_tmp):

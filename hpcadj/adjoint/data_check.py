@@ -87,10 +87,10 @@ def check_adjoint_data(model, controls=None):
     return PropertyResult("adjoint_data", PASSED, checked)
 
 
-def refuse_untrusted_data(model, controls) -> None:
+def refuse_untrusted_data(model, controls, plan: str = "--schedule mixed") -> None:
     """ConfigError on every rank, before any gradient, when a model's declared adjoint data disagree
-    with what its adjoint step reads (``--schedule mixed`` would reverse steps from them)."""
+    with what its adjoint step reads (``plan``, a mixed plan, would reverse steps from them)."""
     problem, _ = adjoint_data_problem(model, controls, steps=1)
     if problem:
-        raise ConfigError(f"--schedule mixed cannot trust {model.name!r}'s adjoint data: {problem}; "
+        raise ConfigError(f"{plan} cannot trust {model.name!r}'s adjoint data: {problem}; "
                           f"see 'hpcadj check'")

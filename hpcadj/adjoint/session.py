@@ -104,6 +104,7 @@ class GradientSession:
         self.should_stop = should_stop
         self.resume_hint = resume_hint
         self._checked = checked
+        self._data_trusted = False  # the model's declared adjoint data checked (a mixed plan reads them)
         self._lock = None    # the run directory's RunLock while this session holds it
         self._fresh = False  # resuming a run that had nothing durable: it starts afresh
         self.notes: list[str] = []
@@ -126,8 +127,16 @@ class GradientSession:
         if not self._checked:
             check_configuration(self.comm, self.checkpointing, self.restart, self.gradient_out)
             if self.checkpointing.schedule == "mixed":
-                refuse_untrusted_data(self.model, self.controls)
+                self._trust_data()
             self._checked = True
+
+    def _trust_data(self) -> None:
+        """Refuse, before any gradient, a model whose declared adjoint data a mixed plan would reverse
+        steps from but which disagree with what its adjoint step reads; once per session."""
+        if not self._data_trusted:
+            what = "--schedule mixed" if self.checkpointing.schedule == "mixed" else "the mixed plan chosen"
+            refuse_untrusted_data(self.model, self.controls, what)
+            self._data_trusted = True
 
     @property
     def resuming(self) -> bool:
@@ -149,9 +158,12 @@ class GradientSession:
             self.check()
             apply_time_tile(self.model, self.checkpointing.time_tile)
             self._open_run_directory()
-            self.planned = provision(self.model, self.controls, self.checkpointing, config=self._config,
-                                     baseline_bytes=self._baseline, resuming=self._resuming(),
-                                     durability=durable_seconds(self.restart) if self.restart else None)
+            planned = provision(self.model, self.controls, self.checkpointing, config=self._config,
+                                baseline_bytes=self._baseline, resuming=self._resuming(),
+                                durability=durable_seconds(self.restart) if self.restart else None)
+            if planned.schedule.name == "mixed":
+                self._trust_data()
+            self.planned = planned
         except BaseException:
             self._release(refused=True)
             raise

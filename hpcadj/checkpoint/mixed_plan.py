@@ -1,4 +1,6 @@
-"""``--schedule mixed``: restart states and steps' adjoint data planned in a RAM byte budget.
+"""Mixed plans: restart states and steps' adjoint data planned in a RAM byte budget.
+
+``--schedule mixed`` asks for one; store-all and auto take one where it is cheaper (mixed_choice.py).
 
 For a model that declares its adjoint data (:meth:`~hpcadj.models.base.Stepper.adjoint_data_layout`)
 the RAM level's budget becomes bytes B (the budget given, or whole restart states of it) and
@@ -50,6 +52,21 @@ def recomputes(model) -> bool:
     return bool(getattr(model, "recomputes_in_adjoint", False))
 
 
+def mixed_budget(model, plans, ck, memory) -> int:
+    """The RAM level's bytes B for a mixed plan: the budget given, what ``--memory`` leaves, whole
+    restart states of a slot count, or (no budget) every step's data or state."""
+    r, d = mixed_sizes(model)
+    text = ck.budgets.get("ram")
+    given = parse_budget(text) if text is not None and memory is None else None
+    if given is not None and given.nbytes is not None:
+        return given.nbytes
+    if memory is not None and text is None and memory.ram_slots_fit is not None:
+        return memory.ram_slots_fit * r   # what --memory leaves, not capped at n - 1 restart states
+    if text is None and memory is None:
+        return max(model.n_steps - 1, 1) * max(r, d)  # no budget: every step's data (or state) is kept
+    return plans[0].slots * r
+
+
 def mixed_run(model, controls, plans, ck, profile, memory, probes, notes, warnings, durability):
     """The PlannedRun of ``--schedule mixed`` over ``plans`` (RAM first; node-local and HDF5 levels
     hold restart states); the session has refused a model whose declared data disagree with what its
@@ -64,15 +81,7 @@ def mixed_run(model, controls, plans, ck, profile, memory, probes, notes, warnin
     n = model.n_steps
     r, d = mixed_sizes(model)
     text = ck.budgets.get("ram")
-    given = parse_budget(text) if text is not None and memory is None else None
-    if given is not None and given.nbytes is not None:
-        budget = given.nbytes
-    elif memory is not None and text is None and memory.ram_slots_fit is not None:
-        budget = memory.ram_slots_fit * r   # what --memory leaves, not capped at n - 1 restart states
-    elif text is None and memory is None:
-        budget = max(n - 1, 1) * max(r, d)  # no budget: every step's data (or state) is kept
-    else:
-        budget = plans[0].slots * r
+    budget = mixed_budget(model, plans, ck, memory)
     unit = gcd(r, d)
     units = [budget // unit] + [p.slots * (r // unit) for p in plans[1:]]
     try:
@@ -137,17 +146,35 @@ def states_only_forward_steps(schedule, stepper) -> int:
     return today + (n if recomputes(stepper) else 0)
 
 
-def mixed_summary(comm, planned, driver) -> dict:
-    """``run --json``'s ``mixed`` object: restart and data writes, their bytes per rank, and the forward
-    steps saved against revolve's plan with the same bytes in restart states."""
+def plan_summary(model, planned) -> dict:
+    """A mixed plan's RAM level as ``hpcadj plan`` and ``run --json`` report it: the most restart states
+    and steps' data held there at once, their bytes per rank, its peak bytes, and the plan's forward
+    steps against today's plan of restart states in the same bytes (the recomputation it saves)."""
     schedule, summary = planned.schedule, planned.summary
-    r, d = mixed_sizes(driver.stepper)
+    r, d = mixed_sizes(model)
     unit = r // schedule.sizes[0]
-    budget = schedule.capacities[0] * unit
-    today = states_only_forward_steps(schedule, driver.stepper)
+    held, most = {"restart": 0, "data": 0}, {"restart": 0, "data": 0}
+    for action in schedule.actions():
+        kind = type(action).__name__
+        if kind in ("Store", "Free") and action.level == 0:
+            held["restart"] += 1 if kind == "Store" else -1
+        elif kind == "StoreData" or (kind == "AdjointData" and action.level is not None):
+            held["data"] += 1 if kind == "StoreData" else -1
+        most = {k: max(most[k], held[k]) for k in most}
+    today = states_only_forward_steps(schedule, model)
+    return {"budget_bytes": schedule.capacities[0] * unit, "restart_bytes": r, "data_bytes": d,
+            "restart_slots": most["restart"], "data_slots": most["data"], "restart_writes": sum(summary.writes),
+            "data_writes": sum(summary.data_writes), "peak_bytes": summary.peak[0] * unit,
+            "forward_steps": summary.forward_steps, "forward_steps_states_only": today,
+            "forward_steps_saved": today - summary.forward_steps}
+
+
+def mixed_summary(comm, planned, driver) -> dict:
+    """``run --json``'s ``mixed`` object: the plan's (:func:`plan_summary`) with what the run did: its
+    data writes, their bytes over all ranks, the most data slots it held, the forward steps it saved."""
+    info = plan_summary(driver.stepper, planned)
     data = driver.data_stats()
-    return {"budget_bytes": budget, "restart_bytes": r, "data_bytes": d,
-            "restart_writes": sum(summary.writes), "data_writes": data["writes"],
-            "data_bytes_written": comm.allreduce(data["bytes_written"]), "peak_data_slots": data["peak_slots"],
-            "peak_bytes": summary.peak[0] * unit, "forward_steps_states_only": today,
-            "forward_steps_saved": today - driver.result.forward_steps}
+    info.update(data_writes=data["writes"], data_bytes_written=comm.allreduce(data["bytes_written"]),
+                peak_data_slots=data["peak_slots"], forward_steps=driver.result.forward_steps,
+                forward_steps_saved=info["forward_steps_states_only"] - driver.result.forward_steps)
+    return info

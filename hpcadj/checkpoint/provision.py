@@ -12,7 +12,9 @@
 6. the pool's slots searched up at the probed sizes (:func:`~.compression.pooled_capacity`);
 7. the plan, simulated and checked (levels it never uses, extreme recomputation), and its predicted
    makespan with the durable points of a restartable run; a raw RAM level whose slots' first touch
-   costs more than the recomputation they save gets fewer (:func:`_fill_priced`).
+   costs more than the recomputation they save gets fewer (:func:`_fill_priced`);
+8. a model that declares its adjoint data: store-all and auto take a mixed plan where it is cheaper
+   (:mod:`~hpcadj.checkpoint.mixed_choice`).
 
 The result, :class:`PlannedRun`, is immutable: each level's class, slots, codec and bytes, the memory
 plan, the profile and the plan. The session opens the levels it names and runs its plan. Collective.
@@ -93,8 +95,10 @@ class Declared:
     ``layout`` and ``controls`` are snapshot layouts (a model's own, or one field of so many bytes:
     :meth:`of_bytes`); ``states`` the working set in snapshot-equivalents; ``compressed_bytes`` one
     compressed snapshot's bytes on the largest rank, standing in for the compression probe; ``sized``
-    False when no byte count is known (budgets then count slots only). Used by ``hpcadj plan`` and
-    the Hessian products.
+    False when no byte count is known (budgets then count slots only); ``data`` the layout of a
+    step's adjoint data the model declares (None: none) and ``recomputes_in_adjoint`` its flag, so the
+    plan may mix restart states and data as the model's run would. Used by ``hpcadj plan`` and the
+    Hessian products.
     """
 
     comm: object
@@ -104,6 +108,9 @@ class Declared:
     states: float = DEFAULT_MODEL_STATES
     compressed_bytes: int | None = None
     sized: bool = True
+    data: dict | None = None
+    recomputes_in_adjoint: bool = False
+    name: str = "declared"
 
     @classmethod
     def of_bytes(cls, comm, n_steps: int, snapshot_bytes: int | None, states: float = DEFAULT_MODEL_STATES,
@@ -119,7 +126,8 @@ class Declared:
         """``model``'s layouts and working set (or ``states``), over ``n_steps`` (default its own)."""
         return cls(model.comm, model.n_steps if n_steps is None else n_steps, model.snapshot_layout(),
                    model.control_layout(), float(model.working_set_states()) if states is None else states,
-                   **options)
+                   data=model.adjoint_data_layout(), recomputes_in_adjoint=bool(model.recomputes_in_adjoint),
+                   name=model.name, **options)
 
     def snapshot_layout(self) -> dict:
         return self.layout
@@ -129,6 +137,9 @@ class Declared:
 
     def working_set_states(self) -> float:
         return self.states
+
+    def adjoint_data_layout(self) -> dict | None:
+        return self.data
 
 
 def recompute_warning(forward_steps: int, n_steps: int, what: str) -> str | None:
@@ -224,6 +235,7 @@ def provision(model, controls, checkpointing: Checkpointing, *, config=None, bas
         return mixed_run(model, controls, plans, ck, profile, memory, probes, notes, warnings, durability)
 
     # 7. the plan, checked, and its predicted cost (RAM slots beyond what repays their first touch left)
+    given, base_notes, base_warnings = plans, list(notes), list(warnings)
     try:
         plans = _fill_priced(plans, name, n, profile, ck.minimize, notes)
         schedule = make_plan(name, n, plans, profile, ck.minimize)
@@ -232,8 +244,19 @@ def provision(model, controls, checkpointing: Checkpointing, *, config=None, bas
     summary = _checked(name, schedule, plans, profile, ck, notes, warnings, resuming is not None)
     predicted = profile.predicted_seconds(summary)
     durable_s = durability(schedule, plans, profile, predicted) if durability is not None else 0.0
-    return PlannedRun(tuple(plans), schedule, profile, summary, predicted + durable_s, durable_s, memory, probes,
-                      tuple(notes), tuple(warnings), costs)
+    planned = PlannedRun(tuple(plans), schedule, profile, summary, predicted + durable_s, durable_s, memory, probes,
+                         tuple(notes), tuple(warnings), costs)
+    if name not in ("store-all", "auto") or _adjoint_data(model) is None:
+        return planned
+    from .mixed_choice import with_data  # 8. a model that declares its adjoint data: mixed where cheaper
+
+    return with_data(planned, model, controls, name, given, ck, memory, durability, base_notes, base_warnings)
+
+
+def _adjoint_data(model):
+    """The layout of a step's adjoint data ``model`` declares, or None."""
+    declared = getattr(model, "adjoint_data_layout", None)
+    return declared() if declared is not None else None
 
 
 def _mpi_max():
@@ -265,7 +288,9 @@ def _online(model, ck: Checkpointing, config) -> PlannedRun:
     else:
         schedule = make_online_plan([p.slots for p in plans], profile.vector(ck.minimize), done=model.done,
                                     store_all=store_all)
-    return PlannedRun(tuple(plans), schedule, profile, None, float("nan"), costs=profile)
+    notes = ("the online plan keeps whole restart states: adaptive steps keep steps' adjoint data only when "
+             "asked (--schedule mixed)",) if name == "online" and _adjoint_data(model) is not None else ()
+    return PlannedRun(tuple(plans), schedule, profile, None, float("nan"), notes=notes, costs=profile)
 
 
 def _probe(model, controls, codecs: dict, probe_steps, n: int) -> tuple[dict, int]:

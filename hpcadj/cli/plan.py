@@ -59,6 +59,8 @@ def declared(args, comm):
         raise CliError("--compressed-bytes needs --compress SPEC")
     extra = {"compressed_bytes": args.compressed_bytes}
     if args.model is None:
+        if args.schedule == "mixed":
+            raise CliError("--schedule mixed needs --model (the bytes of a step's adjoint data)")
         if args.steps is None:
             raise CliError("give --steps N (the number of time steps), or a --model that has its own")
         if args.memory is not None and args.snapshot_bytes is None:
@@ -170,18 +172,24 @@ def main(args) -> int:
         if args.json:
             print(json.dumps(info))
         else:
+            for note in info["notes"]:
+                print(f"hpcadj: {note}")
             print_human(info)
     return 0
 
 
 def summary(args, run, planned, planning_s: float) -> dict:
     """The plan as ``plan --json`` prints it."""
+    from ..checkpoint.mixed_plan import plan_summary
+
     result, plans = planned.summary, planned.plans
+    mixed = plan_summary(run, planned) if planned.schedule.name == "mixed" else None
+    peaks = result.peak if mixed is None else [mixed["restart_slots"]]  # a level's slots hold restart states
     info = {
         "schedule": planned.schedule.name, "steps": run.n_steps, "forward_steps": result.forward_steps,
         "recompute_factor": result.recompute_factor, "adjoint_steps": result.adjoint_steps,
         "levels": [{"name": p.name, "slots": p.slots, "writes": w, "reads": r, "peak": k}
-                   for p, w, r, k in zip(plans, result.writes, result.reads, result.peak)],
+                   for p, w, r, k in zip(plans, result.writes, result.reads, peaks)],
         **planned.profile.predicted(planned.predicted_s), "minimize": args.minimize,
         "costs_source": planned.costs.source, "costs_file": args.costs, "planning_s": planning_s,
         "predicted_unit": "s" if args.costs else "relative", "notes": list(planned.notes),
@@ -196,6 +204,8 @@ def summary(args, run, planned, planning_s: float) -> dict:
         info["model"] = args.model_info
     if planned.memory is not None:
         info["memory"] = planned.memory.as_dict()
+    if mixed is not None:
+        info["mixed"] = mixed
     ram = [p for p in plans if p.codec is not None]
     if ram:
         c, raw = ram[0], _largest(run.layout, run.comm)
@@ -229,6 +239,13 @@ def print_human(info: dict) -> None:
               f"model {m['model'] / 2**20:.1f} + working states {m['working states'] / 2**20:.1f} + staging "
               f"{m['staging'] / 2**20:.1f} + RAM slots {m['ram slots'] / 2**20:.1f} "
               f"({m['ram_slots_fit']} fit) = peak {m['peak'] / 2**20:.1f} MiB")
+    if "mixed" in info:
+        m = info["mixed"]
+        print(f"  mixed slots per rank: {m['restart_slots']} restart of {m['restart_bytes']} B, {m['data_slots']} "
+              f"data of {m['data_bytes']} B (writes {m['restart_writes']} / {m['data_writes']}); peak "
+              f"{m['peak_bytes']} B of {m['budget_bytes']} B")
+        print(f"  forward evaluations {m['forward_steps']} against {m['forward_steps_states_only']} with restart "
+              f"states alone in the same bytes: {m['forward_steps_saved']} saved")
     if "compression" in info:
         c = info["compression"]
         print(f"  compression {c['codec']}{' (LOSSY)' if c['lossy'] else ''}: slot {c['slot_bytes']} B, "

@@ -21,7 +21,8 @@ GROUPS = [
      "test_contract.py", "test_faults.py", "test_grayscott.py", "test_heat.py", "test_kernels.py",
      "test_layout_corrupt.py", "test_memory_compression.py", "test_online_driver.py", "test_refused_levels.py", "test_run_guards.py",
      "test_rundir_identity.py", "test_storage_attach.py", "test_storage_levels.py", "test_telemetry_runlog.py",
-     "test_ts_grayscott.py", "test_ts_stages.py", "test_ts_trust.py", "test_wave.py", "test_wave_tiled.py", "test_mixed.py"),
+     "test_ts_grayscott.py", "test_ts_stages.py", "test_ts_trust.py", "test_wave.py", "test_wave_tiled.py", "test_mixed.py",
+     "test_mixed_choice.py"),
 ]
 GROUPED = {name for group in GROUPS for name in group}
 RUNS = [tuple(name for name in group if name in MODULES) for group in GROUPS] + [

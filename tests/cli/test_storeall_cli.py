@@ -1,0 +1,52 @@
+"""``hpcadj plan`` and ``hpcadj run`` for a model that declares its adjoint data (wave): the same
+mixed plan, with its data and restart slots, their bytes and the forward steps saved; what mixed
+plans cannot serve yet (a run directory) keeps restart states with one note; heat is unchanged."""
+
+import json
+
+from ..helpers import hpcadj_in_process
+
+WAVE = ["--model", "wave", "--grid", "14x12", "--steps", "24"]
+PLAN_FIELDS = ("budget_bytes", "restart_bytes", "data_bytes", "restart_slots", "data_slots", "restart_writes",
+               "data_writes", "peak_bytes", "forward_steps", "forward_steps_states_only", "forward_steps_saved")
+
+
+def _json(args):
+    proc = hpcadj_in_process([*args, "--json"])
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_plan_and_run_agree_on_the_mixed_plan_s_slots_bytes_and_steps(tmp_path):
+    planned = _json(["plan", *WAVE, "--ram", "8"])
+    ran = _json(["run", *WAVE, "--ram", "8", "--quiet", "--local-dir", str(tmp_path)])
+    assert planned["schedule"] == ran["schedule"] == "mixed"
+    assert planned["forward_steps"] == ran["forward_steps"] == planned["mixed"]["forward_steps"]
+    assert {k: planned["mixed"][k] for k in PLAN_FIELDS} == {k: ran["mixed"][k] for k in PLAN_FIELDS}
+    facts = planned["mixed"]
+    assert facts["restart_slots"] > 0 and facts["data_slots"] > 0 and facts["forward_steps_saved"] > 0
+    assert facts["restart_bytes"] == 2 * facts["data_bytes"] == 2 * 14 * 12 * 8
+    assert facts["peak_bytes"] <= facts["budget_bytes"] == 8 * facts["restart_bytes"]
+    assert planned["levels"][0]["peak"] == ran["levels"][0]["peak_slots"] == facts["restart_slots"]
+
+
+def test_plan_prints_data_and_restart_slots():
+    proc = hpcadj_in_process(["plan", *WAVE, "--ram", "8"])
+    assert proc.returncode == 0, proc.stderr
+    assert "hpcadj: auto chose a mixed plan: 33 forward steps" in proc.stdout
+    assert "mixed slots per rank: 8 restart of 2688 B, 14 data of 1344 B" in proc.stdout
+    assert "forward evaluations 33 against 39 with restart states alone in the same bytes: 6 saved" in proc.stdout
+
+
+def test_store_all_with_a_run_directory_keeps_restart_states_with_one_note(tmp_path):
+    ran = _json(["run", *WAVE, "--quiet", "--run-dir", str(tmp_path / "run"), "--local-dir", str(tmp_path)])
+    assert ran["schedule"] == "store-all" and "mixed" not in ran
+    notes = [n for n in ran["notes"] if "adjoint data" in n]
+    assert len(notes) == 1 and notes[0].startswith("store-all keeps whole restart states: ")
+    assert "not with a run directory" in notes[0]
+
+
+def test_a_model_without_data_plans_as_before():
+    planned = _json(["plan", "--model", "heat", "--grid", "14x12", "--steps", "24", "--ram", "8"])
+    assert planned["schedule"] == "revolve" and planned["forward_steps"] == 39 and "mixed" not in planned
+    assert not any("adjoint data" in n or "mixed" in n for n in planned["notes"])

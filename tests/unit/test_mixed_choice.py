@@ -1,0 +1,115 @@
+"""Store-all and auto for a model that declares its adjoint data: the mixed plan where it is cheaper,
+restart states alone where it is not or cannot serve (with a note); models without data unchanged.
+
+Runs are declared by their sizes (no physics): a leapfrog-like run whose restart state is two fields
+and whose data one (wave), an RK4-like one whose data are four states and whose adjoint step from a
+state re-runs its step."""
+
+import pytest
+
+from hpcadj.checkpoint.options import Checkpointing
+from hpcadj.checkpoint.provision import Declared, provision
+from hpcadj.imports import mpi
+from hpcadj.snapshot import FieldLayout
+
+FIELD = 4096  # bytes of one field on this rank
+
+
+def _fields(count: int) -> dict:
+    nbytes = count * FIELD
+    return {"f": FieldLayout((nbytes,), (0,), (nbytes,), "uint8")}
+
+
+def _run(n: int, state: int = 2, data: int | None = 1, recomputes: bool = False) -> Declared:
+    """A run of n steps whose restart state is ``state`` fields and a step's data ``data`` fields."""
+    return Declared(mpi().COMM_SELF, n, _fields(state), _fields(1), states=4.0,
+                    data=None if data is None else _fields(data), recomputes_in_adjoint=recomputes, name="m")
+
+
+def _plan(run, **options):
+    return provision(run, None, Checkpointing(**options))
+
+
+def test_wave_store_all_keeps_one_field_a_step_half_the_restart_plan_s_peak():
+    n = 40
+    planned = _plan(_run(n))
+    states = _plan(_run(n, data=None))
+    assert states.schedule.name == "store-all" and planned.schedule.name == "mixed"
+    assert planned.summary.forward_steps == states.summary.forward_steps == n
+    assert planned.summary.data_writes == [n - 1] and planned.summary.writes == [0]
+    restart_peak = states.summary.peak[0] * 2 * FIELD
+    data_peak = planned.summary.peak[0] * FIELD  # the mixed plan's units: gcd(r, d), one field
+    assert data_peak == (n - 1) * FIELD and data_peak * 2 <= restart_peak + 2 * FIELD
+    assert any(note.startswith("store-all keeps every step's adjoint data") for note in planned.notes)
+
+
+def test_wave_ram_for_one_field_a_step_auto_takes_every_step_once_not_revolve_s_449():
+    n = 300
+    planned = _plan(_run(n), ram=str(n // 2))           # 150 restart states = 300 fields
+    today = _plan(_run(n, data=None), ram=str(n // 2))
+    assert today.schedule.name == "revolve" and today.summary.forward_steps == 449
+    assert planned.schedule.name == "mixed" and planned.summary.forward_steps == n
+    assert "auto chose a mixed plan: 300 forward steps" in planned.notes[-1]
+    assert "against 449" in planned.notes[-1]
+
+
+def test_auto_mixes_restart_states_and_data_where_neither_alone_fits():
+    planned = _plan(_run(24), ram="8")
+    assert planned.schedule.name == "mixed"
+    assert planned.summary.forward_steps == 33 < _plan(_run(24, data=None), ram="8").summary.forward_steps == 39
+    assert planned.summary.writes[0] > 0 and planned.summary.data_writes[0] > 0
+
+
+def test_auto_keeps_restart_states_where_they_already_take_every_step_once():
+    planned = _plan(_run(24), ram="30")
+    assert planned.schedule.name == "revolve" and planned.summary.forward_steps == 24
+
+
+def test_data_no_smaller_than_a_state_change_nothing():
+    for options in ({}, {"ram": "6"}):
+        planned, today = _plan(_run(24, data=2), **options), _plan(_run(24, data=None), **options)
+        assert planned.schedule.name == today.schedule.name != "mixed"
+        assert list(planned.schedule.actions()) == list(today.schedule.actions())
+        assert planned.notes == today.notes
+
+
+def test_rk_store_all_keeps_the_stages_when_they_fit_else_restart_states():
+    n = 30
+    stages = _plan(_run(n, state=1, data=4, recomputes=True))
+    assert stages.schedule.name == "mixed" and stages.summary.forward_steps == n
+    assert "stages" in stages.notes[-1] and f"against {2 * n}" in stages.notes[-1]
+    tight = _plan(_run(n, state=1, data=4, recomputes=True), ram=f"{2 * (n - 1) * FIELD}B", schedule="store-all")
+    assert tight.schedule.name == "store-all"
+    assert tight.notes[-1].startswith("store-all keeps restart states: the adjoint data of every step")
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"ram": "4", "disk": "8"}, "not with several levels"),
+    ({"ram": "8", "compress": "lossless"}, "not with compression"),
+])
+def test_what_mixed_plans_cannot_serve_keeps_restart_states_with_one_note(options, words):
+    run = Declared(mpi().COMM_SELF, 24, _fields(2), _fields(1), states=4.0, data=_fields(1), name="m",
+                   compressed_bytes=FIELD)
+    planned = _plan(run, **options)
+    plain = _plan(Declared(mpi().COMM_SELF, 24, _fields(2), _fields(1), states=4.0, compressed_bytes=FIELD), **options)
+    assert planned.schedule.name == plain.schedule.name != "mixed"
+    assert list(planned.schedule.actions()) == list(plain.schedule.actions())
+    extra = [note for note in planned.notes if note not in plain.notes]
+    assert len(extra) == 1 and extra[0].startswith("auto keeps whole restart states") and words in extra[0]
+
+
+def test_a_run_directory_keeps_restart_states_with_one_note():
+    def durability(schedule, plans, profile, makespan_s):
+        return 0.0
+
+    planned = provision(_run(24), None, Checkpointing(), durability=durability)
+    assert planned.schedule.name == "store-all"
+    assert planned.notes[-1] == ("store-all keeps whole restart states: it weighs steps' adjoint data on one "
+                                 "uncompressed RAM level without a run directory only, not with a run directory "
+                                 "(ask --schedule mixed)")
+
+
+def test_auto_does_not_wait_for_a_huge_mixed_table():
+    planned = _plan(_run(3000), ram="1000")
+    assert planned.schedule.name == "revolve"
+    assert planned.notes[-1].startswith("auto keeps restart states: a mixed plan of 3000 steps")

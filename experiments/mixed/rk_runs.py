@@ -151,7 +151,8 @@ def worker(args) -> None:
                    mixed_s=wall_m, mixed_cpu_s=cpu_m, mixed_steps=steps_m, check_s=_data_check(comm, stepper),
                    mixed_ratio=wall_m / wall_p, mixed_cpu_ratio=cpu_m / cpu_p, mixed_bitwise=_same(comm, mixed, ref))
         if args.states:
-            (wall_s, cpu_s), states, steps_s = _hpcadj(comm, stepper, "store-all")
+            # restart states alone (store-all of a model with data would keep its stages): revolve with room for all
+            (wall_s, cpu_s), states, steps_s = _hpcadj(comm, stepper, "revolve", ram=n)
             row.update(states_s=wall_s, states_cpu_s=cpu_s, states_steps=steps_s, states_ratio=wall_s / wall_p,
                        states_cpu_ratio=cpu_s / cpu_p, states_bitwise=_same(comm, states, ref))
         emit(**row)

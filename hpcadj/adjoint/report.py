@@ -101,6 +101,10 @@ def log_record(record: dict, model, checkpointing, planned, resumed: bool) -> di
     if planned.probes:  # compressed levels, and whether the gradient is approximate
         out["compression"] = {k: v.codec.spec for k, v in planned.probes.items()}
         out["lossy"] = planned.lossy
+    if planned.schedule.name == "mixed" and planned.summary is not None:  # data and restart slots, planned
+        from ..checkpoint.mixed_plan import plan_summary
+
+        out["mixed"] = plan_summary(model, planned)
     return out
 
 

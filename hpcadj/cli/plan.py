@@ -239,18 +239,25 @@ def print_human(info: dict) -> None:
               f"model {m['model'] / 2**20:.1f} + working states {m['working states'] / 2**20:.1f} + staging "
               f"{m['staging'] / 2**20:.1f} + RAM slots {m['ram slots'] / 2**20:.1f} "
               f"({m['ram_slots_fit']} fit) = peak {m['peak'] / 2**20:.1f} MiB")
-    if "mixed" in info:
-        m = info["mixed"]
-        print(f"  mixed slots per rank: {m['restart_slots']} restart of {m['restart_bytes']} B, {m['data_slots']} "
-              f"data of {m['data_bytes']} B (writes {m['restart_writes']} / {m['data_writes']}); peak "
-              f"{m['peak_bytes']} B of {m['budget_bytes']} B")
-        print(f"  forward evaluations {m['forward_steps']} against {m['forward_steps_states_only']} with restart "
-              f"states alone in the same bytes: {m['forward_steps_saved']} saved")
+    for line in mixed_lines(info.get("mixed")):
+        print(line)
     if "compression" in info:
         c = info["compression"]
         print(f"  compression {c['codec']}{' (LOSSY)' if c['lossy'] else ''}: slot {c['slot_bytes']} B, "
               f"{c['slot_ratio']:.2f}x smaller than a raw snapshot")
     print(f"  planned in {info['planning_s']:.3f} s")
+
+
+def mixed_lines(m: dict | None) -> list[str]:
+    """A mixed plan's ``mixed`` object (``plan`` and ``run``) for people: its RAM's restart and data
+    slots, their bytes, the peak, and the forward steps saved (none without one)."""
+    if not m:
+        return []
+    return [f"  mixed slots per rank: {m['restart_slots']} restart of {m['restart_bytes']} B, {m['data_slots']} "
+            f"data of {m['data_bytes']} B (writes {m['restart_writes']} / {m['data_writes']}); peak "
+            f"{m['peak_bytes']} B of {m['budget_bytes']} B",
+            f"  forward evaluations {m['forward_steps']} against {m['forward_steps_states_only']} with restart "
+            f"states alone in the same bytes: {m['forward_steps_saved']} saved"]
 
 
 def _makespan(info: dict) -> float:

@@ -170,6 +170,8 @@ def check_compression(model, session, outcome) -> None:
 
 
 def print_human(info: dict) -> None:
+    from .plan import mixed_lines
+
     grid = info.get("grid") or "(no grid: the model's describe() reports none)"
     print(f"hpcadj run: {info['model']} {grid}, {info['steps']} steps, {info['ranks']} rank(s), "
           f"schedule {info['schedule']}")
@@ -193,6 +195,8 @@ def print_human(info: dict) -> None:
               f"{m['baseline'] / 2**20:.1f}, model {m['model'] / 2**20:.1f}, working states "
               f"{m['working states'] / 2**20:.1f}, staging {m['staging'] / 2**20:.1f}, RAM slots "
               f"{m['ram slots'] / 2**20:.1f} MiB; predicted peak {m['peak'] / 2**20:.1f} MiB")
+    for line in mixed_lines(info.get("mixed")):
+        print(line)
     for name, c in info.get("compression", {}).items():
         kind = f"LOSSY (|error| <= {c['tolerance']:g}, measured {c['max_error']:.3g})" if c["lossy"] else "lossless"
         ratio = f"{c['ratio']:.2f}x" if c["ratio"] else "n/a"

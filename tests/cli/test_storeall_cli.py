@@ -30,12 +30,21 @@ def test_plan_and_run_agree_on_the_mixed_plan_s_slots_bytes_and_steps(tmp_path):
     assert planned["levels"][0]["peak"] == ran["levels"][0]["peak_slots"] == facts["restart_slots"]
 
 
-def test_plan_prints_data_and_restart_slots():
-    proc = hpcadj_in_process(["plan", *WAVE, "--ram", "8"])
-    assert proc.returncode == 0, proc.stderr
-    assert "hpcadj: auto chose a mixed plan: 33 forward steps" in proc.stdout
-    assert "mixed slots per rank: 8 restart of 2688 B, 14 data of 1344 B" in proc.stdout
-    assert "forward evaluations 33 against 39 with restart states alone in the same bytes: 6 saved" in proc.stdout
+def test_plan_run_and_the_run_log_show_data_and_restart_slots(tmp_path):
+    lines = ("mixed slots per rank: 8 restart of 2688 B, 14 data of 1344 B (writes 8 / 14); peak 21504 B",
+             "forward evaluations 33 against 39 with restart states alone in the same bytes: 6 saved")
+    planned = hpcadj_in_process(["plan", *WAVE, "--ram", "8"])
+    assert planned.returncode == 0, planned.stderr
+    assert "hpcadj: auto chose a mixed plan: 33 forward steps" in planned.stdout
+    ran = hpcadj_in_process(["run", *WAVE, "--ram", "8", "--local-dir", str(tmp_path), "--log-dir",
+                             str(tmp_path / "log")])
+    assert ran.returncode == 0, ran.stderr
+    for line in lines:
+        assert line in planned.stdout and line in ran.stdout, line
+    record = json.loads((tmp_path / "log" / "run.json").read_text())["record"]
+    assert record["schedule"] == "mixed"
+    assert (record["mixed"]["restart_slots"], record["mixed"]["data_slots"], record["mixed"]["forward_steps_saved"]) \
+        == (8, 14, 6)
 
 
 def test_store_all_with_a_run_directory_keeps_restart_states_with_one_note(tmp_path):

@@ -44,8 +44,8 @@ def with_data(today, model, controls, name: str, plans, ck, memory, durability, 
     why = _why_not(plans, today.probes, durability)
     if why:
         return _noted(today, f"{name} keeps whole restart states: it weighs steps' adjoint data on one "
-                             f"uncompressed RAM level without a run directory only, not with {why} (ask "
-                             f"--schedule mixed)")
+                             f"uncompressed RAM level without a run directory only, not with {why} "
+                             f"(--schedule mixed asks for them, but for compressed RAM)")
     n = model.n_steps
     r, d = mixed_plan.mixed_sizes(model)
     recomputing = mixed_plan.recomputes(model)

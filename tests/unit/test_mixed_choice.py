@@ -106,7 +106,7 @@ def test_a_run_directory_keeps_restart_states_with_one_note():
     assert planned.schedule.name == "store-all"
     assert planned.notes[-1] == ("store-all keeps whole restart states: it weighs steps' adjoint data on one "
                                  "uncompressed RAM level without a run directory only, not with a run directory "
-                                 "(ask --schedule mixed)")
+                                 "(--schedule mixed asks for them, but for compressed RAM)")
 
 
 def test_auto_does_not_wait_for_a_huge_mixed_table():

@@ -45,19 +45,19 @@ def _boundary_sources(comm, n_x):
     return sorted(out)
 
 
-@pytest.mark.parametrize("grid", [(29, 11), (23, 8, 9)], ids=["2d", "3d"])
-def test_states_bitwise_on_uneven_partitions_with_the_source_on_a_boundary(comm, grid):
-    """x (given first) has 29 or 23 points: split over 2 or 3 ranks unevenly; the source put on
-    each cut, next to it and at the halo's edge."""
-    for source_x in _boundary_sources(comm, grid[0]):
-        model = WaveModel(comm, grid, n_steps=20, source_x=source_x)
-        model.set_controls(_perturbed(model))
-        u = model.initial_state()
-        states = [u]
-        for i in range(17):
-            states.append(model.step(i, states[-1]))
-        terms = [model.objective(i, states[i]) for i in range(1, 18)]
-        limit = model.time_tile_limit()
+def _assert_tiled_bitwise(comm, model, widths=(None,), check=None):
+    """advance(0, u, k) at T = 2, 3, 4, 7 (within the partition's limit), k = 1, T - 1, T, T + 1, 17,
+    per slab width: states and J bitwise the single steps' on every rank; ``check(width, depth)``
+    after each depth's runs."""
+    model.set_controls(_perturbed(model))
+    u = model.initial_state()
+    states = [u]
+    for i in range(17):
+        states.append(model.step(i, states[-1]))
+    terms = [model.objective(i, states[i]) for i in range(1, 18)]
+    limit = model.time_tile_limit()
+    for width in widths:
+        model.tile_width = width
         for depth in sorted({d for d in (2, 3, 4, 7) if d <= limit}):
             model.set_time_tile(depth)
             for k in (1, depth - 1, depth, depth + 1, 17):
@@ -65,8 +65,18 @@ def test_states_bitwise_on_uneven_partitions_with_the_source_on_a_boundary(comm,
                     continue
                 got, got_terms = model.advance(0, u, k, objective=True)
                 assert _agree_equal(comm, got.getArray(readonly=True), states[k].getArray(readonly=True)), \
-                    (source_x, depth, k)
-                assert got_terms == terms[:k], (source_x, depth, k)
+                    (width, depth, k)
+                assert got_terms == terms[:k], (width, depth, k)
+            if check is not None:
+                check(width, depth)
+
+
+@pytest.mark.parametrize("grid", [(29, 11), (23, 8, 9)], ids=["2d", "3d"])
+def test_states_bitwise_on_uneven_partitions_with_the_source_on_a_boundary(comm, grid):
+    """x (given first) has 29 or 23 points: split over 2 or 3 ranks unevenly; the source put on
+    each cut, next to it and at the halo's edge."""
+    for source_x in _boundary_sources(comm, grid[0]):
+        _assert_tiled_bitwise(comm, WaveModel(comm, grid, n_steps=20, source_x=source_x))
 
 
 def test_depth_limit_is_the_thinnest_split_block(comm):
@@ -128,25 +138,11 @@ def test_y_slabs_bitwise_on_uneven_partitions(comm, grid):
     sources = _boundary_sources(comm, grid[0]) if grid[0] > grid[1] else [0.5]
     for source_x in sources:
         model = WaveModel(comm, grid, n_steps=20, source_x=source_x)
-        model.set_controls(_perturbed(model))
-        u = model.initial_state()
-        states = [u]
-        for i in range(17):
-            states.append(model.step(i, states[-1]))
-        terms = [model.objective(i, states[i]) for i in range(1, 18)]
-        limit = model.time_tile_limit()
-        for width in (1, 3):
-            model.tile_width = width
-            for depth in sorted({d for d in (2, 3, 4, 7) if d <= limit}):
-                model.set_time_tile(depth)
-                for k in (1, depth - 1, depth, depth + 1, 17):
-                    if k < 1:
-                        continue
-                    got, got_terms = model.advance(0, u, k, objective=True)
-                    assert _agree_equal(comm, got.getArray(readonly=True), states[k].getArray(readonly=True)), \
-                        (source_x, width, depth, k)
-                    assert got_terms == terms[:k], (source_x, width, depth, k)
-                assert model._tiler.width == width
+
+        def width_used(width, _depth):
+            assert model._tiler.width == width
+
+        _assert_tiled_bitwise(comm, model, (1, 3), width_used)
 
 
 def _cut_depths(comm, grid):
@@ -171,26 +167,12 @@ def test_a_split_along_the_sweep_overlaps_the_halo_and_stays_bitwise(comm, grid,
     from their halo) and take their owned planes' iterations before waiting for it; a middle rank
     waits first. States and J bitwise the single steps' with the source and the receivers on each
     cut, beside it and at the halo's edge, whole blocks and y slabs 2 rows wide."""
+    first, last = comm.rank == 0, comm.rank == comm.size - 1
     for frac in _cut_depths(comm, grid):
         model = type("Shot", (WaveModel,), {"source_depth": frac})(comm, grid, n_steps=20)
-        model.set_controls(_perturbed(model))
-        u = model.initial_state()
-        states = [u]
-        for i in range(17):
-            states.append(model.step(i, states[-1]))
-        terms = [model.objective(i, states[i]) for i in range(1, 18)]
-        limit = model.time_tile_limit()
-        for width in widths:
-            model.tile_width = width
-            for depth in sorted({d for d in (2, 3, 4, 7) if d <= limit}):
-                model.set_time_tile(depth)
-                for k in (1, depth - 1, depth, depth + 1, 17):
-                    if k < 1:
-                        continue
-                    got, got_terms = model.advance(0, u, k, objective=True)
-                    assert _agree_equal(comm, got.getArray(readonly=True), states[k].getArray(readonly=True)), \
-                        (frac, width, depth, k)
-                    assert got_terms == terms[:k], (frac, width, depth, k)
-                tiler, first, last = model._tiler, comm.rank == 0, comm.rank == comm.size - 1
-                assert tiler.down == (last and not first)
-                assert tiler.sweep(depth)[1] == (model.field.shape[0] if first or last else 0)
+
+        def sweeps_as_said(_width, depth):
+            assert model._tiler.down == (last and not first), frac
+            assert model._tiler.sweep(depth)[1] == (model.field.shape[0] if first or last else 0), frac
+
+        _assert_tiled_bitwise(comm, model, widths, sweeps_as_said)

@@ -52,3 +52,10 @@ def release_idle_buffers() -> int:
     dropped = sum(pool.trim() for pool in list(_POOLS))
     release_free_memory()
     return dropped
+
+
+def trim_idle_buffers(keep: int) -> int:
+    """Drop the idle buffers of every registered pool beyond ``keep`` per pool (the next steps' outputs):
+    a plan that stores steps' adjoint data where it held restart states earlier would otherwise keep
+    both memories. The number dropped."""
+    return sum(pool.trim(keep) for pool in list(_POOLS))

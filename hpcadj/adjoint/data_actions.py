@@ -9,6 +9,7 @@ beside the plan level's states; the plan counts their bytes within that level's 
 
 from __future__ import annotations
 
+from ..buffers import release_free_memory, trim_idle_buffers
 from ..checkpoint.schedules.actions import PlanError
 
 
@@ -54,8 +55,17 @@ class DataActions:
         with _where(f"capturing the adjoint data of step {n}"):
             return self.stepper.adjoint_data(n, u, u_next)
 
+    #: idle model buffers a pool keeps when data are stored (the next steps' outputs)
+    SPARE_BUFFERS = 2
+    #: the heap's free pages go back to the system every this many data slots freed: freed data
+    #: (heap, not mapped, once glibc raised its mmap threshold) stayed resident under later states
+    TRIM_EVERY = 4
+    _freed_data = 0
+
     def store_data(self, action) -> None:
         level = self._data_level(action.level)
+        # the restart states' buffers a model's pool kept idle would stay resident beside the data
+        trim_idle_buffers(self.SPARE_BUFFERS)
         data = self._captured(action.n)
         with self.telemetry.phase("store_data", step=action.n, nbytes=self._data_nbytes,
                                   level=level.name):
@@ -80,6 +90,9 @@ class DataActions:
                 if action.level is not None:
                     data = None
                     level.free(n0)
+                    self._freed_data += 1
+                    if self._freed_data % self.TRIM_EVERY == 0:
+                        release_free_memory()
                 lam = self.stepper.adjoint_step(n0, u, None, self.lam, self.grad)
             self.lam, self.lam_step = lam, n0
             self._collect_garbage()

@@ -360,14 +360,15 @@ class VecPool:
         self._buffers: list[np.ndarray] = []
         register_pool(self)
 
-    def trim(self) -> int:
-        """Drop the buffers no one but the pool refers to (their mappings go back to the system);
-        the number dropped. Between gradient sessions: a session's RAM slots stay in the pool
-        otherwise, and the next session, measuring its baseline, counts them twice."""
+    def trim(self, keep: int = 0) -> int:
+        """Drop the buffers no one but the pool refers to, all but ``keep`` of them (their mappings go
+        back to the system); the number dropped. Between gradient sessions: a session's RAM slots
+        stay in the pool otherwise, and the next session, measuring its baseline, counts them twice."""
         kept = []
         for buf in self._buffers:
             # references: the list, this loop variable and getrefcount's argument
-            if sys.getrefcount(buf) > 3:
+            if sys.getrefcount(buf) > 3 or keep > 0:
+                keep -= sys.getrefcount(buf) <= 3
                 kept.append(buf)
         dropped = len(self._buffers) - len(kept)
         self._buffers = kept

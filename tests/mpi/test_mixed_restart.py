@@ -8,6 +8,9 @@ import pytest
 
 from ..helpers import assert_bitwise, hpcadj_json, killed_run, read_gradients
 
+#: every test here kills and resumes real runs: 20 s or more each on 2 cores
+pytestmark = pytest.mark.slow
+
 #: a budget of 6 restart states (12 fields) for 24 steps: the plan mixes restart states and data
 BASE = ["run", "--model", "wave", "--grid", "14x12", "--steps", "24", "--anomaly", "0.15", "--quiet",
         "--schedule", "mixed", "--durable-every", "2", "--durable-interval", "0.05"]

@@ -60,8 +60,8 @@ def test_bntr_takes_bounds_on_the_velocity(comm):
 
 
 def test_inversion_products_use_the_ram_budget(comm):
-    """The driver hands its checkpointing's RAM budget to the Hessian products: under 6 slots (too
-    few for the 31 states) each product is a composite run that recomputes forward steps, and the
+    """The driver hands its checkpointing's RAM budget to the Hessian products: under 4 slots (too
+    few for the 17 states) each product is a composite run that recomputes forward steps, and the
     run is bitwise the store-all one. Under a whole-process budget (``memory``) the products go
     through the memory rule (their predicted peak within it), free their states before every
     gradient session and rebuild them for a product that follows one: still bitwise."""
@@ -70,9 +70,10 @@ def test_inversion_products_use_the_ram_budget(comm):
     from hpcadj.models.wave import WaveModel
 
     runs = {}
-    for name, ck in (("store-all", None), ("budget", Checkpointing(ram=6, schedule="revolve")),
+    steps = 16
+    for name, ck in (("store-all", None), ("budget", Checkpointing(ram=4, schedule="revolve")),
                      ("memory", Checkpointing(memory="1GiB"))):
-        model = WaveModel(comm, (12, 10), n_steps=30)
+        model = WaveModel(comm, (12, 10), n_steps=steps)
         runs[name] = Inversion(model, ["c"], ck, tao_type="bntr", max_it=2, gatol=0.0, grtol=0.0).solve()
     full, budget, memory = runs["store-all"], runs["budget"], runs["memory"]
     assert 0 < memory.counts["hessian_predicted_peak_bytes"] <= 2 ** 30
@@ -83,7 +84,7 @@ def test_inversion_products_use_the_ram_budget(comm):
     assert budget.iterations == full.iterations == 2
     assert budget.counts["hessian_products"] == full.counts["hessian_products"] > 0
     sweeps = full.counts["hessian_forward_steps"]  # one forward sweep per Hessian point
-    assert budget.counts["hessian_forward_steps"] > sweeps + 30 * budget.counts["hessian_products"], \
+    assert budget.counts["hessian_forward_steps"] > sweeps + steps * budget.counts["hessian_products"], \
         (budget.counts, full.counts)
     assert [h["J"] for h in budget.history] == [h["J"] for h in full.history]
     assert (budget.controls["c"].getArray() == full.controls["c"].getArray()).all()

@@ -79,3 +79,25 @@ def test_an_implicit_mixed_plan_refuses_wrong_data_before_any_gradient(comm):
         _solve(comm, Checkpointing(), WrongData(comm, GRID, n_steps=6))
     info, _ = _solve(comm, Checkpointing(ram="3", schedule="revolve"), WrongData(comm, GRID, n_steps=6))
     assert info["schedule"] == "revolve"  # restart states alone never read the data
+
+
+def test_an_rk_ts_store_all_keeps_its_stages_bitwise_tsadjointsolve_s(comm):
+    """A user's RK4 TS (Gray–Scott, ex5adj) without a budget: every step's stages, no step re-run."""
+    from hpcadj.ts.check import tsadjoint_gradient
+    from hpcadj.ts.examples import GrayScott
+
+    stepper = GrayScott(comm, m=12, ts_type="rk").stepper(N)
+    controls = {k: v.copy() for k, v in stepper.default_controls().items()}
+    controls["u0"].scale(0.98)
+    controls["gamma"].set(0.026)
+    theirs = tsadjoint_gradient(GrayScott(comm, m=12, ts_type="rk", gamma=0.026).ts, controls["u0"], N,
+                                stepper._final, parameters=controls["gamma"])
+    outcome = GradientSession(stepper, Checkpointing(), controls=controls).solve()
+    info = outcome.info
+    assert info["schedule"] == "mixed" and info["forward_steps"] == N
+    assert info["mixed"]["data_slots"] == N - 1 and info["mixed"]["forward_steps_states_only"] == 2 * N
+    assert any("stages" in note for note in info["notes"])
+    assert outcome.result.J == theirs.J
+    for mine, want in ((outcome.result.gradient["u0"], theirs.lam0), (outcome.result.gradient["gamma"], theirs.mu)):
+        assert np.array_equal(np.concatenate(comm.allgather(mine.getArray(readonly=True).copy())),
+                              np.concatenate(comm.allgather(want.getArray(readonly=True).copy())))

@@ -1,13 +1,14 @@
 """A user's RK4 TS (allen_cahn.py) under hpcadj against TSAdjointSolve, side by side in one process.
 
-Per grid and rank count, one ``mpirun -n RANKS`` process (the worker below) runs, alternated, ``--repeats``
-times: TSSolve + TSAdjointSolve (the memory trajectory, keeping every step's stages), hpcadj's mixed
-store-all (every step's stages kept as adjoint data, ``--schedule mixed`` without a budget), with
-``--states`` today's hpcadj store-all (every state; each adjoint step re-runs its step), and the mixed
-session's data check alone (part of its wall). Wall and CPU seconds (the slowest rank's). Then, with ``--budgets``, RAM budgets
-of a fraction of store-all's stage bytes ((n − 1)·s states): the mixed plan against today's revolve plan
-with the same bytes in states, and what PETSc's own trajectory does with ``-ts_trajectory_max_cps_ram``.
-Wall times are the slowest rank's, forward steps PETSc's ``TSStep`` count (the steps re-run inside
+Per grid and rank count, one ``mpirun -n RANKS`` process (the worker below) runs, alternated (odd repeats
+hpcadj first) and each from a clean start (earlier runs' garbage freed off the clock), ``--repeats`` times:
+TSSolve + TSAdjointSolve (the memory trajectory, keeping every step's stages), hpcadj's mixed store-all
+(every step's stages kept as adjoint data, ``--schedule mixed`` without a budget), with ``--states``
+today's hpcadj store-all (every state; each adjoint step re-runs its step), and the mixed session's data
+check alone (part of its wall). Then, with ``--budgets``, RAM budgets of a fraction of store-all's stage
+bytes ((n − 1)·s states): the mixed plan against today's revolve plan with the same bytes in states, and
+what PETSc's own trajectory does with ``-ts_trajectory_max_cps_ram``.
+Wall and CPU seconds are the slowest rank's, forward steps PETSc's ``TSStep`` count (the steps re-run inside
 today's adjoint steps included); every gradient is compared bitwise with TSAdjointSolve's.
 
     python experiments/mixed/rk_runs.py --grid 128 --ranks 1 --steps 200 --repeats 3 [--states] [--budgets 0.5 0.25 0.1]
@@ -35,6 +36,19 @@ def _gathered(comm, vec):
     return np.concatenate(comm.allgather(vec.getArray(readonly=True).copy()))
 
 
+def _clean_start(comm) -> None:
+    """Free what earlier runs left (Python cycles, petsc4py's parked objects) before a timed run starts:
+    otherwise the first garbage cleanup inside hpcadj's run destroys the previous TSAdjointSolve's TS and
+    trajectory on its clock (15-50 ms here), and TSAdjointSolve never pays for hpcadj's leftovers."""
+    import gc
+
+    from hpcadj.imports import petsc
+
+    gc.collect()
+    petsc().garbage_cleanup(comm)
+    comm.Barrier()
+
+
 def _steps_counter():
     from hpcadj.imports import petsc
 
@@ -58,7 +72,7 @@ def _petsc(comm, m, n, options=None):
         ts.setFromOptions()  # the trajectory reads its (unprefixed) options here
     count = _steps_counter()
     before = count()
-    comm.Barrier()
+    _clean_start(comm)
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         if options:
@@ -95,7 +109,7 @@ def _hpcadj(comm, stepper, schedule, ram=None):
     controls = stepper.default_controls()
     count = _steps_counter()
     before = count()
-    comm.Barrier()
+    _clean_start(comm)
     t0, c0 = time.perf_counter(), time.process_time()
     outcome = GradientSession(stepper, Checkpointing(schedule=schedule, ram=ram), controls=controls).solve()
     cpu = comm.allreduce(time.process_time() - c0, op=_max())
@@ -109,9 +123,10 @@ def _data_check(comm, stepper):
     """Seconds of the data check a mixed session runs first (refuse_untrusted_data), alone."""
     from hpcadj.adjoint.data_check import refuse_untrusted_data
 
-    comm.Barrier()
+    controls = stepper.default_controls()
+    _clean_start(comm)
     t0 = time.perf_counter()
-    refuse_untrusted_data(stepper, stepper.default_controls())
+    refuse_untrusted_data(stepper, controls)
     comm.Barrier()
     return time.perf_counter() - t0
 
@@ -145,8 +160,12 @@ def worker(args) -> None:
             print("ROW " + json.dumps(row), flush=True)
 
     for rep in range(args.repeats):
-        (wall_p, cpu_p), ref, steps_p = _petsc(comm, m, n)
-        (wall_m, cpu_m), mixed, steps_m = _hpcadj(comm, stepper, "mixed")
+        if rep % 2:  # odd repeats run hpcadj first: neither side always runs first
+            (wall_m, cpu_m), mixed, steps_m = _hpcadj(comm, stepper, "mixed")
+            (wall_p, cpu_p), ref, steps_p = _petsc(comm, m, n)
+        else:
+            (wall_p, cpu_p), ref, steps_p = _petsc(comm, m, n)
+            (wall_m, cpu_m), mixed, steps_m = _hpcadj(comm, stepper, "mixed")
         row = dict(part="store-all", repeat=rep, petsc_s=wall_p, petsc_cpu_s=cpu_p, petsc_steps=steps_p,
                    mixed_s=wall_m, mixed_cpu_s=cpu_m, mixed_steps=steps_m, check_s=_data_check(comm, stepper),
                    mixed_ratio=wall_m / wall_p, mixed_cpu_ratio=cpu_m / cpu_p, mixed_bitwise=_same(comm, mixed, ref))

@@ -26,6 +26,7 @@ def _lib():
     return ctypes.CDLL(paths[0])
 
 
+@functools.lru_cache(maxsize=None)
 def _int_type():
     import numpy as np
 
@@ -227,9 +228,9 @@ def place_stages(ts, arrays) -> list[int]:
     if len(arrays) > len(handles):
         raise RuntimeError(f"{len(arrays)} stages given, the TS has {len(handles)}")
     placed = []
+    n = _local_size(ctypes.c_void_p(handles[0])) if arrays else 0  # stages are duplicates of one Vec
     try:
         for handle, array in zip(handles, arrays):
-            n = _local_size(ctypes.c_void_p(handle))
             if array.size != n or not array.flags.c_contiguous:
                 raise RuntimeError(f"a stage of {array.size} entries on this rank for a stage Vec of {n}")
             _call("VecPlaceArray", ctypes.c_void_p(handle), ctypes.c_void_p(array.ctypes.data))

@@ -49,15 +49,39 @@ def _clean_start(comm) -> None:
     comm.Barrier()
 
 
-def _steps_counter():
+def _ts_counters():
+    """() -> (TSStep calls, seconds inside TSStep and TSAdjointStep) on this rank, from PETSc's log: the
+    seconds both sides spend in PETSc's steps (with the user's callbacks), the rest is their own work."""
     from hpcadj.imports import petsc
 
-    event = petsc().Log.Event("TSStep")
-    return lambda: event.getPerfInfo()["count"]
+    step, adjoint = petsc().Log.Event("TSStep"), petsc().Log.Event("TSAdjointStep")
+
+    def counters():
+        info = step.getPerfInfo()
+        return info["count"], info["time"] + adjoint.getPerfInfo()["time"]
+
+    return counters
+
+
+def _timed(comm, run):
+    """run() from a clean start: ((wall, CPU, seconds in PETSc's steps), its result, TSStep calls), the
+    slowest rank's seconds and the largest count."""
+    counters = _ts_counters()
+    steps0, in_ts0 = counters()
+    _clean_start(comm)
+    t0, c0 = time.perf_counter(), time.process_time()
+    result = run()
+    cpu = time.process_time() - c0
+    steps, in_ts = counters()
+    comm.Barrier()
+    wall = time.perf_counter() - t0
+    top = [comm.allreduce(x, op=_max()) for x in (wall, cpu, in_ts - in_ts0, steps - steps0)]
+    return tuple(top[:3]), result, top[3]
 
 
 def _petsc(comm, m, n, options=None):
-    """TSSolve + TSAdjointSolve on a fresh TS: (wall, gradient or the error's first line, TSStep calls)."""
+    """TSSolve + TSAdjointSolve on a fresh TS: ((wall, CPU, in PETSc's steps), (λ_0, μ) or the error's first
+    line, TSStep calls)."""
     from hpcadj.imports import petsc
     from hpcadj.ts.check import tsadjoint_gradient
 
@@ -70,31 +94,27 @@ def _petsc(comm, m, n, options=None):
     if options:
         ts.setSaveTrajectory()
         ts.setFromOptions()  # the trajectory reads its (unprefixed) options here
-    count = _steps_counter()
-    before = count()
-    _clean_start(comm)
-    t0, c0 = time.perf_counter(), time.process_time()
-    try:
-        if options:
-            ts.setMaxSteps(n)
-            u = u0.copy()
-            ts.solve(u)
-            lam, mu = objective[1](u), k_vec.duplicate()
-            mu.set(0.0)
-            ts.setCostGradients([lam], [mu])
-            ts.adjointSolve()
-            result = (lam, mu)
-        else:
+
+    def run():
+        try:
+            if options:
+                ts.setMaxSteps(n)
+                u = u0.copy()
+                ts.solve(u)
+                lam, mu = objective[1](u), k_vec.duplicate()
+                mu.set(0.0)
+                ts.setCostGradients([lam], [mu])
+                ts.adjointSolve()
+                return lam, mu
             got = tsadjoint_gradient(ts, u0, n, objective, parameters=k_vec)
-            result = (got.lam0, got.mu)
-    except petsc().Error as exc:  # PETSc's refusal, reported as its first line
-        result = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    finally:
-        for key in options or {}:
-            opts.delValue(key)
-    cpu = comm.allreduce(time.process_time() - c0, op=_max())
-    comm.Barrier()
-    return (time.perf_counter() - t0, cpu), result, comm.allreduce(count() - before, op=_max())
+            return got.lam0, got.mu
+        except petsc().Error as exc:  # PETSc's refusal, reported as its first line
+            return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        finally:
+            for key in options or {}:
+                opts.delValue(key)
+
+    return _timed(comm, run)
 
 
 def _max():
@@ -107,16 +127,10 @@ def _hpcadj(comm, stepper, schedule, ram=None):
     from hpcadj.adjoint.session import Checkpointing, GradientSession
 
     controls = stepper.default_controls()
-    count = _steps_counter()
-    before = count()
-    _clean_start(comm)
-    t0, c0 = time.perf_counter(), time.process_time()
-    outcome = GradientSession(stepper, Checkpointing(schedule=schedule, ram=ram), controls=controls).solve()
-    cpu = comm.allreduce(time.process_time() - c0, op=_max())
-    comm.Barrier()
-    wall = time.perf_counter() - t0
+    times, outcome, steps = _timed(
+        comm, lambda: GradientSession(stepper, Checkpointing(schedule=schedule, ram=ram), controls=controls).solve())
     assert outcome.status == "complete", outcome.message
-    return (wall, cpu), outcome, comm.allreduce(count() - before, op=_max())
+    return times, outcome, steps
 
 
 def _data_check(comm, stepper):
@@ -161,17 +175,18 @@ def worker(args) -> None:
 
     for rep in range(args.repeats):
         if rep % 2:  # odd repeats run hpcadj first: neither side always runs first
-            (wall_m, cpu_m), mixed, steps_m = _hpcadj(comm, stepper, "mixed")
-            (wall_p, cpu_p), ref, steps_p = _petsc(comm, m, n)
+            (wall_m, cpu_m, ts_m), mixed, steps_m = _hpcadj(comm, stepper, "mixed")
+            (wall_p, cpu_p, ts_p), ref, steps_p = _petsc(comm, m, n)
         else:
-            (wall_p, cpu_p), ref, steps_p = _petsc(comm, m, n)
-            (wall_m, cpu_m), mixed, steps_m = _hpcadj(comm, stepper, "mixed")
+            (wall_p, cpu_p, ts_p), ref, steps_p = _petsc(comm, m, n)
+            (wall_m, cpu_m, ts_m), mixed, steps_m = _hpcadj(comm, stepper, "mixed")
         row = dict(part="store-all", repeat=rep, petsc_s=wall_p, petsc_cpu_s=cpu_p, petsc_steps=steps_p,
+                   petsc_ts_s=ts_p, mixed_ts_s=ts_m, hpcadj_first=bool(rep % 2),
                    mixed_s=wall_m, mixed_cpu_s=cpu_m, mixed_steps=steps_m, check_s=_data_check(comm, stepper),
                    mixed_ratio=wall_m / wall_p, mixed_cpu_ratio=cpu_m / cpu_p, mixed_bitwise=_same(comm, mixed, ref))
         if args.states:
             # restart states alone (store-all of a model with data would keep its stages): revolve with room for all
-            (wall_s, cpu_s), states, steps_s = _hpcadj(comm, stepper, "revolve", ram=n)
+            (wall_s, cpu_s, _), states, steps_s = _hpcadj(comm, stepper, "revolve", ram=n)
             row.update(states_s=wall_s, states_cpu_s=cpu_s, states_steps=steps_s, states_ratio=wall_s / wall_p,
                        states_cpu_ratio=cpu_s / cpu_p, states_bitwise=_same(comm, states, ref))
         emit(**row)
@@ -184,8 +199,8 @@ def worker(args) -> None:
     for fraction in args.budgets:
         budget = int(full * fraction)
         slots = min(budget // r, n - 1)
-        (wall_m, cpu_m), mixed, steps_m = _hpcadj(comm, stepper, "mixed", ram=f"{budget}B")
-        (wall_r, cpu_r), today, steps_r = _hpcadj(comm, stepper, "revolve" if slots < n - 1 else "store-all",
+        (wall_m, cpu_m, _), mixed, steps_m = _hpcadj(comm, stepper, "mixed", ram=f"{budget}B")
+        (wall_r, cpu_r, _), today, steps_r = _hpcadj(comm, stepper, "revolve" if slots < n - 1 else "store-all",
                                                   ram=slots)
         emit(part="budget", fraction=fraction, budget_states=budget / r, mixed_s=wall_m, mixed_cpu_s=cpu_m,
              today_cpu_s=cpu_r, mixed_steps=steps_m,
@@ -194,7 +209,7 @@ def worker(args) -> None:
              today_steps=steps_r, mixed_bitwise=_same(comm, mixed, ref), today_bitwise=_same(comm, today, ref))
         cps = max(1, int(budget // (r * (d // r + 1))))  # checkpoints of a state and its stages
         for memory_type in ("revolve", "petsc"):
-            (wall, cpu), got, steps = _petsc(comm, m, n, {"ts_trajectory_type": "memory",
+            (wall, cpu, _), got, steps = _petsc(comm, m, n, {"ts_trajectory_type": "memory",
                                                    "ts_trajectory_max_cps_ram": str(cps),
                                                    "ts_trajectory_memory_type": memory_type})
             emit(part="petsc-own", fraction=fraction, memory_type=memory_type, max_cps_ram=cps, wall_s=wall,
@@ -213,19 +228,22 @@ def tables(path: str) -> None:
     """The README's tables (markdown) from the rows in ``path``."""
     rows = [json.loads(line) for line in open(path)]
     print("| grid, ranks, n | TSAdjointSolve wall (s) | mixed store-all wall (s) | wall ratio: median, best-of | "
-          "CPU ratio median | today's store-all CPU ratio | data check (s) | TSStep calls (PETSc / mixed / today) "
-          "| bitwise | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "CPU ratio median | outside PETSc's steps, ms a step: PETSc / mixed | today's store-all CPU ratio "
+          "| data check (s) | TSStep calls (PETSc / mixed / today) | bitwise | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     keys = sorted({(r["grid"], r["ranks"], r["n"]) for r in rows if r["part"] == "store-all"},
                   key=lambda k: (int(k[0].split("x")[0]), k[1]))
     for key in keys:
         rs = [r for r in rows if r["part"] == "store-all" and (r["grid"], r["ranks"], r["n"]) == key]
         med = statistics.median
         states = [r["states_cpu_ratio"] for r in rs if "states_cpu_ratio" in r]
+        split = [r for r in rs if "mixed_ts_s" in r]
+        outside = (f"{med((r['petsc_s'] - r['petsc_ts_s']) / r['n'] for r in split) * 1e3:.2f} / "
+                   f"{med((r['mixed_s'] - r['mixed_ts_s']) / r['n'] for r in split) * 1e3:.2f}" if split else "-")
         print(f"| {key[0]}, {key[1]}, {key[2]} | {med(r['petsc_s'] for r in rs):.2f} | {med(r['mixed_s'] for r in rs):.2f} "
               f"| {med(r['mixed_ratio'] for r in rs):.3f}, "
               f"{min(r['mixed_s'] for r in rs) / min(r['petsc_s'] for r in rs):.3f} "
-              f"| {med(r['mixed_cpu_ratio'] for r in rs):.3f} | {f'{med(states):.3f}' if states else '-'} "
+              f"| {med(r['mixed_cpu_ratio'] for r in rs):.3f} | {outside} | {f'{med(states):.3f}' if states else '-'} "
               f"| {med(r['check_s'] for r in rs):.2f} | {rs[0]['petsc_steps']} / {rs[0]['mixed_steps']} / "
               f"{rs[0].get('states_steps', '-')} | {all(r['mixed_bitwise'] and r.get('states_bitwise', True) for r in rs)} "
               f"| {rs[0]['load_before'][0]:.1f}-{rs[-1]['load_after'][0]:.1f} ({len(rs)} repeats) |")

@@ -231,10 +231,10 @@ def tables(path: str) -> None:
           "CPU ratio median | outside PETSc's steps, ms a step: PETSc / mixed | today's store-all CPU ratio "
           "| data check (s) | TSStep calls (PETSc / mixed / today) | bitwise | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    keys = sorted({(r["grid"], r["ranks"], r["n"]) for r in rows if r["part"] == "store-all"},
-                  key=lambda k: (int(k[0].split("x")[0]), k[1]))
-    for key in keys:
-        rs = [r for r in rows if r["part"] == "store-all" and (r["grid"], r["ranks"], r["n"]) == key]
+    keys = sorted({(r["grid"], r["ranks"], r["n"], r["when"]) for r in rows if r["part"] == "store-all"},
+                  key=lambda k: (int(k[0].split("x")[0]), k[1], k[3]))
+    for key in keys:  # one line per grid, ranks, n and run
+        rs = [r for r in rows if r["part"] == "store-all" and (r["grid"], r["ranks"], r["n"], r["when"]) == key]
         med = statistics.median
         states = [r["states_cpu_ratio"] for r in rs if "states_cpu_ratio" in r]
         split = [r for r in rs if "mixed_ts_s" in r]

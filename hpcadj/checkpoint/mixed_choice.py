@@ -21,8 +21,8 @@ from . import mixed_plan
 from ..telemetry.progress import format_bytes as fmt_bytes
 
 #: the mixed planner's table cells (steps² x budget units, x4 where states suffice: its flags) above
-#: which auto keeps restart states rather than wait for the table (3e7: a few seconds of CPU)
-MIXED_TABLE_MAX_CELLS = 3e7
+#: which auto keeps restart states rather than wait for the table (3e8: 1-2 s of CPU on a 2-core VM)
+MIXED_TABLE_MAX_CELLS = 3e8
 
 
 def _noted(planned, text: str):

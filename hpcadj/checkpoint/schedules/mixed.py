@@ -36,7 +36,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from math import gcd
-from operator import add
+
+import numpy as np
 
 from .actions import Action, Adjoint, AdjointData, Advance, EndForward, EndReverse, Free, Restore, Store, StoreData
 from .base import Schedule, ScheduleError
@@ -44,6 +45,8 @@ from .resume import Residual
 from .storeall import StoreAll
 
 _INF = 1 << 62
+#: the table's infinity: two of them still add up inside an int64
+_TABLE_INF = 1 << 60
 
 
 def least_budget(n_steps: int, state_size: int, data_size: int) -> int:
@@ -53,7 +56,8 @@ def least_budget(n_steps: int, state_size: int, data_size: int) -> int:
 
 
 class MixedTable:
-    """The programme's tables for chains up to ``n_steps`` long and budgets up to ``units``."""
+    """The programme's tables for chains up to ``n_steps`` long and budgets up to ``units``: one numpy
+    row per budget, a chain length's column filled for every budget at once."""
 
     def __init__(self, n_steps: int, units: int, r: int, d: int, states_suffice: bool, stored_bases: bool = False):
         self.n, self.r, self.d, self.states = n_steps, r, d, states_suffice
@@ -64,17 +68,20 @@ class MixedTable:
         self.W = n_steps * (n_steps + 1) // 2 + 2
         flags = ((0, 0), (0, 1), (1, 0), (1, 1)) if states_suffice else ((0, 0),)
         self.flags = flags
-        # U[e][f][m][L]: base not stored; S[e][f][m][L]: base stored (C saves its write); index L from 0
-        self.U = {ef: [[_INF] for _ in range(self.M + 1)] for ef in flags}
-        self.S = {ef: [[_INF] for _ in range(self.M + 1)] for ef in flags}
-        # SPI[e][f][m][i] = i * W + S[e][f][m][i]: the left part of C plus the advance to its split
-        self.SPI = {ef: [[_INF] for _ in range(self.M + 1)] for ef in flags}
+        # U[e, f][m, L]: base not stored; S: base stored (C saves its write); SPI = L * W + S: the left
+        # part of C plus the advance to its split
+        shape = (self.M + 1, n_steps + 1)
+        self.U = {ef: np.full(shape, _TABLE_INF, dtype=np.int64) for ef in flags}
+        self.S = {ef: np.full(shape, _TABLE_INF, dtype=np.int64) for ef in flags}
+        self.SPI = {ef: np.full(shape, _TABLE_INF, dtype=np.int64) for ef in flags}
         for length in range(1, n_steps + 1):
-            for m in range(self.M + 1):
-                self._fill(length, m)
+            self._fill(length)
 
-    def _u(self, e: int, f: int, m: int) -> list[int]:
-        return self.U[(e, f) if self.states else (0, 0)][m]
+    def _key(self, e: int, f: int) -> tuple[int, int]:
+        return (e, f) if self.states else (0, 0)
+
+    def _u(self, e: int, f: int, m: int):
+        return self.U[self._key(e, f)][m]
 
     def _a(self, e: int, f: int) -> int:
         """Option A's cost for a single step."""
@@ -85,7 +92,7 @@ class MixedTable:
     def _b(self, length: int, m: int, e: int, f: int) -> int:
         if f or m < self.d:
             return _INF
-        return self.W + 1 + self._u(e, 0, m - self.d)[length - 1]
+        return self.W + 1 + int(self._u(e, 0, m - self.d)[length - 1])
 
     def _c_split(self, length: int, m: int, e: int, f: int, fp: int) -> list[int]:
         """C's cost (write of u_a excluded) for every split i = 1 .. length-1, with right part flag fp."""
@@ -93,31 +100,39 @@ class MixedTable:
             return []
         right = self._u(e, fp, m - self.r)
         left = self.SPI[(fp, f)][m]
-        return list(map(add, left[1:length], right[length - 1:0:-1]))
+        return (left[1:length] + right[length - 1:0:-1]).tolist()
 
-    def _fill(self, length: int, m: int) -> None:
-        """Tabulate every flag combination of (length, m); C's splits are summed a whole row at once."""
-        rows = {}
-        if length > 1 and m >= self.r:
-            fps = (0, 1) if self.states else (0,)
-            rights = {(e, fp): self._u(e, fp, m - self.r)[length - 1:0:-1] for e in fps for fp in fps}
-            lefts = {(fp, f): self.SPI[(fp, f)][m][1:length] for fp in fps for f in fps}
-            for e, f in self.flags:
-                rows[e, f] = min(min(map(add, lefts[fp, f], rights[e, fp])) for fp in fps)
+    def _fill(self, length: int) -> None:
+        """Tabulate chains of ``length`` for every budget and flag combination; C's splits summed as
+        a (budget x split) array, B from the column one shorter."""
+        rows, n_budgets = self.M + 1, self.M + 1 - self.r
+        fps = (0, 1) if self.states else (0,)
         for ef in self.flags:
             if length == 1:
-                u = s = self._a(*ef)
-            else:
-                b = self._b(length, m, *ef)
-                c = rows.get(ef, _INF)
-                u, s = min(b, c + 1), min(b, c)
-            self.U[ef][m].append(u)
-            self.S[ef][m].append(s)
-            self.SPI[ef][m].append(length * self.W + s)
+                a = min(self._a(*ef), _TABLE_INF)
+                self.U[ef][:, 1] = self.S[ef][:, 1] = a
+                self.SPI[ef][:, 1] = min(self.W + a, _TABLE_INF)
+                continue
+            e, f = ef
+            c = np.full(rows, _TABLE_INF, dtype=np.int64)
+            if n_budgets > 0:
+                right = [self.U[self._key(e, fp)][:n_budgets, length - 1:0:-1] for fp in fps]
+                left = [self.SPI[(fp, f)][self.r:, 1:length] for fp in fps]
+                c[self.r:] = np.minimum.reduce([(lt + rt).min(axis=1) for lt, rt in zip(left, right)])
+            b = np.full(rows, _TABLE_INF, dtype=np.int64)
+            if not f and rows > self.d:
+                b[self.d:] = self.W + 1 + self.U[self._key(e, 0)][:rows - self.d, length - 1]
+            np.minimum(b, _TABLE_INF, out=b)
+            np.minimum(c, _TABLE_INF, out=c)
+            s = np.minimum(b, c)
+            self.U[ef][:, length] = np.minimum(np.minimum(b, c + 1), _TABLE_INF)
+            self.S[ef][:, length] = s
+            self.SPI[ef][:, length] = np.minimum(length * self.W + s, _TABLE_INF)
 
     def cost(self, length: int, m: int, e: int, f: int, stored: bool) -> int:
         table = self.S if stored else self.U
-        return table[(e, f) if self.states else (0, 0)][min(m, self.M)][length]
+        value = int(table[self._key(e, f)][min(m, self.M), length])
+        return _INF if value >= _TABLE_INF else value
 
     def choice(self, length: int, m: int, e: int, f: int, stored: bool) -> tuple:
         """The option reaching ``cost(...)``: ('A',), ('B',) or ('C', i, f')."""

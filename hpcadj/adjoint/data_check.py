@@ -87,10 +87,19 @@ def check_adjoint_data(model, controls=None):
     return PropertyResult("adjoint_data", PASSED, checked)
 
 
+#: the attribute marking a model object whose declared data passed: the data are the model's code, not
+#: its controls, so an inversion's or hesscheck's later sessions on the same object do not check again
+TRUSTED = "_hpcadj_adjoint_data_trusted"
+
+
 def refuse_untrusted_data(model, controls, plan: str = "--schedule mixed") -> None:
     """ConfigError on every rank, before any gradient, when a model's declared adjoint data disagree
-    with what its adjoint step reads (``plan``, a mixed plan, would reverse steps from them)."""
+    with what its adjoint step reads (``plan``, a mixed plan, would reverse steps from them); once per
+    model object."""
+    if getattr(model, TRUSTED, False):
+        return
     problem, _ = adjoint_data_problem(model, controls, steps=1)
     if problem:
         raise ConfigError(f"{plan} cannot trust {model.name!r}'s adjoint data: {problem}; "
                           f"see 'hpcadj check'")
+    setattr(model, TRUSTED, True)

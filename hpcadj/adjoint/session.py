@@ -104,7 +104,6 @@ class GradientSession:
         self.should_stop = should_stop
         self.resume_hint = resume_hint
         self._checked = checked
-        self._data_trusted = False  # the model's declared adjoint data checked (a mixed plan reads them)
         self._lock = None    # the run directory's RunLock while this session holds it
         self._fresh = False  # resuming a run that had nothing durable: it starts afresh
         self.notes: list[str] = []
@@ -132,11 +131,9 @@ class GradientSession:
 
     def _trust_data(self) -> None:
         """Refuse, before any gradient, a model whose declared adjoint data a mixed plan would reverse
-        steps from but which disagree with what its adjoint step reads; once per session."""
-        if not self._data_trusted:
-            what = "--schedule mixed" if self.checkpointing.schedule == "mixed" else "the mixed plan chosen"
-            refuse_untrusted_data(self.model, self.controls, what)
-            self._data_trusted = True
+        steps from but which disagree with what its adjoint step reads; once per model object."""
+        what = "--schedule mixed" if self.checkpointing.schedule == "mixed" else "the mixed plan chosen"
+        refuse_untrusted_data(self.model, self.controls, what)
 
     @property
     def resuming(self) -> bool:

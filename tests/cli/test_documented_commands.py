@@ -225,12 +225,14 @@ NOT_RUN: list[tuple[str, str]] = [
      SITE + "; scripts/setup.sh makes this project's venv the same way (every make test runs it)"),
     (r"(CC=mpicc \S+ \S+ )?pip install .*", SITE),
     (r"mpirun -n 2 python reaction\.py( \S+)?", "tests/mpi/test_readme_example.py runs exactly this, on 1 and 2 ranks"),
-    (r"hpcadj run --model( NAME)?|hpcadj invert --(adaptive|run-dir|memory)|hpcadj run --schedule mixed", FRAGMENT),
+    (r"hpcadj (run|plan) --model( NAME)?|hpcadj invert --(adaptive|run-dir|memory)|hpcadj run --schedule mixed",
+     FRAGMENT),
     (r"hpcadj run --model reaction", "test_plugin_model_recipe below declares the entry point and runs it"),
     (r"make soak|\.venv/bin/python experiments/soak/durable_forward\.py",
      "the soak takes minutes; tests/mpi/test_soak_small.py runs its --quick version"),
     (r"(\.venv/bin/)?python experiments/\w+/(run|plan_choice)\.py", STUDY),
     (r"\.venv/bin/python experiments/mixed/runs\.py --grid 128x128x128 --steps 300"
+     r"|\.venv/bin/python experiments/mixed/levels_runs\.py --levels( \d+:\d+)+"
      r"|mpirun -n 2 hpcadj run --model wave --grid 128x128x128 --steps 300", STUDY + " (about 3 GiB a rank)"),
     (r"\.venv/bin/python experiments/mixed/plans\.py( \[--out DIR\] \[--quick\])?",
      "plans only, but tens of seconds of dynamic programmes; tests/unit/test_schedules_mixed.py checks the planner"),

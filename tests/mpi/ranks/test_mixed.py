@@ -95,6 +95,26 @@ def test_a_mixed_run_refuses_a_model_whose_data_are_wrong_before_any_gradient(co
         GradientSession(model, Checkpointing(schedule="mixed")).solve()
 
 
+def test_a_model_object_s_data_are_checked_once_and_a_new_wrong_one_still_refused(comm, monkeypatch):
+    """An inversion's or hesscheck's sessions on one model object check its data in the first only."""
+    from hpcadj.adjoint import data_check
+    from hpcadj.adjoint.session import GradientSession
+    from hpcadj.checkpoint.options import Checkpointing, ConfigError
+
+    checked = []
+    problem = data_check.adjoint_data_problem
+    monkeypatch.setattr(data_check, "adjoint_data_problem", lambda *a, **k: checked.append(1) or problem(*a, **k))
+    model = WaveModel(comm, (14, 12), n_steps=6)
+    controls = model.default_controls()
+    for _ in range(3):
+        controls["c"].scale(1.01)
+        GradientSession(model, Checkpointing(schedule="mixed"), controls=controls).solve()
+    assert len(checked) == 1
+    with pytest.raises(ConfigError, match="cannot trust 'wave''s adjoint data"):
+        GradientSession(WrongData(comm, (14, 12), n_steps=6), Checkpointing(schedule="mixed")).solve()
+    assert len(checked) == 2
+
+
 #: (RAM budget in fields, node-local slots, HDF5 slots): restart pairs on the file levels, a mixed plan
 #: inside every RAM chain between them
 LEVELS = {"ram3+disk2": (6, 2, 0), "ram3+disk1+pfs2": (7, 1, 2), "ram8+disk2": (17, 2, 0)}

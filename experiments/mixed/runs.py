@@ -71,6 +71,7 @@ def main() -> None:
             print(rows[-1], flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    args.out.mkdir(parents=True, exist_ok=True)
     H.write_csv(args.out / "runs.csv", rows)
     print(H.markdown_table(rows, ["budget", "plan", "schedule", "forward_steps", "peak_rss_mib", "wall_s",
                                   "data_writes", "gradient_bitwise_store_all"]))

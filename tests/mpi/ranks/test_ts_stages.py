@@ -24,7 +24,8 @@ def _gathered(comm, vec):
 
 
 def _mixed(stepper, controls, ram=None):
-    """The session's outcome and the TS steps its driver took (the data check's left out)."""
+    """The session's outcome and the TS steps its driver took (the data check's left out: it runs once
+    per model object, here or in an earlier call, and the session does not repeat it)."""
     taken = []
     take = stepper._take_step
     stepper._take_step = lambda *a, **k: taken.append(a[0]) or take(*a, **k)
@@ -35,7 +36,7 @@ def _mixed(stepper, controls, ram=None):
     finally:
         del stepper._take_step
     assert outcome.status == "complete", outcome.message
-    return outcome, len(taken) - 2 * checking
+    return outcome, len(taken) - checking
 
 
 def _bitwise(comm, mine, theirs, controls, parameter=None):

@@ -30,8 +30,9 @@ from ..runstate import ResumePoint
 from ..snapshot import layout_bytes
 from .advances import AdvanceRuns
 from .data_actions import DataActions
+from .garbage import GarbageCleanups
 from .guards import InputModified, NonFinite, checksum, finite
-from ..imports import mpi, petsc
+from ..imports import mpi
 
 
 INJECT_KILL = "HPCADJ_INJECT_KILL"
@@ -88,7 +89,7 @@ class GradientResult:
         return self.forward_steps - self.recomputed_steps
 
 
-class Driver(AdvanceRuns, DataActions):
+class Driver(AdvanceRuns, DataActions, GarbageCleanups):
     """Runs one forward + reverse sweep following ``schedule`` over ``levels`` (index = plan level).
 
     Parameters
@@ -124,8 +125,7 @@ class Driver(AdvanceRuns, DataActions):
         self.comm = stepper.comm
         self.faults: list[str] = []
         self.actions_done = 0
-        self._gc_calls = 0
-        self._garbage_every, self._parked = 1, 0
+        self._start_garbage(0)
         self._kill_after, self._kill_at_frontier = _injected_kill(self.comm.rank)
         # every rank splits a first-sweep advance where the kill strikes (their halo exchanges pair up)
         self._split_at = next((s for s in (_injected_kill(r)[1] for r in range(self.comm.size)) if s is not None),
@@ -148,8 +148,7 @@ class Driver(AdvanceRuns, DataActions):
         self._controls, self._pause, self.paused = controls, pause_before_reverse, False
         self._check_steps(schedule)
         self.snapshot_bytes = layout_bytes(stepper.snapshot_layout())
-        state = sum(field.global_nbytes for field in stepper.snapshot_layout().values())
-        self._garbage_every = max(1, self.GARBAGE_BYTES // max(state, 1))
+        self._start_garbage(sum(field.global_nbytes for field in stepper.snapshot_layout().values()))
         self._data_layout, self._data_store = stepper.adjoint_data_layout(), {}
         self._data_nbytes = 0 if self._data_layout is None else layout_bytes(self._data_layout)
         self._hold_data = self._data_layout is not None and getattr(schedule, "stores_data", False)
@@ -289,10 +288,6 @@ class Driver(AdvanceRuns, DataActions):
         return iter(plan)
 
     LOOKAHEAD = 64
-    GC_EVERY = 64
-    #: global bytes of states (one per call, at most) that dropped Vecs may hold between two collective
-    #: garbage cleanups: one cleanup a call for states this large or larger, every few steps for small ones
-    GARBAGE_BYTES = 2 * 2 ** 20
     #: first-sweep steps of a run whose input is checksummed before and after ``step()``
     INPUT_CHECKS = 3
     #: states and lambdas checked for inf/NaN every this many steps (and u_n, lambda_0 always): a
@@ -426,35 +421,6 @@ class Driver(AdvanceRuns, DataActions):
             return self.levels[index]
         except IndexError:
             raise PlanError(f"plan uses level {index}, only {len(self.levels)} exist") from None
-
-    def _collect_garbage(self, force: bool = False) -> None:
-        """Destroy the PETSc objects whose Python references were dropped (old states, adjoints).
-
-        petsc4py (>= 3.18) does not destroy a parallel object when its last Python reference
-        goes: it parks it on the communicator's garbage list until the collective
-        ``PETSc.garbage_cleanup(comm)``. Without cleanups every Vec a step or an adjoint step
-        created stayed allocated until the end of the run, so peak memory grew with the number of
-        step evaluations and recomputation cost memory instead of saving it. Every rank executes
-        the same plan, so the calls are collective in the same order.
-
-        A cleanup is two allreduces, and a call comes after each step, a few per adjoint step: for
-        small states those synchronisations cost more than the Vecs they free (a 128^2 RK TS on 2
-        ranks: 8 a step beside the 20 of PETSc's own TSSolve + TSAdjointSolve). So a cleanup runs
-        every ``GARBAGE_BYTES / (a state's global bytes)`` calls (every call for states of that size
-        or more), counted alike on every rank, and always with ``force`` (a run's end, a pause).
-
-        Python's cyclic collector is off during a run: left on, it ran on whichever thread
-        allocated, an I/O thread included, and destroyed PETSc objects held in reference cycles
-        there, on some ranks and not others. Here it runs on the solver thread every
-        ``GC_EVERY`` calls, at the same points of the plan on every rank.
-        """
-        self._gc_calls += 1
-        if self._gc_calls % self.GC_EVERY == 0:
-            gc.collect(2 if self._gc_calls % (64 * self.GC_EVERY) == 0 else 1)
-        self._parked += 1
-        if force or self._parked >= self._garbage_every:
-            self._parked = 0
-            petsc().garbage_cleanup(self.comm)
 
     @singledispatchmethod
     def execute(self, action) -> None:

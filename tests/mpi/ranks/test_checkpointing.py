@@ -85,7 +85,7 @@ def test_garbage_cleanups_are_batched_for_small_states_alike_on_every_rank(comm,
     global bytes of the driver's calls, at the same calls on every rank, and always at the run's end:
     small states are not synchronised after every step. States at least that large: every call. The
     gradient is the same bits whatever the cadence."""
-    from hpcadj.adjoint import driver as driver_module
+    from hpcadj.adjoint import garbage as garbage_module
     from hpcadj.checkpoint.schedules import make_schedule
     from hpcadj.checkpoint.storage.factory import make_level
     from hpcadj.imports import petsc
@@ -102,7 +102,7 @@ def test_garbage_cleanups_are_batched_for_small_states_alike_on_every_rank(comm,
             cleanups.append(1)
             petsc().garbage_cleanup(c)
 
-    monkeypatch.setattr(driver_module, "petsc", Counting)
+    monkeypatch.setattr(garbage_module, "petsc", Counting)
     model = BurgersModel(comm, (12, 12), n_steps=9)
     state = sum(f.global_nbytes for f in model.snapshot_layout().values())
     runs = []

@@ -18,6 +18,8 @@ os.environ.setdefault("H5PY_ALWAYS_USE_MPI", "1")
 os.environ.setdefault("HDF5_USE_FILE_LOCKING", "FALSE")
 
 _petsc = None
+#: options :func:`petsc` set in a PETSc already running, with the values they replaced (None: unset)
+_inserted: list[tuple[str, str | None]] = []
 
 
 def _version(petsc_dir: str) -> tuple[int, ...]:
@@ -33,9 +35,18 @@ def _debian_petsc_dir() -> str | None:
 
 
 def petsc(options: list[str] | None = None):
-    """Return ``petsc4py.PETSc``, initialised on first use with ``options`` (else ``sys.argv``)."""
+    """Return ``petsc4py.PETSc``, initialised on first use with ``options`` (else ``sys.argv``).
+
+    Once PETSc runs (an earlier command in this process, or a caller's own petsc4py), ``options``
+    go into its options database instead, until :func:`clear_options` takes them out again.
+    """
     global _petsc
+    if _petsc is None and "petsc4py.PETSc" in sys.modules:  # initialised by whoever imported it
+        mpi()
+        _petsc = sys.modules["petsc4py.PETSc"]
     if _petsc is not None:
+        if options:
+            _insert_options(_petsc, options)
         return _petsc
     # MPI must be initialised by mpi4py (THREAD_MULTIPLE), not by PETSc (which asks for less):
     # the background HDF5 I/O thread needs it.
@@ -56,6 +67,42 @@ def petsc(options: list[str] | None = None):
 
     _petsc = PETSc
     return PETSc
+
+
+def option_pairs(options: list[str]) -> list[tuple[str, str | None]]:
+    """``[("-ksp_type", "cg"), ("-log_view", None)]`` of a PETSc command line: a value follows its
+    option unless it is an option itself (a negative number is a value)."""
+    pairs: list[tuple[str, str | None]] = []
+    for token in options:
+        if token.startswith("-") and not is_number(token):
+            pairs.append((token, None))
+        elif pairs and pairs[-1][1] is None:
+            pairs[-1] = (pairs[-1][0], token)
+    return pairs
+
+
+def _insert_options(PETSc, options: list[str]) -> None:
+    """Set ``options`` in the running PETSc's database, remembering what each replaced."""
+    database = PETSc.Options()
+    for name, value in option_pairs(options):
+        if not any(seen == name for seen, _ in _inserted):
+            _inserted.append((name, database.getString(name) if database.hasName(name) else None))
+        database.setValue(name, value)
+
+
+def clear_options() -> None:
+    """Take the options :func:`petsc` set in a running PETSc out again (earlier values restored),
+    so the next command in this process starts from the options database it found."""
+    if _petsc is None or _petsc.Sys.isFinalized():
+        _inserted.clear()
+        return
+    database = _petsc.Options()
+    while _inserted:
+        name, previous = _inserted.pop()
+        if previous is None:
+            database.delValue(name)
+        else:
+            database.setValue(name, previous or None)
 
 
 def finalize() -> None:

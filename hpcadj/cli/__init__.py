@@ -7,7 +7,8 @@ ranks; where the others went on into a collective call and cannot come to agree,
 prints its line and ends the job (MPI_Abort), so nothing hangs. Arguments with a
 single leading dash that hpcadj does not define (``-log_view``, ``-heat_ksp_type cg``) are PETSc's:
 they are taken out of the command line before argparse sees it, because argparse would read
-``-heat_ksp_type`` as ``-h`` followed by ``eat_ksp_type``.
+``-heat_ksp_type`` as ``-h`` followed by ``eat_ksp_type``. In a process where PETSc already runs
+they go into its options database for the one command (:func:`hpcadj.imports.petsc`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import sys
 
 from ..collective import Agreement, Unreachable, one_line
-from ..imports import is_number
+from ..imports import clear_options, is_number
 
 #: subcommand modules, in ``--help`` order; each has ``add_parser(subparsers)`` and ``main(args)``.
 SUBCOMMANDS = ["run", "gradcheck", "hesscheck", "check", "plan", "calibrate", "analyze", "invert"]
@@ -245,7 +246,10 @@ def main(argv: list[str] | None = None) -> int:
             raise CliError(f"{args.command} runs no PETSc solver, so it takes no PETSc option "
                            f"(got {' '.join(petsc_opts)})")
         args.petsc_options = petsc_opts
-        status = int(args.func(args) or 0)
+        try:
+            status = int(args.func(args) or 0)
+        finally:  # options set in a PETSc that ran before this command end with it
+            clear_options()
         agree(None)  # the ranks that finished meet any that failed late, and exit 2 with them
         return status
     except CliError as exc:

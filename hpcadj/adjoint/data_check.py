@@ -9,6 +9,8 @@ adjoint step reads fails here, before any gradient is reported. Collective.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..checkpoint.options import ConfigError
@@ -87,19 +89,44 @@ def check_adjoint_data(model, controls=None):
     return PropertyResult("adjoint_data", PASSED, checked)
 
 
-#: the attribute marking a model object whose declared data passed: the data are the model's code, not
-#: its controls, so an inversion's or hesscheck's later sessions on the same object do not check again
-TRUSTED = "_hpcadj_adjoint_data_trusted"
+class _TrustedModels:
+    """The model objects whose declared data passed, by identity, held weakly: nothing is set on the
+    user's object, and an object's entry leaves with it, so a new object (even at a reused address) is
+    checked. The data are the model's code, not its controls: an inversion's or hesscheck's later
+    sessions on the same object do not check again. An object that takes no weak reference is checked
+    every time."""
+
+    def __init__(self):
+        self._refs: dict[int, weakref.ref] = {}
+
+    def __contains__(self, model) -> bool:
+        ref = self._refs.get(id(model))
+        return ref is not None and ref() is model
+
+    def add(self, model) -> None:
+        key = id(model)
+
+        def forget(ref, key=key):
+            if self._refs.get(key) is ref:
+                del self._refs[key]
+
+        try:
+            self._refs[key] = weakref.ref(model, forget)
+        except TypeError:  # __slots__ without __weakref__: not remembered
+            pass
+
+
+TRUSTED = _TrustedModels()
 
 
 def refuse_untrusted_data(model, controls, plan: str = "--schedule mixed") -> None:
     """ConfigError on every rank, before any gradient, when a model's declared adjoint data disagree
     with what its adjoint step reads (``plan``, a mixed plan, would reverse steps from them); once per
-    model object."""
-    if getattr(model, TRUSTED, False):
+    model object (``TRUSTED``)."""
+    if model in TRUSTED:
         return
     problem, _ = adjoint_data_problem(model, controls, steps=1)
     if problem:
         raise ConfigError(f"{plan} cannot trust {model.name!r}'s adjoint data: {problem}; "
                           f"see 'hpcadj check'")
-    setattr(model, TRUSTED, True)
+    TRUSTED.add(model)

@@ -13,8 +13,9 @@ A run directory holds:
   natural-ordered, checksummed datasets (parallel HDF5, written under a temporary name then
   renamed; :mod:`hpcadj.fieldio`), so a run can resume on a different number of ranks. The files
   named by the two manifest generations are kept, older ones removed.
-- ``lock.json`` — while a run uses the directory: rank 0's host and pid and the SLURM job id
-  (:class:`RunLock`); a second run is refused, a lock left by a run that is gone is taken over.
+- ``lock.json`` — while a run uses the directory: rank 0's host, pid, the pid's start time and the
+  SLURM job id (:class:`RunLock`); a second run is refused, a lock left by a run that is gone (its
+  pid gone or reused by another process) is taken over.
 
 Every read is verified. A resume takes the newest durable point whose manifest and adjoint file
 check out: the current generation, else the previous one, else the forward points, else a fresh

@@ -50,6 +50,16 @@ def _pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def _start_time(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, field 22 of ``/proc/PID/stat``), or
+    None where that cannot be read: with the pid it names one process, since pids are reused."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _slurm_job_gone(job: str) -> bool | None:
     """Whether SLURM no longer runs ``job`` (None: cannot tell, no squeue here)."""
     squeue = shutil.which("squeue")
@@ -65,11 +75,13 @@ def _slurm_job_gone(job: str) -> bool | None:
 
 
 class RunLock:
-    """One run at a time in a run directory: ``lock.json`` with rank 0's host, pid and SLURM job.
+    """One run at a time in a run directory: ``lock.json`` with rank 0's host, pid, the pid's start
+    time and SLURM job.
 
     Rank 0 creates it atomically (written beside, then hard-linked into place, which fails if it
     exists) and every rank learns the outcome. A lock is taken over when the run that left it is
-    gone: on this host its pid no longer exists; on another host its SLURM job is this job at an
+    gone: on this host its pid no longer exists, or now names a process started at another time
+    (the pid was reused; a lock without a start time counts as held while its pid exists); on another host its SLURM job is this job at an
     earlier requeue (``SLURM_RESTART_COUNT`` differs) or ``squeue`` no longer lists it. A lock on
     another host without a job id, or where ``squeue`` cannot tell, is refused with the file to
     remove. Released when the session ends, however it ends (an ``atexit`` hook as the last resort).
@@ -85,7 +97,8 @@ class RunLock:
 
     @staticmethod
     def _me() -> dict:
-        return {"host": socket.gethostname(), "pid": os.getpid(), "job": os.environ.get("SLURM_JOB_ID"),
+        return {"host": socket.gethostname(), "pid": os.getpid(), "start": _start_time(os.getpid()),
+                "job": os.environ.get("SLURM_JOB_ID"),
                 "restart": os.environ.get("SLURM_RESTART_COUNT"), "since": time.time()}
 
     def acquire(self) -> None:
@@ -148,6 +161,9 @@ class RunLock:
                 return f"{who} is this process, which no longer uses it"
             if isinstance(pid, int) and pid != me["pid"] and not _pid_alive(pid):
                 return f"{who} is gone"
+            start = holder.get("start")
+            if isinstance(pid, int) and isinstance(start, int) and _start_time(pid) not in (None, start):
+                return f"{who} is gone (the pid now names another process)"
             return None
         if job and job == me["job"] and holder.get("restart") != me["restart"]:
             return f"{who} was this job before it was requeued"

@@ -8,12 +8,14 @@ The model is a user's plug-in (tests/mpi/ranks/rundir_model.py) whose --velocity
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 
 import numpy as np
+import pytest
 
-from ..helpers import HPCADJ, ROOT, hpcadj, hpcadj_json, killed_run, mpi_env, read_gradients
+from ..helpers import HPCADJ, ROOT, hpcadj, hpcadj_in_process, hpcadj_json, killed_run, mpi_env, read_gradients
 
 MODEL = ["run", "--model", f"{ROOT}/tests/mpi/ranks/rundir_model.py:DriftCLI", "--quiet"]
 
@@ -81,3 +83,35 @@ def test_a_heat_run_directory_resumed_as_burgers_names_the_model(tmp_path):
     hpcadj_json(["run", "--model", "heat", *common], in_process=True)
     line = one_line(hpcadj(["run", "--model", "burgers", *common, "--resume"]))
     assert "model was 'heat', now 'burgers'" in line, line
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3])
+def test_a_lock_whose_pid_names_another_process_is_taken_over(tmp_path, nranks):
+    """A lock naming a live pid is held only while that pid is the process that took it: one with
+    another start time (the pid reused by an unrelated process) is taken over; one with the
+    process's own start time is refused in one line, exit 2."""
+    sleeper = subprocess.Popen(["sleep", "300"])
+    try:
+        with open(f"/proc/{sleeper.pid}/stat") as f:
+            start = int(f.read().rsplit(")", 1)[1].split()[19])
+        run = tmp_path / "run"
+        args = ["run", "--grid", "6x6", "--steps", "2", "--disk", "2", "--local-dir", str(tmp_path),
+                "--quiet", "--run-dir", str(run)]
+
+        def plant(started: int) -> None:
+            run.mkdir(exist_ok=True)
+            (run / "lock.json").write_text(json.dumps({"host": socket.gethostname(), "pid": sleeper.pid,
+                                                       "start": started, "since": time.time()}))
+
+        plant(start)
+        refused = hpcadj(args, nranks, timeout=240)
+        line = one_line(refused)
+        assert "in use" in line and f"pid {sleeper.pid}" in line, line
+        plant(start - 1)
+        proc = hpcadj_in_process(args)
+        assert proc.returncode == 0, proc.stderr
+        assert "took over the lock" in proc.stderr and "now names another process" in proc.stderr, proc.stderr
+        assert not (run / "lock.json").exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -1,5 +1,6 @@
 """Logs written by the real Telemetry + RunLog with a fake clock, for ``hpcadj analyze``'s tests
-(tests/unit/test_analyze.py the analysis, tests/cli/test_cli_analyze.py the command).
+(tests/unit/test_analyze.py the analysis, tests/cli/test_cli_analyze.py the command), and their
+fixtures ``sweep``, ``one_run`` and ``mixed``, imported by both.
 
 The clock makes every phase take the seconds given, so wall times and modeled energies below are
 computed by hand. Four runs of n = 20 steps (forward step 0.1 s, adjoint step 0.2 s, 0.5 s set-up),
@@ -119,6 +120,20 @@ def write_sweep(root):
     return root
 
 
+@pytest.fixture(scope="module", name="sweep")
+def sweep_fixture(tmp_path_factory):
+    """The four runs of the module docstring, written once for a test module."""
+    return write_sweep(tmp_path_factory.mktemp("sweep"))
+
+
+@pytest.fixture(name="one_run")
+def one_run_fixture(sweep, tmp_path):
+    """A copy of ``ram-all`` a test may damage."""
+    target = tmp_path / "ram-all"
+    shutil.copytree(sweep / "ram-all", target)
+    return target
+
+
 def write_mixed(sweep, root):
     """The complete sweep plus a resumed fragment (over the stopped part before it), a run missing a
     rank's log, a failed (aborted) run, a stopped run and a killed one (no end record)."""
@@ -149,3 +164,10 @@ def write_mixed(sweep, root):
     rank0.write_text("".join(rank0.read_text().splitlines(keepends=True)[:-1]))
     (root / "killed" / "summary.json").unlink()
     return root, first.run_id
+
+
+@pytest.fixture(scope="module", name="mixed")
+def mixed_fixture(sweep, tmp_path_factory):
+    """The complete sweep plus a resumed fragment, a run missing a rank's log, a failed, a stopped and a
+    killed run (:func:`write_mixed`)."""
+    return write_mixed(sweep, tmp_path_factory.mktemp("mixed"))

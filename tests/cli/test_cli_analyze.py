@@ -6,27 +6,15 @@ import csv
 import io
 import json
 import os
-import shutil
 import struct
 
 import pytest
 
 from hpcadj.telemetry.analyze import analyze, compare
 
-from ..analyze_logs import MODEL_TOML, by_label, write_mixed, write_sweep
+from ..analyze_logs import MODEL_TOML, by_label
+from ..analyze_logs import mixed_fixture, one_run_fixture, sweep_fixture  # noqa: F401 (fixtures)
 from ..helpers import HPCADJ, PYTHON, hpcadj_in_process, run
-
-
-@pytest.fixture(scope="module")
-def sweep(tmp_path_factory):
-    return write_sweep(tmp_path_factory.mktemp("sweep"))
-
-
-@pytest.fixture
-def one_run(sweep, tmp_path):
-    target = tmp_path / "ram-all"
-    shutil.copytree(sweep / "ram-all", target)
-    return target
 
 
 def hpcadj(*args, env=None):
@@ -102,13 +90,6 @@ def test_cli_bad_input_exits_2_with_one_line(sweep, tmp_path, case):
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("hpcadj: error:")
     assert not (tmp_path / "no").exists()
-
-
-@pytest.fixture(scope="module")
-def mixed(sweep, tmp_path_factory):
-    """The complete sweep plus a resumed fragment, a run missing a rank's log, a failed, a stopped and a
-    killed run (:func:`~tests.analyze_logs.write_mixed`)."""
-    return write_mixed(sweep, tmp_path_factory.mktemp("mixed"))
 
 
 def test_cli_csv_and_plot_with_incomplete_runs(mixed, model_file, tmp_path):

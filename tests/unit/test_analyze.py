@@ -10,19 +10,8 @@ import pytest
 from hpcadj.telemetry import jsonlog
 from hpcadj.telemetry.analyze import AnalyzeError, analyze, compare, find_run_dirs, load_run
 
-from ..analyze_logs import FakeTime, MODEL, RUNS, SNAP, by_label, partial_run, write_mixed, write_sweep
-
-
-@pytest.fixture(scope="module")
-def sweep(tmp_path_factory):
-    return write_sweep(tmp_path_factory.mktemp("sweep"))
-
-
-@pytest.fixture
-def one_run(sweep, tmp_path):
-    target = tmp_path / "ram-all"
-    shutil.copytree(sweep / "ram-all", target)
-    return target
+from ..analyze_logs import FakeTime, MODEL, RUNS, SNAP, by_label, partial_run
+from ..analyze_logs import mixed_fixture, one_run_fixture, sweep_fixture  # noqa: F401 (fixtures)
 
 
 def test_per_run_numbers(sweep):
@@ -103,13 +92,6 @@ def test_nothing_to_analyse(tmp_path):
         find_run_dirs([tmp_path / "empty"])
     with pytest.raises(AnalyzeError, match="no hpcadj log"):
         load_run(tmp_path / "empty")
-
-
-@pytest.fixture(scope="module")
-def mixed(sweep, tmp_path_factory):
-    """The complete sweep plus a resumed fragment, a run missing a rank's log, a failed, a stopped and a
-    killed run (:func:`~tests.analyze_logs.write_mixed`)."""
-    return write_mixed(sweep, tmp_path_factory.mktemp("mixed"))
 
 
 PARTIAL = {"fragment": ["resumed-fragment"], "half-ranks": ["missing-rank-logs"], "failed": ["failed"],

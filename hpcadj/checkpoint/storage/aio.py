@@ -39,7 +39,9 @@ Design (the same for node-local files and parallel HDF5):
 - A failed write poisons the level until the next ``flush``: queued tasks behind it are skipped
   (writes skipped so are failed too), the next ``write`` raises :class:`LevelError` chained to the
   original error as a :class:`WriteFailed` (``.step``: the failing step; ``.writing``), and ``flush`` raises it
-  once, purges the failed steps and un-poisons the level. Completed snapshots stay readable
+  once, purges the failed steps and un-poisons the level; where the transport does not agree on
+  failures itself (per-rank files), ``flush`` and ``close`` agree on them over the communicator, so
+  every rank raises the same error and purges the same steps. Completed snapshots stay readable
   (``valid_steps()`` lists them). ``free``, ``discard`` and ``prefetch`` never raise for I/O
   failures, and their queueing never depends on failure state, so on a collective level every rank
   queues the same tasks; on the parallel-HDF5 level write failures are agreed inside the task, so
@@ -62,9 +64,9 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from ...collective import detail, problems
+from ...collective import detail, one_line, problems
 from ...snapshot import Snapshot, SnapshotLayout, snapshot_nbytes
-from .base import CorruptSnapshot, Level, LevelError, kept_by
+from .base import CorruptSnapshot, Level, LevelError, WriteFailed, kept_by
 from .ioqueue import IOQueue, IOThread, Skipped
 
 __all__ = ["ALL", "IOThread", "QueuedLevel", "Skipped", "Transport"]
@@ -92,7 +94,9 @@ class Transport:
     ``threaded``: the operations (``store``, ``load``, ``drop``, ``shutdown``) an asynchronous level
     may run on its I/O thread: plain file I/O and checksums only, never an MPI or HDF5 call (see
     docs/architecture.md, "Threads"); the others run on the caller's thread. ``agrees_reads``:
-    ``load`` agrees its outcome over the communicator itself (a collective read). ``defers_commit``:
+    ``load`` agrees its outcome over the communicator itself (a collective read). ``agrees_writes``:
+    a failed ``store`` or ``shutdown`` fails on every rank alike (else the level agrees on what
+    ``flush`` and ``close`` find). ``defers_commit``:
     ``store`` never raises; it returns an outcome that ``settle`` publishes collectively on the
     caller's thread, failing the step on every rank alike, so its queued operations are never
     skipped after a failure.
@@ -100,6 +104,7 @@ class Transport:
 
     threaded = frozenset({"store", "load", "drop", "shutdown"})
     agrees_reads = False
+    agrees_writes = False
     defers_commit = False
     keep = False
 
@@ -309,6 +314,13 @@ class QueuedLevel(Level):
         self.transport.settle(wait_for=ALL)
         io.drain()
         failure, step, bad = io.take_failure()
+        failed: list = []
+        if self._agrees_here():  # a write failed on some ranks only: every rank fails it alike
+            mine = None if failure is None else str(io.write_error(failure, step))
+            reports = self.comm.allgather((step, mine, sorted(bad)))
+            failed = [(rank, why) for rank, (_, why, _) in enumerate(reports) if why]
+            bad = set().union(*(set(b) for _, _, b in reports))
+            step = next((s for s, why, _ in reports if why), step)
         purge = sorted(s for s in bad if s in self._held)
         for gone in purge:  # failed writes: never readable; corrupt: unusable
             self._held.discard(gone)
@@ -317,8 +329,16 @@ class QueuedLevel(Level):
             self._run("drop", lambda gone=gone: self.transport.drop(gone), always=True)
         if purge:
             io.drain()
+        if failed:
+            raise WriteFailed(self.name, step, one_line(failed, self.size)) from failure
         if failure is not None:
             raise io.write_error(failure, step)
+
+    def _agrees_here(self) -> bool:
+        """Whether this level agrees on failures at flush and close itself (collective levels whose
+        transport does not: per-rank files, which fail on one rank while the others go on)."""
+        return (self.comm is not None and self.size > 1 and self.failures_need_agreement
+                and not self.transport.agrees_writes)
 
     def close(self) -> None:
         """Drain the queue, release files (removing them unless kept), join the I/O thread.
@@ -344,18 +364,38 @@ class QueuedLevel(Level):
             _OPEN.discard(self)
             try:
                 transport.after_shutdown()
+                error = self._closing_error(shutdown.exception())
             finally:
                 self._held.clear()
                 if self.comm is not None:
                     self.comm.Free()
                     self.comm = None
-        failure = io.failure
-        if failure is not None and not io.failure_reported:
+        if error is not None:
+            raise error
+
+    def _closing_error(self, exc: BaseException | None) -> LevelError | None:
+        """What ``close`` raises: a write failure not reported before, else the shutdown's failure;
+        the same on every rank where the transport does not agree on them itself (collective)."""
+        io = self.io
+        failure = io.failure if not io.failure_reported else None
+        if failure is not None:
             io.failure_reported = True
-            raise io.write_error(failure)
-        exc = shutdown.exception()
-        if exc is not None:
-            raise LevelError(f"{self.name}: closing failed on rank {self.rank}: {exc}") from exc
+            error, cause = io.write_error(failure), failure
+        elif exc is not None:
+            error, cause = LevelError(f"{self.name}: closing failed on rank {self.rank}: {exc}"), exc
+        else:
+            error = cause = None
+        if not self._agrees_here():
+            return error
+        writing = isinstance(error, WriteFailed)
+        failed = problems(self.comm, None if error is None else (writing, error.step, str(error)))
+        if not failed:
+            return None
+        text = one_line([(rank, why) for rank, (_, _, why) in failed], self.size)
+        steps = [step for _, (write, step, _) in failed if write]
+        agreed = WriteFailed(self.name, steps[0], text) if steps else LevelError(text)
+        agreed.__cause__ = cause
+        return agreed
 
     # -- helpers ---------------------------------------------------------------------------------
 

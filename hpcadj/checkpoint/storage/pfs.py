@@ -22,7 +22,8 @@ step, poisons at the same task and skips the same ones: no rank is left in a col
 A full file system: before each write the file is flushed and the blocks the write and its
 metadata will touch are allocated on rank 0 (:mod:`.space`), the outcome agreed; so ENOSPC fails
 that write on every rank before any HDF5 call can fail on one rank only (which would leave the
-others in a collective call for ever), and the level takes no more writes. Closing is agreed too.
+others in a collective call for ever), and the level takes no more writes. Closing (and removing a
+file not kept) is agreed too.
 With ``keep`` (restartable runs) the file is flushed (``H5Fflush``) after every write, so a killed
 run leaves a file whose step links and CRC tables describe complete snapshots.
 
@@ -114,6 +115,7 @@ class H5File(Transport):
 
     threaded = frozenset()
     agrees_reads = True
+    agrees_writes = True
 
     def __init__(self, name: str, comm, layout: SnapshotLayout, path: str | None = None, *,
                  run_id: str | None = None, keep: bool = False, fsync: bool = False,
@@ -397,30 +399,36 @@ class H5File(Transport):
         self.groups[slot].attrs["step"] = -1
         self.return_slot(slot)
 
-    def shutdown(self) -> None:
-        """Close the file, agreed: a failure on any rank is the same LevelError on every rank (a
-        file not kept is removed next all the same, so then it is not an error)."""
-        if self._file is None:
+    def shutdown(self, problem: str | None = None) -> None:
+        """Close the file, agreed: a failure on any rank (or ``problem``, this rank's failure to
+        close what else it had open on the file) is the same LevelError on every rank (a file not
+        kept is removed next all the same, so then it is not an error)."""
+        if self._file is not None:
+            try:
+                self._file.close()
+            except Exception as exc:  # noqa: BLE001 - agreed next
+                problem = problem or f"{type(exc).__name__}: {exc}"
+            self._file = None
+        elif problem is None:
             return
-        problem = None
-        try:
-            self._file.close()
-        except Exception as exc:  # noqa: BLE001 - agreed next
-            problem = f"{type(exc).__name__}: {exc}"
-        self._file = None
         if self.keep:
             agree_or_raise(self.comm, problem, LevelError, f"{self.name}: closing {self.path} failed ({{detail}})")
 
     def after_shutdown(self) -> None:
+        """Remove a file not kept (rank 0, once every rank closed it); a failure is the same
+        LevelError on every rank."""
         if self.keep or self.comm is None or not self._created:
             return
         self.comm.Barrier()
+        problem = None
         if self.rank == 0:
             try:
                 os.remove(self.path)
             except FileNotFoundError:
                 pass
-        self.comm.Barrier()
+            except OSError as exc:
+                problem = exc.strerror or str(exc)
+        agree_or_raise(self.comm, problem, LevelError, f"{self.name}: cannot remove {self.path} ({{detail}})")
 
 
 class PfsLevel(QueuedLevel):

@@ -53,6 +53,7 @@ class CommittedRaw(Transport):
 
     threaded = frozenset({"store", "load"})
     defers_commit = True
+    agrees_writes = True
 
     def __init__(self, h5: H5File, raw: RawFile | None, io):
         self.h5, self.raw, self.io = h5, raw, io
@@ -147,12 +148,15 @@ class CommittedRaw(Transport):
         return self.h5.path, int(dset.id.get_offset()), int(dset.dtype.itemsize)
 
     def shutdown(self) -> None:
-        """Close the raw descriptor and the HDF5 file (the I/O thread has ended)."""
+        """Close the raw descriptor and the HDF5 file (the I/O thread has ended); a failure of
+        either on any rank is agreed as the HDF5 file's closing is."""
+        problem = None
         try:
             if self.raw is not None:
                 self.raw.close()
-        finally:
-            self.h5.shutdown()
+        except OSError as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        self.h5.shutdown(problem)
 
     def after_shutdown(self) -> None:
         self.h5.after_shutdown()

@@ -12,7 +12,9 @@ reference (``driver.faults`` records what happened), or the run must stop with
   ballast after two writes so a real ENOSPC hits mid-run (an injected ENOSPC only where mounting is impossible: the
   run prints which);
 - an unwritable directory mid-run: the tmpfs remounted read-only after two writes (real EROFS);
-- nothing fits: the only level full from its first write.
+- nothing fits: the only level full from its first write;
+- a flush or close failing on one rank only (EIO/EROFS after HDF5's collective part, a write
+  failure found only at flush or close): every rank fails alike, or the run re-plans, never a hang.
 """
 
 import errno
@@ -27,6 +29,8 @@ from mpi4py import MPI  # noqa: F401 - initialise MPI (THREAD_MULTIPLE) before t
 from hpcadj.adjoint import Driver
 from hpcadj.adjoint.driver import Unrecoverable
 from hpcadj.checkpoint.manager import CheckpointConfig, build_levels, level_slots, make_plan, profile_for
+from hpcadj.checkpoint.storage import LevelError, make_level
+from hpcadj.checkpoint.storage.base import WriteFailed
 from hpcadj.models.heat import HeatModel
 from model_checks import store_all_reference
 
@@ -38,11 +42,11 @@ def reference(comm):
     return store_all_reference(HeatModel(comm, (12, 10), n_steps=16, dt=1e-3))
 
 
-def run(reference, comm, budgets, schedule, local_dir, pfs_file=None, async_io=True, hook=None):
+def run(reference, comm, budgets, schedule, local_dir, pfs_file=None, async_io=True, hook=None, keep=False):
     """Run the gradient with the levels of ``budgets``; ``hook(levels)`` may wrap them first."""
     model, controls, _, _ = reference
     config = CheckpointConfig(budgets=budgets, local_dir=local_dir, pfs_file=pfs_file,
-                              async_io=async_io)
+                              async_io=async_io, keep=keep)
     plans = level_slots(config, model.snapshot_layout(), comm, model.n_steps)
     plan = make_plan(schedule, model.n_steps, plans, profile_for(plans, None))
     levels = build_levels(plans, model.snapshot_layout(), comm, config)
@@ -256,3 +260,102 @@ def test_nothing_fits_is_unrecoverable_on_every_rank(reference, comm, shared_tmp
             run(reference, comm, {"disk": "3"}, "revolve", fs.path, hook=hook)
     finally:
         fs.close()
+
+
+# -- a flush or close failing on one rank only ----------------------------------------------------
+
+def fail_on_last_rank(comm, obj, name, err, after=0):
+    """On the last rank only, ``obj.<name>(...)`` fails with ``err`` from its ``after + 1``-th call
+    on, after doing its work (HDF5's collective part included), as a flush or close reporting EIO."""
+    if comm.rank != comm.size - 1:
+        return
+    real, count = getattr(obj, name), [0]
+
+    def failing(*args, **kwargs):
+        result = real(*args, **kwargs)
+        count[0] += 1
+        if count[0] > after:
+            raise OSError(err, os.strerror(err) + " (injected)")
+        return result
+    setattr(obj, name, failing)
+
+
+def h5_file(level):
+    """The HDF5 transport of a parallel-HDF5 level, synchronous or asynchronous."""
+    return getattr(level.transport, "h5", level.transport)
+
+
+@pytest.mark.parametrize("async_io", [True, False], ids=["async", "sync"])
+def test_hdf5_flush_failing_on_one_rank_mid_run(reference, comm, shared_tmp, async_io):
+    """Kept, the file is flushed at its creation, before a new slot's first write and after each
+    write: from the third write on, every flush fails on the last rank; the run re-plans."""
+    def hook(levels):
+        fail_on_last_rank(comm, h5_file(levels[-1])._file, "flush", errno.EIO, after=5)
+
+    driver, result = run(reference, comm, {"pfs": "4"}, "revolve", shared_tmp, async_io=async_io,
+                         pfs_file=f"{shared_tmp}/ck-flush-{async_io}.h5", keep=True, hook=hook)
+    assert_identical(reference, driver, result)
+    assert any("Input/output error" in f for f in driver.faults), driver.faults
+
+
+def stored_level(comm, shared_tmp, kind, async_io, keep, tag):
+    """A level of ``kind`` holding two snapshots of the heat layout."""
+    layout = HeatModel(comm, (12, 10), n_steps=4, dt=1e-3).snapshot_layout()
+    level = make_level(kind, 3, layout, comm, local_dir=shared_tmp, async_io=async_io, keep=keep,
+                       path=f"{shared_tmp}/ck-{tag}-{async_io}-{keep}.h5")
+    snapshot = {f: np.full(tuple(lay.shape), 1.0 + comm.rank, dtype=lay.dtype) for f, lay in layout.items()}
+    return level, snapshot
+
+
+CLOSES = [("pfs", True, True, "raw"), ("pfs", False, True, "h5"), ("pfs", True, False, "remove"),
+          ("pfs", False, False, "remove")]
+
+
+@pytest.mark.parametrize("kind,async_io,keep,what", CLOSES, ids=["-".join(map(str, c)) for c in CLOSES])
+def test_pfs_close_failing_on_one_rank_fails_on_every_rank(comm, shared_tmp, kind, async_io, keep, what,
+                                                           monkeypatch):
+    level, snapshot = stored_level(comm, shared_tmp, kind, async_io, keep, f"close-{what}")
+    for step in (1, 2):
+        level.write(step, snapshot)
+    level.flush()
+    if what == "raw":  # the descriptor of the raw writes (close(2) may report a late EIO)
+        fail_on_last_rank(comm, level.transport.raw, "close", errno.EIO)
+    elif what == "h5":
+        fail_on_last_rank(comm, level.transport._file, "close", errno.EIO)
+    elif comm.rank == 0:  # rank 0 alone removes a file not kept
+        monkeypatch.setattr(os, "remove", lambda path: (_ for _ in ()).throw(
+            OSError(errno.EROFS, os.strerror(errno.EROFS) + " (injected)")))
+    with pytest.raises(LevelError, match="(injected)"):
+        level.close()
+    monkeypatch.undo()
+    comm.Barrier()
+    if comm.rank == 0 and os.path.exists(level.path) and not keep:
+        os.remove(level.path)
+
+
+@pytest.mark.parametrize("found_by,async_io", [("flush", True), ("flush", False), ("close", True)],
+                         ids=["flush-async", "flush-sync", "close-async"])
+def test_node_local_write_failing_on_one_rank_fails_flush_and_close_on_every_rank(
+        comm, shared_tmp, async_io, found_by):
+    """A write that failed on one rank, found only by the next flush, or by close (asynchronous: no
+    later write or read of the level saw it): every rank raises the same failure and drops the
+    same steps."""
+    level, snapshot = stored_level(comm, shared_tmp, "local", async_io, False, "local")
+    if comm.rank == comm.size - 1:
+        inject(level, 1, errno.EIO)
+    level.write(1, snapshot)
+    try:
+        level.write(2, snapshot)
+    except LevelError:  # synchronous: the write itself fails on the last rank
+        assert not async_io and comm.rank == comm.size - 1
+    try:
+        if found_by == "flush":
+            with pytest.raises(WriteFailed, match=f"step 2 failed on rank {comm.size - 1}"):
+                level.flush()
+            assert comm.allgather(sorted(level.valid_steps())) == [[1]] * comm.size
+    finally:
+        if found_by == "close":
+            with pytest.raises(WriteFailed, match=f"step 2 failed on rank {comm.size - 1}"):
+                level.close()
+        else:
+            level.close()

@@ -22,6 +22,9 @@ def _bits(vec) -> np.ndarray:
 
 
 def _random_like(vec, rng):
+    """A Vec shaped as ``vec`` with uniform values; a composite state (``map``) part by part."""
+    if hasattr(vec, "map"):
+        return vec.map(lambda part: _random_like(part, rng))
     out = vec.duplicate()
     out.getArray()[...] = rng.uniform(-1.0, 1.0, vec.getLocalSize())
     return out
@@ -83,7 +86,16 @@ def check_adjoint_data(model, controls=None):
 
     if model.adjoint_data_layout() is None:
         return PropertyResult("adjoint_data", NOT_CHECKED, "the model declares no adjoint data")
-    problem, checked = adjoint_data_problem(model, controls if controls is not None else model.default_controls())
+    controls = controls if controls is not None else model.default_controls()
+    problem, checked = adjoint_data_problem(model, controls)
+    if not problem:  # a model with Hessian products: the composite's data too (what its second-order step reads)
+        from .hessian import data_composite
+
+        found = data_composite(model, controls)
+        if found is not None:
+            problem, _ = adjoint_data_problem(*found)
+            problem = problem and f"the Hessian composite ({found[0].describe()['hessian']}): {problem}"
+            checked += "; the Hessian composite's likewise"
     if problem:
         return PropertyResult("adjoint_data", FAILED, problem)
     return PropertyResult("adjoint_data", PASSED, checked)
@@ -122,11 +134,12 @@ TRUSTED = _TrustedModels()
 def refuse_untrusted_data(model, controls, plan: str = "--schedule mixed") -> None:
     """ConfigError on every rank, before any gradient, when a model's declared adjoint data disagree
     with what its adjoint step reads (``plan``, a mixed plan, would reverse steps from them); once per
-    model object (``TRUSTED``)."""
-    if model in TRUSTED:
+    model object (``TRUSTED``; a model may name what stands for it there: ``data_trust_key``)."""
+    key = getattr(model, "data_trust_key", model)
+    if key in TRUSTED:
         return
     problem, _ = adjoint_data_problem(model, controls, steps=1)
     if problem:
         raise ConfigError(f"{plan} cannot trust {model.name!r}'s adjoint data: {problem}; "
                           f"see 'hpcadj check'")
-    TRUSTED.add(model)
+    TRUSTED.add(key)

@@ -24,13 +24,18 @@ Taylor remainders, symmetry, gradient differences) are in :mod:`.verify`, beside
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import gcd
+import weakref
 
 import numpy as np
 
+from ..checkpoint.mixed_plan import mixed_sizes
+from ..checkpoint.schedules import Mixed
 from ..checkpoint.schedules.storeall import StoreAll, store_all_slots
 from ..checkpoint.storage import RamLevel
 from ..snapshot import layout_global_bytes
 from ..models.base import Stepper
+from .data_check import refuse_untrusted_data
 from .driver import Driver, GradientResult
 from .session import GradientSession
 
@@ -63,6 +68,10 @@ class Pair:
             raise ValueError("a Pair's values are read-only through getArray")
         return np.concatenate((self.u.getArray(readonly=True), self.d.getArray(readonly=True)))
 
+    def map(self, fn) -> "Pair":
+        """The pair of ``fn(u)`` and ``fn(du)``."""
+        return Pair(fn(self.u), fn(self.d))
+
     def copy(self, out: "Pair | None" = None) -> "Pair":
         if out is None:
             return Pair(self.u.copy(), self.d.copy())
@@ -91,6 +100,13 @@ def check_model(model, gauss_newton: bool) -> None:
                          f"Hessian actions")
     if not gauss_newton and not supports_newton(model):
         raise ValueError(f"{model.name}: no hessian_adjoint_step: only the Gauss-Newton product is available")
+
+
+class _TrustKey:
+    """Stands for a model's composite of one product kind in the data check's memory."""
+
+
+_TRUST_KEYS = weakref.WeakKeyDictionary()
 
 
 class NoTangent:
@@ -227,6 +243,67 @@ class SecondOrderStepper(NoTangent, Stepper):
     def snapshot_bytes(self) -> int:
         return layout_global_bytes(self.snapshot_layout())
 
+    # -- adjoint data: the model's data of u_i and of du_i ----------------------------------
+    @property
+    def recomputes_in_adjoint(self) -> bool:
+        return bool(getattr(self.model, "recomputes_in_adjoint", False))
+
+    def adjoint_data_layout(self):
+        """The model's adjoint data and the same of the tangent (``d_`` names), or None.
+
+        The second-order step and the objective's second derivative read of du_i what the first-order
+        step reads of u_i (wave: the current fields u^i and du^i), so where the model's data are a part
+        of its state the composite's are that part of both. A model whose adjoint step re-runs its step
+        for its data (RK stages) has tangent stages no capture of du_i gives: the composite declares none.
+        """
+        declared = getattr(self.model, "adjoint_data_layout", None)
+        layout = declared() if declared is not None else None
+        if layout is None or self.recomputes_in_adjoint:
+            return None
+        return {**layout, **{PREFIX + k: v for k, v in layout.items()}}
+
+    def adjoint_data(self, i, u, u_next):
+        data = self.model.adjoint_data(i, u.u, None if u_next is None else u_next.u)
+        tangent = self.model.adjoint_data(i, u.d, None if u_next is None else u_next.d)
+        return {**data, **{PREFIX + k: v for k, v in tangent.items()}}
+
+    @property
+    def data_trust_key(self):
+        """What a passed data check is remembered by (:func:`~.data_check.refuse_untrusted_data`): the
+        composite's data are the model's code, not v's, so one object per model object and product kind,
+        living as long as the model, and each product of it is not checked again."""
+        kind = "gauss-newton" if self.gauss_newton else "newton"
+        try:
+            tokens = _TRUST_KEYS.setdefault(self.model, {})
+        except TypeError:  # a model that takes no weak reference: checked per composite
+            return self
+        return tokens.setdefault(kind, _TrustKey())
+
+    def adjoint_data_state(self, i, data):
+        """(u_i, du_i) stand-ins, each the model's from its half of the data."""
+        fields = self.model.adjoint_data_layout()
+        return Pair(self.model.adjoint_data_state(i, {k: data[k] for k in fields}),
+                    self.model.adjoint_data_state(i, {k: data[PREFIX + k] for k in fields}))
+
+
+def data_composite(model, controls, seed: int = 43):
+    """(the composite of ``model``'s exact product, or Gauss-Newton's without one, its controls with a
+    random direction) when the model offers products and the composite declares adjoint data, else
+    None: what ``hpcadj check`` checks beside the model's own data."""
+    try:
+        check_model(model, gauss_newton=not supports_newton(model))
+    except ValueError:
+        return None
+    rng = np.random.default_rng(seed + model.comm.rank)
+    direction = {}
+    for name in sorted(model.control_layout()):
+        direction[name] = controls[name].duplicate()
+        direction[name].getArray()[...] = rng.uniform(-0.1, 0.1, controls[name].getLocalSize())
+    stepper = SecondOrderStepper(model, direction, gauss_newton=not supports_newton(model))
+    if stepper.adjoint_data_layout() is None:
+        return None
+    return stepper, stepper.composite_controls(controls)
+
 
 @dataclass
 class HessianResult:
@@ -247,19 +324,32 @@ def _result(stepper, result: GradientResult) -> HessianResult:
     return HessianResult(J=result.J, gradient=g, hessian=hg, result=result)
 
 
+def _store_all(stepper, controls):
+    """RAM levels and plan of store-all: every step's adjoint data where the composite declares data
+    smaller than its state (wave: u^i and du^i, half the pair), checked first; else every pair."""
+    n, layout = stepper.n_steps, stepper.snapshot_layout()
+    if stepper.adjoint_data_layout() is not None and n >= 2:
+        r, d = mixed_sizes(stepper)
+        if d < r:
+            refuse_untrusted_data(stepper, controls, "store-all")
+            unit = gcd(r, d)
+            return [RamLevel(1, layout)], Mixed(n, [(n - 1) * d // unit], r // unit, d // unit)
+    slots = store_all_slots(n)
+    return [RamLevel(slots, layout)], StoreAll(n, [slots])
+
+
 def hessian_action(model, controls, direction, *, schedule=None, levels=None, gauss_newton: bool = False,
                    telemetry=None) -> HessianResult:
     """J, dJ/dm and H v at ``controls`` for ``direction`` (control name -> Vec) in one forward +
     reverse sweep of the composite stepper; ``schedule`` and ``levels`` as for a gradient's
-    :class:`~.driver.Driver` (their snapshots hold the pair), by default store-all in RAM."""
+    :class:`~.driver.Driver` (their snapshots hold the pair), by default store-all in RAM (steps' adjoint data where the composite declares them)."""
     stepper = SecondOrderStepper(model, direction, gauss_newton=gauss_newton)
+    composite = stepper.composite_controls(controls)
     own_levels = schedule is None
     if own_levels:
-        slots = store_all_slots(stepper.n_steps)
-        levels = [RamLevel(slots, stepper.snapshot_layout())]
-        schedule = StoreAll(stepper.n_steps, [slots])
+        levels, schedule = _store_all(stepper, composite)
     try:
-        result = Driver(stepper, levels, telemetry).run(schedule, stepper.composite_controls(controls))
+        result = Driver(stepper, levels, telemetry).run(schedule, composite)
     finally:
         if own_levels:
             for level in levels:

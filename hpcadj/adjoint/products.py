@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from ..checkpoint.memory import MemoryPlan, budget_from_environment, process_rss_bytes
 from ..models.base import Stepper
+from .data_check import refuse_untrusted_data
 from .driver import Driver, GradientResult
 from .hessian import (HessianResult, NoTangent, Pair, SecondOrderStepper, _result, _zero_like, check_model,
                       owned_arrays)
@@ -116,10 +117,12 @@ def _declared(model, composite, mode: str, n: int):
     controls = 3 * layout_bytes(model.control_layout())
     sets = {"controls": FieldLayout((controls * comm.size,), (controls * comm.rank,), (controls,), "uint8")}
     states = 2.0 * composite.working_set_states()  # in model states
+    data = composite.adjoint_data_layout()  # the pair's data; a chain of du holds the tangent's half
     if mode == "recompute":
-        return Declared(comm, model.n_steps, composite.snapshot_layout(), sets, states / 2.0)
+        return Declared(comm, model.n_steps, composite.snapshot_layout(), sets, states / 2.0, data=data)
     kept = {"ram": n + 1, "local": LOCAL_STATES}[mode]
-    return Declared(comm, model.n_steps, model.snapshot_layout(), sets, states + ADJOINT_STATES + kept)
+    return Declared(comm, model.n_steps, model.snapshot_layout(), sets, states + ADJOINT_STATES + kept,
+                    data=data and model.adjoint_data_layout())
 
 
 def product_options(checkpointing) -> dict:
@@ -292,6 +295,18 @@ class TangentChain(NoTangent, Stepper):
     def working_set_states(self) -> float:
         return self.pair.working_set_states() * 2.0
 
+    # adjoint data: the tangent's half of the composite's (u_i comes from the kept states)
+    recomputes_in_adjoint = False
+
+    def adjoint_data_layout(self):
+        return None if self.pair.adjoint_data_layout() is None else self.model.adjoint_data_layout()
+
+    def adjoint_data(self, i, du, du_next):
+        return self.model.adjoint_data(i, du, du_next)
+
+    def adjoint_data_state(self, i, data):
+        return self.model.adjoint_data_state(i, data)
+
 
 class HessianProducts:
     """Several H v at the same controls from one forward sweep: u_0 .. u_n are computed once and
@@ -393,6 +408,8 @@ class HessianProducts:
         else:
             stepper = TangentChain(model, self.states, v, gauss_newton=self.gauss_newton, first_order=not reuse)
         pair = stepper if self.mode == "recompute" else stepper.pair
+        if getattr(self.plan.planned.schedule, "stores_data", False):  # a chain's data are the pair's half
+            refuse_untrusted_data(pair, pair.composite_controls(self.controls), "a Hessian product's mixed plan")
         levels = build_levels(list(self.plan.planned.plans), stepper.snapshot_layout(), model.comm,
                               CheckpointConfig())
         try:

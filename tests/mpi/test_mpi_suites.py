@@ -15,7 +15,7 @@ from ..helpers import PYTHON, ROOT, mpirun
 MODULES = sorted(p.name for p in (ROOT / "tests" / "mpi" / "ranks").glob("test_*.py"))
 #: modules run together by one mpirun per rank count
 GROUPS = [
-    ("test_hessian.py", "test_hessian_newton.py", "test_hessian_plans.py", "test_hessian_products.py",
+    ("test_hessian.py", "test_hessian_data.py", "test_hessian_newton.py", "test_hessian_plans.py", "test_hessian_products.py",
      "test_inversion.py", "test_inversion_reuse.py", "test_inversion_shots.py"),
     ("test_adaptive.py", "test_adaptive_evaluations.py", "test_burgers.py", "test_burgers_tiled.py", "test_calibrate.py", "test_checkpointing.py", "test_collective.py",
      "test_contract.py", "test_faults.py", "test_grayscott.py", "test_heat.py", "test_kernels.py",

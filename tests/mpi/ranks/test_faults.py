@@ -285,15 +285,22 @@ def h5_file(level):
     return getattr(level.transport, "h5", level.transport)
 
 
-@pytest.mark.parametrize("async_io", [True, False], ids=["async", "sync"])
-def test_hdf5_flush_failing_on_one_rank_mid_run(reference, comm, shared_tmp, async_io):
-    """Kept, the file is flushed at its creation, before a new slot's first write and after each
-    write: from the third write on, every flush fails on the last rank; the run re-plans."""
+FLUSHES = [("h5", True), ("h5", False), ("raw", True)]
+
+
+@pytest.mark.parametrize("what,async_io", FLUSHES, ids=["h5-async", "h5-sync", "raw-async"])
+def test_hdf5_flush_failing_on_one_rank_mid_run(reference, comm, shared_tmp, what, async_io):
+    """Kept, the file is flushed (``H5Fflush``) at its creation, before a new slot's first write
+    and after each write, and the asynchronous raw writes are synced (``fdatasync``) on the I/O
+    thread: from the third write on, every one fails on the last rank; the run re-plans."""
     def hook(levels):
-        fail_on_last_rank(comm, h5_file(levels[-1])._file, "flush", errno.EIO, after=5)
+        if what == "h5":
+            fail_on_last_rank(comm, h5_file(levels[-1])._file, "flush", errno.EIO, after=5)
+        else:
+            fail_on_last_rank(comm, levels[-1].transport.raw, "sync", errno.EIO, after=2)
 
     driver, result = run(reference, comm, {"pfs": "4"}, "revolve", shared_tmp, async_io=async_io,
-                         pfs_file=f"{shared_tmp}/ck-flush-{async_io}.h5", keep=True, hook=hook)
+                         pfs_file=f"{shared_tmp}/ck-flush-{what}-{async_io}.h5", keep=True, hook=hook)
     assert_identical(reference, driver, result)
     assert any("Input/output error" in f for f in driver.faults), driver.faults
 

@@ -18,7 +18,7 @@ os.environ.setdefault("H5PY_ALWAYS_USE_MPI", "1")
 os.environ.setdefault("HDF5_USE_FILE_LOCKING", "FALSE")
 
 _petsc = None
-#: options :func:`petsc` set in a PETSc already running, with the values they replaced (None: unset)
+#: options :func:`petsc` gave PETSc, with the values they replaced (None: unset)
 _inserted: list[tuple[str, str | None]] = []
 
 
@@ -38,7 +38,7 @@ def petsc(options: list[str] | None = None):
     """Return ``petsc4py.PETSc``, initialised on first use with ``options`` (else ``sys.argv``).
 
     Once PETSc runs (an earlier command in this process, or a caller's own petsc4py), ``options``
-    go into its options database instead, until :func:`clear_options` takes them out again.
+    go into its options database instead. Either way :func:`clear_options` takes them out again.
     """
     global _petsc
     if _petsc is None and "petsc4py.PETSc" in sys.modules:  # initialised by whoever imported it
@@ -66,6 +66,7 @@ def petsc(options: list[str] | None = None):
     from petsc4py import PETSc
 
     _petsc = PETSc
+    _inserted.extend((name, None) for name, _ in option_pairs(options or []))
     return PETSc
 
 
@@ -91,8 +92,8 @@ def _insert_options(PETSc, options: list[str]) -> None:
 
 
 def clear_options() -> None:
-    """Take the options :func:`petsc` set in a running PETSc out again (earlier values restored),
-    so the next command in this process starts from the options database it found."""
+    """Take the options :func:`petsc` gave PETSc out again (earlier values restored), so the next
+    command in this process starts from the options database it found."""
     if _petsc is None or _petsc.Sys.isFinalized():
         _inserted.clear()
         return

@@ -8,7 +8,7 @@ prints its line and ends the job (MPI_Abort), so nothing hangs. Arguments with a
 single leading dash that hpcadj does not define (``-log_view``, ``-heat_ksp_type cg``) are PETSc's:
 they are taken out of the command line before argparse sees it, because argparse would read
 ``-heat_ksp_type`` as ``-h`` followed by ``eat_ksp_type``. In a process where PETSc already runs
-they go into its options database for the one command (:func:`hpcadj.imports.petsc`).
+they go into its options database; an in-process :func:`main` takes them out after its command.
 """
 
 from __future__ import annotations
@@ -223,8 +223,10 @@ def split_petsc_options(unknown: list[str]) -> list[str]:
     return petsc_opts
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run one command in this process (tests call it repeatedly; PETSc stays initialised)."""
+def main(argv: list[str] | None = None, *, keep_petsc_options: bool = False) -> int:
+    """Run one command in this process (tests call it repeatedly; PETSc stays initialised). Its
+    PETSc options leave PETSc's database after it, unless ``keep_petsc_options`` (the ``hpcadj``
+    executable: ``-log_view`` reports when PETSc is finalised)."""
     argv = sys.argv[1:] if argv is None else argv
     from . import models
 
@@ -248,8 +250,9 @@ def main(argv: list[str] | None = None) -> int:
         args.petsc_options = petsc_opts
         try:
             status = int(args.func(args) or 0)
-        finally:  # options set in a PETSc that ran before this command end with it
-            clear_options()
+        finally:
+            if not keep_petsc_options:
+                clear_options()
         agree(None)  # the ranks that finished meet any that failed late, and exit 2 with them
         return status
     except CliError as exc:
@@ -324,7 +327,7 @@ def console() -> int:
 
     gc.disable()
     try:
-        status = main()
+        status = main(keep_petsc_options=True)
     except SystemExit:
         raise
     except BrokenPipeError:

@@ -7,9 +7,19 @@ and be gone after it, so the call after that does not inherit them.
 
 from hpcadj.imports import petsc
 
-from ..helpers import hpcadj_in_process
+from ..helpers import PYTHON, hpcadj_in_process, run
 
 RUN = ["run", "--grid", "6x6", "--steps", "1", "--quiet"]
+
+#: two commands in a fresh process: the first starts PETSc with its options
+FRESH = f"""
+import sys
+from hpcadj.cli import main
+
+assert main({RUN!r} + ["-heat_ksp_type", "gmres", "-heat_ksp_view"]) == 0
+print("=== second", flush=True)
+assert main({RUN!r}) == 0
+"""
 
 
 def test_options_reach_an_initialised_petsc_and_leave_with_the_command():
@@ -37,3 +47,11 @@ def test_an_option_set_before_the_command_is_restored_after_it():
     finally:
         opts.delValue("heat_ksp_type")
         opts.delValue("heat_ksp_view")
+
+
+def test_options_of_the_command_that_starts_petsc_leave_with_it():
+    proc = run([PYTHON, "-c", FRESH], timeout=300)
+    assert proc.returncode == 0 and "=== second" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    first, second = proc.stdout.split("=== second")
+    assert "type: gmres" in first, first[-2000:]
+    assert "KSP Object" not in second, second[-2000:]

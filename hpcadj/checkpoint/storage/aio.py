@@ -381,8 +381,9 @@ class QueuedLevel(Level):
         if failure is not None:
             io.failure_reported = True
             error, cause = io.write_error(failure), failure
-        elif exc is not None:
-            error, cause = LevelError(f"{self.name}: closing failed on rank {self.rank}: {exc}"), exc
+        elif exc is not None:  # a LevelError is the transport's own report, agreed and naming ranks
+            text = str(exc) if isinstance(exc, LevelError) else f"{self.name}: closing failed on rank {self.rank}: {exc}"
+            error, cause = LevelError(text), exc
         else:
             error = cause = None
         if not self._agrees_here():

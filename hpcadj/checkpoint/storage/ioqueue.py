@@ -178,8 +178,11 @@ class IOQueue:
                 step = failure.step
         if isinstance(failure, Skipped) and self.failure is not None:
             failure = self.failure
-        exc = WriteFailed(self.name, step,
-                          f"{self.name}: writing step {step} failed on rank {self.rank}: {failure}")
+        if isinstance(failure, LevelError) and failure.level == self.name:  # the level's own report,
+            text = str(failure)  # agreed by a collective transport and naming the failing ranks
+        else:
+            text = f"{self.name}: writing step {step} failed on rank {self.rank}: {failure}"
+        exc = WriteFailed(self.name, step, text)
         exc.__cause__ = failure
         return exc
 

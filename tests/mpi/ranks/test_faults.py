@@ -332,10 +332,10 @@ def test_pfs_close_failing_on_one_rank_fails_on_every_rank(comm, shared_tmp, kin
     elif comm.rank == 0:  # rank 0 alone removes a file not kept
         monkeypatch.setattr(os, "remove", lambda path: (_ for _ in ()).throw(
             OSError(errno.EROFS, os.strerror(errno.EROFS) + " (injected)")))
-    with pytest.raises(LevelError, match="(injected)"):
+    with pytest.raises(LevelError, match="(injected)") as caught:
         level.close()
     monkeypatch.undo()
-    comm.Barrier()
+    assert len(set(comm.allgather(str(caught.value)))) == 1, str(caught.value)
     if comm.rank == 0 and os.path.exists(level.path) and not keep:
         os.remove(level.path)
 
@@ -357,12 +357,14 @@ def test_node_local_write_failing_on_one_rank_fails_flush_and_close_on_every_ran
         assert not async_io and comm.rank == comm.size - 1
     try:
         if found_by == "flush":
-            with pytest.raises(WriteFailed, match=f"step 2 failed on rank {comm.size - 1}"):
+            with pytest.raises(WriteFailed, match=f"step 2 failed on rank {comm.size - 1}") as caught:
                 level.flush()
+            assert len(set(comm.allgather((str(caught.value), caught.value.step)))) == 1, str(caught.value)
             assert comm.allgather(sorted(level.valid_steps())) == [[1]] * comm.size
     finally:
         if found_by == "close":
-            with pytest.raises(WriteFailed, match=f"step 2 failed on rank {comm.size - 1}"):
+            with pytest.raises(WriteFailed, match=f"step 2 failed on rank {comm.size - 1}") as caught:
                 level.close()
+            assert len(set(comm.allgather((str(caught.value), caught.value.step)))) == 1, str(caught.value)
         else:
             level.close()

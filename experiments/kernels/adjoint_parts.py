@@ -7,8 +7,9 @@ Times, as the driver makes them (the slowest rank's seconds, median of ``--reps`
 alternated so every part meets the same load): the whole ``model.adjoint_step`` with the driver's
 garbage cleanup and ``add_objective_gradient``; its halo exchanges alone (lambda's and u^i's faces);
 the compiled kernel alone on faces gathered beforehand; the pooled output Vec; the receivers' term;
-the driver's finiteness check of lambda (made every 8th adjoint step); and a single forward step
-for scale. The kernel's GB/s count its minimal 72 bytes a point (the step's 48; README.md), over
+the driver's finiteness check of lambda (made every 8th adjoint step); a step from stored adjoint
+data as a mixed plan runs it (StoreData's capture, the stand-in state, the step; and the capture
+alone); and a single forward step for scale. The kernel's GB/s count its minimal 72 bytes a point (the step's 48; README.md), over
 the triad's median of the calls around each part. With ``--old``, that tree's adjoint kernel
 (compiled without numba's cache) is timed in the same rounds on the same inputs, and its outputs
 (lambda_i and dJ/dc) are compared with this tree's bit for bit: an A/B of a kernel change.
@@ -68,10 +69,36 @@ def main():
         m.add_objective_gradient(1, u, out)
         keep(out)
 
+    from hpcadj.checkpoint.storage.ram import RamLevel
+
+    level = RamLevel(4, m.adjoint_data_layout(), name="data")
+    slot = iter(range(10 ** 9))
+
+    def capture():
+        """StoreData then AdjointData as the driver runs them, the level a RAM data level."""
+        n = next(slot)
+        level.write(n, m.adjoint_data(1, u, None), donate=True)
+        return n
+
+    def from_data():
+        n = capture()
+        PETSc.garbage_cleanup(comm)
+        state = m.adjoint_data_state(1, level.read(n))
+        level.free(n)
+        out = m.adjoint_step(1, state, None, lam, grad)
+        PETSc.garbage_cleanup(comm)
+        m.add_objective_gradient(1, state, out)
+        keep(out)
+
+    def capture_free():
+        level.free(capture())
+
     out = m._pool.new_vec()
     OP, OC = m._block(out, readonly=False)
     parts = {
         "whole adjoint step (driver's calls)": whole,
+        "data: capture, then step from it": from_data,
+        "data: capture (StoreData) alone": capture_free,
         "halo faces (lambda, u^i)": lambda: (m._state_faces(lam, 1), m._state_faces(u, 0)),
         "kernel alone": lambda: kern.adjoint_step(LP, LC, FL, U, FU, m._sigma, 0.5 * dt, m._c, FQ,
                                                   m._ih2, m._has_z, dt2, r, g, OP, OC),

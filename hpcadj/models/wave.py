@@ -52,6 +52,16 @@ kern = kernels.lazy("wave")
 _NO_FACE = kernels.readonly(np.zeros((1, 1)))
 
 
+class _DataPool(kernels.VecPool):
+    """Field-size buffers for steps' adjoint data (u^i), recycled like the states' (no fresh pages
+    per capture). The driver's trims before each data store (``keep`` > 0) leave them: they are the
+    data slots' own memory, counted in the plan's budget, and the next captures reuse them; a full
+    trim (between sessions) drops the idle ones."""
+
+    def trim(self, keep: int = 0) -> int:
+        return super().trim() if keep == 0 else 0
+
+
 def _tiled():
     """The tiled advance's module (kernels/wave_tiled.py), imported when first used."""
     from .kernels import wave_tiled
@@ -133,6 +143,7 @@ class WaveModel(AdaptiveSteps, Stepper):
         self._halo = self._split_pair.halo(1, slots=2)  # the kernels read only u^i's neighbours
         self._pool = self._split_pair.pool
         self._field_halo = kernels.Halo(self.field)
+        self._data_pool = _DataPool(self.field)
         sigma_vec = self.field.vec_from(self._sponge())
         self._sigma = kernels.kept_copy(self.field.owned(sigma_vec).reshape(self._shape3))
         self._sigma_faces = self._faces3(tuple(f.copy() for f in self._field_halo.faces(sigma_vec)))
@@ -338,7 +349,7 @@ class WaveModel(AdaptiveSteps, Stepper):
         return out
 
     def _residuals(self, i, u):
-        current = self._fields(u)[1]
+        current = self._current(u).reshape(self.field.shape)
         if self.observed is None:
             return [(k, loc, current[loc]) for k, loc in self._receivers_local]
         return [(k, loc, current[loc] - self.observed[i, k]) for k, loc in self._receivers_local]
@@ -437,10 +448,26 @@ class WaveModel(AdaptiveSteps, Stepper):
         g = self.field.owned(grad["c"]).reshape(self._shape3)
         lam_prev, lam_cur = self._block(lam_next)
         out_prev, out_cur = self._block(out, readonly=False)
-        kern.adjoint_step(lam_prev, lam_cur, self._state_faces(lam_next, 1), self._block(u)[1],
-                          self._state_faces(u, 0), self._sigma, 0.5 * dt, self._c, self._q_faces(dt),
+        kern.adjoint_step(lam_prev, lam_cur, self._state_faces(lam_next, 1), self._current(u),
+                          self._current_faces(u), self._sigma, 0.5 * dt, self._c, self._q_faces(dt),
                           self._ih2, self._has_z, dt2, r, g, out_prev, out_cur)
         return out
+
+    def _is_field(self, vec) -> bool:
+        """True for a one-field state: the stand-in :meth:`adjoint_data_state` makes (u^i alone)."""
+        return vec.getLocalSize() == self._sigma.size
+
+    def _current(self, vec):
+        """u^i of a state or of a data stand-in (du^i of a tangent's), as the kernels see it (nz, ny, nx)."""
+        if self._is_field(vec):
+            return vec.getArray(readonly=True).reshape(self._shape3)
+        return self._block(vec)[1]
+
+    def _current_faces(self, vec):
+        """The halo faces of u^i of a state or of a data stand-in."""
+        if self._is_field(vec):
+            return self._faces3(self._field_halo.faces(vec))
+        return self._state_faces(vec, 0)
 
     def initial_adjoint(self, lam0, grad):
         self._split_pair.add_into(grad["u0"], lam0)
@@ -463,7 +490,7 @@ class WaveModel(AdaptiveSteps, Stepper):
     # -- second order (Hessian actions, hpcadj.adjoint.hessian) ------------------------------
     def add_objective_hessian(self, i, u, du, dlam):
         """dlam += d^2 J_i/du^2 du: du's current field at the receivers."""
-        current, dcur = self._fields(dlam, readonly=False)[1], self._fields(du)[1]
+        current, dcur = self._fields(dlam, readonly=False)[1], self._current(du).reshape(self.field.shape)
         for _k, loc in self._receivers_local:
             current[loc] += dcur[loc]
 
@@ -499,7 +526,8 @@ class WaveModel(AdaptiveSteps, Stepper):
         mu = np.array(self._fields(lam_next)[1])
         self._fields(dlam, readonly=False)[1] += dt2 * lap(2.0 * c * dc * a * mu)
         g = self.field.owned(hgrad["c"])
-        g += (2.0 * dt2) * a * mu * (dc * lap(self._fields(u)[1]) + c * lap(self._fields(du)[1]))
+        g += (2.0 * dt2) * a * mu * (dc * lap(self._current(u).reshape(shape))
+                                     + c * lap(self._current(du).reshape(shape)))
         return lam, dlam
 
     _second = None
@@ -522,15 +550,21 @@ class WaveModel(AdaptiveSteps, Stepper):
         return {"u": self.field.layout()}
 
     def adjoint_data(self, i, u, u_next):
-        return {"u": np.array(self._fields(u)[1])}
+        """u^i copied into a recycled field buffer (a data level holds it by reference)."""
+        out = self._data_pool.new_buffer().reshape(self.field.shape)
+        np.copyto(out, self._fields(u)[1])
+        return {"u": out}
 
     def adjoint_data_state(self, i, data):
-        """A pair whose u^i is the data; its u^{i-1} is zero (the adjoint step never reads it)."""
-        out = self._pool.new_vec()
-        fields = self._fields(out, readonly=False)
-        fields[0][...] = 0.0
-        fields[1][...] = data["u"]
-        return out
+        """The stand-in state of step i for the adjoint step and the receivers' term: u^i alone, a
+        one-field Vec over the data's own buffer when they are one of :meth:`adjoint_data`'s (no
+        copy), else over a copy; the adjoint step never reads u^{i-1}."""
+        field = data["u"]
+        vec = self._data_pool.vec_sharing([field.reshape(-1)]) if field.flags.c_contiguous else None
+        if vec is None:
+            vec = self._data_pool.new_vec()
+            vec.getArray().reshape(self.field.shape)[...] = field
+        return vec
 
     def control_layout(self):
         return {"c": self.field.layout(), "u0": self.grid.layout()}

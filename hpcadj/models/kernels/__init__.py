@@ -376,6 +376,10 @@ class VecPool:
 
     def new_vec(self):
         """A global Vec of the grid's layout over a buffer no one else holds (contents undefined)."""
+        return _vec_over(self.grid, self.new_buffer())
+
+    def new_buffer(self) -> np.ndarray:
+        """A flat buffer of the grid's local size that no one else holds (contents undefined)."""
         buf = None
         for candidate in self._buffers:
             # references: the list, this loop variable and getrefcount's argument
@@ -387,7 +391,7 @@ class VecPool:
             # memory on first touch (wave 128^3 first sweep 1.5 -> 2.2 s on this VM)
             buf = mapped_empty((self._n,), np.float64)
             self._buffers.append(buf)
-        return _vec_over(self.grid, buf)
+        return buf
 
     def vec_sharing(self, fields):
         """A Vec over the pooled buffer that ``fields`` (1-D views, in order) tile exactly, or None.

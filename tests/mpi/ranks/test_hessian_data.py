@@ -122,7 +122,9 @@ class ReadsPreviousTangent(WaveModel):
     """Observes du^{i-1} in its objective's second derivative: the data (u^i, du^i) leave it out."""
 
     def add_objective_hessian(self, i, u, du, dlam):
-        current, previous = self._fields(dlam, readonly=False)[1], self._fields(du)[0]
+        # a data stand-in holds du^i alone: there the previous field reads as zero
+        previous = np.zeros(self.field.shape) if self._is_field(du) else self._fields(du)[0]
+        current = self._fields(dlam, readonly=False)[1]
         for _k, loc in self._receivers_local:
             current[loc] += previous[loc]
 

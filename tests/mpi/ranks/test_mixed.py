@@ -60,6 +60,21 @@ def test_mixed_plan_gives_the_store_all_gradient_bitwise(reference, budget):
         assert result.forward_steps == N
 
 
+def test_steps_data_reuse_idle_buffers_and_the_adjoint_step_reads_them_in_place(comm):
+    """A step's data are made in a recycled field buffer (no fresh pages per capture), and the
+    stand-in state the adjoint step reads is a Vec over that very buffer (no copy per step)."""
+    model = WaveModel(comm, (14, 12, 10), n_steps=4)
+    model.set_controls(_controls(model))
+    u = model.step(0, model.initial_state())
+    data = model.adjoint_data(1, u, None)
+    state = model.adjoint_data_state(1, data)
+    assert np.shares_memory(state.getArray(readonly=True), data["u"])
+    address = data["u"].__array_interface__["data"][0]
+    state.destroy()
+    del state, data
+    assert model.adjoint_data(1, u, None)["u"].__array_interface__["data"][0] == address
+
+
 def test_a_plan_storing_data_for_a_model_without_any_is_refused(comm):
     from hpcadj.checkpoint.schedules.actions import PlanError
 

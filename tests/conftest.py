@@ -85,14 +85,26 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: (cost[unit_of[item]], first[unit_of[item]], -_nranks(item)))
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_call(item):
-    """Collect, then freeze what is alive before a test's body (imports, fixtures, earlier tests'
-    survivors): every full collection the test's runs make (each session ends with one) then scans only
-    the objects made since, not this process's whole heap (30-100 ms a collection, half the CPU time of
-    the second-order and inversion modules)."""
+def _collect_and_freeze():
+    """Collect, then freeze what is alive (imports, fixtures, earlier tests' survivors): every full
+    collection a test's runs make (each session ends with one) then scans only the objects made since,
+    not this process's whole heap (30-100 ms a collection, half the CPU time of the second-order and
+    inversion modules)."""
     gc.collect()
     gc.freeze()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before a test's fixtures: a module fixture's shared runs (an inversion, a reference) are
+    sessions too."""
+    _collect_and_freeze()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    """Before a test's body, with what its fixtures made frozen as well."""
+    _collect_and_freeze()
 
 
 #: what a unit-tier test may not launch: MPI jobs, the hpcadj command, Python, shells

@@ -61,7 +61,7 @@ def test_bntr_takes_bounds_on_the_velocity(comm):
 
 def test_inversion_products_use_the_ram_budget(comm):
     """The driver hands its checkpointing's RAM budget to the Hessian products: under 4 slots (too
-    few for the 17 states) each product is a composite run that recomputes forward steps, and the
+    few for the 11 states) each product is a composite run that recomputes forward steps, and the
     run is bitwise the store-all one. Under a whole-process budget (``memory``) the products go
     through the memory rule (their predicted peak within it), free their states before every
     gradient session and rebuild them for a product that follows one: still bitwise."""
@@ -70,7 +70,7 @@ def test_inversion_products_use_the_ram_budget(comm):
     from hpcadj.models.wave import WaveModel
 
     runs = {}
-    steps = 16
+    steps = 10
     for name, ck in (("store-all", None), ("budget", Checkpointing(ram=4, schedule="revolve")),
                      ("memory", Checkpointing(memory="1GiB"))):
         model = WaveModel(comm, (12, 10), n_steps=steps)

@@ -42,6 +42,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--memory", default=None, metavar="BYTES",
                    help="whole-process memory budget per rank (3GiB): the products and gradients are "
                         "checkpointed to fit it, by the rule hpcadj invert's nls/bntr use (default: store-all)")
+    p.add_argument("--schedule", choices=("revolve", "mixed"), default="revolve",
+                   help="the products' plan under --memory: revolve over restart states (default), or mixed: "
+                        "restart states and steps' adjoint data in the same bytes, for a model that declares "
+                        "them (wave); without --memory store-all keeps the data anyway")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.set_defaults(func=main)
 
@@ -62,10 +66,13 @@ def main(args) -> int:
         raise CliError(str(exc)) from None
     controls = model.default_controls()
     gn = args.gauss_newton
+    if args.schedule == "mixed" and H.SecondOrderStepper(model, gauss_newton=gn).adjoint_data_layout() is None:
+        raise CliError(f"--schedule mixed needs a model whose Hessian products declare adjoint data; "
+                       f"{model.name!r} declares none (use revolve)")
     plan = ck = None
     if args.memory is not None:  # every product and gradient of the command fits, checked before any work
         try:
-            plan, ck = _budgeted_plan(model, controls, gn, args.memory, baseline)
+            plan, ck = _budgeted_plan(model, controls, gn, args.memory, baseline, args.schedule)
         except ConfigError as exc:
             raise CliError(str(exc)) from None
     eps0 = args.eps if args.eps is not None else getattr(model, "hessian_taylor_eps", 0.5)
@@ -128,13 +135,13 @@ def main(args) -> int:
     return 0 if passed else 1
 
 
-def _budgeted_plan(model, controls, gauss_newton: bool, memory, baseline):
-    """The products' plan and the gradients' checkpointing under ``memory`` from ``baseline``, both
-    provisioned now (a budget either cannot hold is refused before any step)."""
+def _budgeted_plan(model, controls, gauss_newton: bool, memory, baseline, schedule: str = "revolve"):
+    """The products' plan (by ``schedule``) and the gradients' checkpointing under ``memory`` from
+    ``baseline``, both provisioned now (a budget either cannot hold is refused before any step)."""
     from ..adjoint.products import plan_products
     from ..adjoint.session import Checkpointing, GradientSession
 
-    plan = plan_products(model, gauss_newton=gauss_newton, memory=memory, baseline=baseline)
+    plan = plan_products(model, gauss_newton=gauss_newton, memory=memory, baseline=baseline, schedule=schedule)
     ck = Checkpointing(memory=memory, memory_baseline=baseline + HELD_CONTROL_SETS * _control_bytes(model))
     if not gauss_newton:  # the gradient differences' sessions
         session = GradientSession(model, ck, controls=controls)
@@ -164,6 +171,7 @@ def _budgeted_products(model, controls, v, w, gauss_newton: bool, plan):
         products.close()
     plan = products.memory
     return hv, hw, {"budget": plan.budget_bytes, "mode": products.mode, "slots": products.plan_slots,
+                    "schedule": "store-all" if products.plan.planned is None else products.plan.planned.schedule.name,
                     "predicted_peak_bytes": plan.peak_bytes, "forward_steps": products.counts["forward"],
                     "tangent_steps": products.counts["tangent"]}
 

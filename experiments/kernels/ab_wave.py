@@ -61,9 +61,10 @@ def main():
     OP, OC = m._block(out, readonly=False)
     g = np.zeros(m._shape3)
     ih2, src = m._ih2, m._source3
+    runs = new.zero_runs(sigma)
     calls = {
         "old step": lambda: old.step(P, C, FU, s, c2, ih2, True, dt2, r, src, 0.0, OP, OC),
-        "new step": lambda: new.step(P, C, FU, sigma, hdt, c, ih2, True, dt2, r, src, 0.0, OP, OC),
+        "new step": lambda: new.step(P, C, FU, sigma, hdt, c, ih2, True, dt2, r, src, 0.0, runs, OP, OC),
         "old adjoint": lambda: old.adjoint_step(LP, LC, FL, C, FU, s, a, c, ca, qf, ih2, True, dt2, r, g, OP, OC),
         "new adjoint": lambda: new.adjoint_step(LP, LC, FL, C, FU, sigma, hdt, c, qf, ih2, True, dt2, r, g, OP, OC),
     }

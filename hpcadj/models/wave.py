@@ -339,13 +339,17 @@ class WaveModel(AdaptiveSteps, Stepper):
     def _state_faces(self, vec, slot=0):
         return self._faces3(self._halo.faces(vec, slot))
 
+    _sigma_runs = None  # sigma's zero run per row (kernels/wave.py ``zero_runs``), made at the first step
+
     def step(self, i, u):
         dt, r, dt2 = self._step_params(i)
         out = self._pool.new_vec()
         prev, cur = self._block(u)
         out_prev, out_cur = self._block(out, readonly=False)
+        if self._sigma_runs is None:
+            self._sigma_runs = kern.zero_runs(self._sigma)
         kern.step(prev, cur, self._state_faces(u), self._sigma, 0.5 * dt, self._c, self._ih2, self._has_z,
-                  dt2, r, self._source3, self._source_value(i), out_prev, out_cur)
+                  dt2, r, self._source3, self._source_value(i), self._sigma_runs, out_prev, out_cur)
         return out
 
     def _residuals(self, i, u):

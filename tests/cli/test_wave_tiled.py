@@ -219,26 +219,6 @@ def test_y_slabs_with_adaptive_steps(comm):
         assert np.array_equal(later.getArray(readonly=True), states[n].getArray(readonly=True)), width
 
 
-def test_the_slab_width_comes_from_the_cache_sizes(monkeypatch):
-    """The whole block where its working set fits a core's last-level cache share; else the widest
-    slab (a multiple of 4 rows) whose rows fit half the L2; the default depth 16 unsplit, 8 split."""
-    from types import SimpleNamespace
-
-    from hpcadj.models.kernels import wave_tiled
-
-    field = SimpleNamespace(dim=3, shape=(128, 128, 128), ownership_ranges=((128,), (128,), (128,)))
-    sizes = {2: 2 * 2 ** 20, 3: 150 * 2 ** 20}
-    monkeypatch.setattr(wave_tiled, "_cache_bytes", lambda level, default: sizes[level])
-    assert wave_tiled.auto_width(field, 8) == 128
-    sizes[3] = 0
-    width = wave_tiled.auto_width(field, 8)
-    assert 4 <= width < 128 and width % 4 == 0
-    assert wave_tiled.slab_bytes(field, 8, width) <= 2 ** 20 < wave_tiled.slab_bytes(field, 8, width + 4)
-    assert wave_tiled.auto_depth(field) == 16
-    split = SimpleNamespace(dim=3, shape=(128, 128, 64), ownership_ranges=((128,), (128,), (64, 64)))
-    assert wave_tiled.auto_depth(split) == 8
-
-
 def _held_bytes(tiler) -> int:
     """Bytes of the arrays a Tiler holds: its own, and the extended c and a it made."""
     arrays = [v for v in vars(tiler).values() if isinstance(v, np.ndarray)]

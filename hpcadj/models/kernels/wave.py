@@ -72,48 +72,85 @@ def _damping(s, r):
     return 1.0 / (1.0 + s), r - s
 
 
+def zero_runs(sigma) -> np.ndarray:
+    """[first, end) per row (k, j) of the x points where sigma is 0, when they are one run (else
+    [0, 0)): there a = 1 and b = r exactly, so the forward kernels take the shorter formula
+    (2u - r u_prev) + dt^2 c^2 L u, the same double, with no division."""
+    zero = sigma == 0.0
+    n = sigma.shape[2]
+    first = np.where(zero.any(axis=2), zero.argmax(axis=2), 0)
+    end = np.where(zero.any(axis=2), n - zero[:, :, ::-1].argmax(axis=2), 0)
+    count = zero.sum(axis=2)
+    one_run = count == end - first
+    return np.ascontiguousarray(np.stack([np.where(one_run, first, 0), np.where(one_run, end, 0)], axis=2),
+                                dtype=np.int64)
+
+
 @njit(cache=True, inline="always")
-def _terms(i, buf, zm, zp, ym, yp, prow, srow, crow, hdt, r, two, ih2, has_z):
-    """Point i of a row as u^{i+1} = a (rest + dt2 force): (a, rest = (1 + r) u - b u^{i-1}, force =
-    c^2 L u), the source's value added to ``force`` by the caller (the same doubles either way)."""
+def _point(i, buf, Zm, Zp, Ym, Yp, Pk, ck, row, ym0, yp0, b, two, ih2, has_z):
+    """Point i of a row as (rest = (1 + r) u - b u^{i-1}, force = c^2 L u), u^{i+1} = a (rest + dt2
+    force): u's row with its x halo in ``buf`` (u at buf[i + 1]), the rows around it at offsets
+    ``row``, ``ym0``, ``yp0`` of the flat planes; the source's value is added to ``force`` by the caller."""
     ihz2, ihy2, ihx2 = ih2
-    u = buf[i + 1]
-    lap = _lap(u, zm[i], zp[i], ym[i], yp[i], buf[i], buf[i + 2], ihz2, ihy2, ihx2, has_z)
-    a, b = _damping(hdt * srow[i], r)
-    ci = crow[i]
-    return a, two * u - b * prow[i], (ci * ci) * lap
+    one = np.uint64(1)
+    u = buf[i + one]
+    lap = _lap(u, Zm[row + i], Zp[row + i], Ym[ym0 + i], Yp[yp0 + i], buf[i], buf[i + one + one],
+               ihz2, ihy2, ihx2, has_z)
+    ci = ck[row + i]
+    return two * u - b * Pk[row + i], (ci * ci) * lap
 
 
 @njit(cache=True, error_model="numpy")
-def step(P, C, FC, sigma, hdt, c, ih2, has_z, dt2, r, src, fval, out_p, out_c):
+def step(P, C, FC, sigma, hdt, c, ih2, has_z, dt2, r, src, fval, inner, out_p, out_c):
     """(out_p, out_c) = (u^i, a [(1 + r) u^i - b u^{i-1} + dt2 (c^2 L u^i + f)]), b = r - s, with
     (P, C) = (u^{i-1}, u^i) and FC the faces of C; f = fval at owned index src. c^2 is c * c per
-    point (the double numpy's ``c ** 2`` gives), so no c^2 array is stored or read."""
+    point (the double numpy's ``c ** 2`` gives), so no c^2 array is stored or read. On each row's
+    run of sigma = 0 (``inner``, :func:`zero_runs`) a = 1 and b = r exactly: rest + dt2 force there,
+    the same double, no division.
+
+    Planes are taken as flat views once per plane and rows indexed by unsigned offsets: a view per
+    row costs numba's reference counting (an atomic update each), and a signed index a wraparound
+    test that keeps the loop scalar."""
     zlo, zhi, ylo, yhi, xlo, xhi = FC
     mz, my, mx = sigma.shape
     buf = np.empty(mx + 2)
     two = 1.0 + r
     sk, sj, si = src
+    n, zero, one = np.uint64(mx), np.uint64(0), np.uint64(1)
     for k in range(mz):
+        Ck, Pk, Sk, ck = C[k].reshape(-1), P[k].reshape(-1), sigma[k].reshape(-1), c[k].reshape(-1)
+        Ok, OPk = out_c[k].reshape(-1), out_p[k].reshape(-1)
+        if has_z:
+            Zm = C[k - 1].reshape(-1) if k > 0 else zlo.reshape(-1)
+            Zp = C[k + 1].reshape(-1) if k < mz - 1 else zhi.reshape(-1)
+        else:
+            Zm = Zp = Ck
+        Ylo, Yhi = ylo[k], yhi[k]
         for j in range(my):
-            zm, zp, ym, yp = _rows(C, zlo, zhi, ylo, yhi, k, j, has_z)
-            row = C[k, j]
-            prow = P[k, j]
-            opr = out_p[k, j]
+            row = np.uint64(j) * n
+            Ym, ym0 = (Ck, row - n) if j > 0 else (Ylo, zero)
+            Yp, yp0 = (Ck, row + n) if j < my - 1 else (Yhi, zero)
             buf[0] = xlo[k, j]
             buf[mx + 1] = xhi[k, j]
-            for i in range(mx):
-                buf[i + 1] = row[i]
-                opr[i] = row[i]
-            srow = sigma[k, j]
-            crow = c[k, j]
-            orow = out_c[k, j]
-            for i in range(mx):
-                a, rest, force = _terms(i, buf, zm, zp, ym, yp, prow, srow, crow, hdt, r, two, ih2, has_z)
-                orow[i] = a * (rest + dt2 * force)
+            for i in range(n):
+                v = Ck[row + i]
+                buf[i + one] = v
+                OPk[row + i] = v
+            xa = np.uint64(min(max(inner[k, j, 0], 0), mx))
+            xb = np.uint64(min(max(inner[k, j, 1], xa), mx))
+            for i in range(xa, xb):
+                rest, force = _point(i, buf, Zm, Zp, Ym, Yp, Pk, ck, row, ym0, yp0, r, two, ih2, has_z)
+                Ok[row + i] = rest + dt2 * force
+            for seg in range(2):
+                for i in range(zero if seg == 0 else xb, xa if seg == 0 else n):
+                    a, b = _damping(hdt * Sk[row + i], r)
+                    rest, force = _point(i, buf, Zm, Zp, Ym, Yp, Pk, ck, row, ym0, yp0, b, two, ih2, has_z)
+                    Ok[row + i] = a * (rest + dt2 * force)
             if k == sk and j == sj:
-                a, rest, force = _terms(si, buf, zm, zp, ym, yp, prow, srow, crow, hdt, r, two, ih2, has_z)
-                orow[si] = a * (rest + dt2 * (force + fval))
+                i = np.uint64(si)
+                a, b = _damping(hdt * Sk[row + i], r)
+                rest, force = _point(i, buf, Zm, Zp, Ym, Yp, Pk, ck, row, ym0, yp0, b, two, ih2, has_z)
+                Ok[row + i] = a * (rest + dt2 * (force + fval))
 
 
 @njit(cache=True, inline="always")

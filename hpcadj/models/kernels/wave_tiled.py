@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from ...imports import petsc
-from .wave import _lap
+from .wave import _lap, zero_runs
 
 
 @njit(cache=True, inline="always")
@@ -43,25 +43,31 @@ def _lap_t(u, am, ap, bm, bp, xm, xp, iha2, ihb2, ihx2, has_b):
 def _fill(plane, F, Hf, rowoff, q, lo, m, E, j0, j1):
     """Rows [j0, j1) of plane q of an input field on the extended block: owned rows from F, the rest
     from the halo buffer Hf (rows in C order; an owned row keeps only its x halo there, lo part then
-    hi part)."""
+    hi part). Flat views and unsigned offsets, so the copies are unit-stride vector loops."""
     own_a = lo[0] <= q < lo[0] + m[0]
-    hx = E[2] - lo[2] - m[2]
+    dst = plane.reshape(-1)
+    src = F[q - lo[0]].reshape(-1) if own_a else F[0].reshape(-1)
+    lx, mx = np.uint64(lo[2]), np.uint64(m[2])
+    hx = np.uint64(E[2] - lo[2] - m[2])
+    ex = np.uint64(E[2])
+    w2 = ex + np.uint64(2)
     for j in range(j0, j1):
-        off = rowoff[q, j]
-        dst = plane[j + 1]
+        off = np.uint64(rowoff[q, j])
+        d = np.uint64(j + 1) * w2 + np.uint64(1)  # plane[j + 1, 1]
         if own_a and lo[1] <= j < lo[1] + m[1]:
-            src = F[q - lo[0], j - lo[1]]
-            for i in range(lo[2]):
-                dst[i + 1] = Hf[off + i]
-            base = lo[2] + 1
-            for i in range(m[2]):
-                dst[base + i] = src[i]
-            base += m[2]
+            for i in range(lx):
+                dst[d + i] = Hf[off + i]
+            d += lx
+            s0 = np.uint64(j - lo[1]) * mx
+            for i in range(mx):
+                dst[d + i] = src[s0 + i]
+            d += mx
+            off += lx
             for i in range(hx):
-                dst[base + i] = Hf[off + lo[2] + i]
+                dst[d + i] = Hf[off + i]
         else:
-            for i in range(E[2]):
-                dst[i + 1] = Hf[off + i]
+            for i in range(ex):
+                dst[d + i] = Hf[off + i]
 
 
 @njit(cache=True, inline="always")
@@ -216,14 +222,16 @@ def advance(P, C, H, rowoff, lo, m, E, rng, sigma, c, ih2, has_b, hdts, rs, dt2s
             pp = kk - (t - 1)  # level t - 1's plane finished this iteration: the owned part is u^{i+t-1}
             qq = last_plane + step_a * pp
             if lo[0] <= qq < lo[0] + m[0]:
-                plane = ring[t, pp % 3]
+                plane = ring[t, pp % 3].reshape(-1)
+                dst = out_p[qq - lo[0]].reshape(-1)
                 j0 = max(_bound(k, t - 1, nt, width, t, rng), lo[1])
                 j1 = min(_bound(k + 1, t - 1, nt, width, t, rng), lo[1] + m[1])
+                mx = np.uint64(m[2])
                 for j in range(j0, j1):
-                    dst = out_p[qq - lo[0], j - lo[1]]
-                    srow_ = plane[j + 1]
-                    for i in range(m[2]):
-                        dst[i] = srow_[lo[2] + i + 1]
+                    d = np.uint64(j - lo[1]) * mx
+                    sr = np.uint64((j + 1) * W2 + lo[2] + 1)
+                    for i in range(mx):
+                        dst[d + i] = plane[sr + i]
 
 
 def petsc_field_indices(grid, coords) -> np.ndarray:
@@ -318,18 +326,6 @@ class Extended:
         return out
 
 
-def _zero_runs(sigma) -> np.ndarray:
-    """[first, end) per row of the x points where sigma is 0, when they are one run (else empty)."""
-    zero = sigma == 0.0
-    n = sigma.shape[2]
-    first = np.where(zero.any(axis=2), zero.argmax(axis=2), 0)
-    end = np.where(zero.any(axis=2), n - zero[:, :, ::-1].argmax(axis=2), 0)
-    count = zero.sum(axis=2)
-    one_run = count == end - first
-    return np.ascontiguousarray(np.stack([np.where(one_run, first, 0), np.where(one_run, end, 0)], axis=2),
-                                dtype=np.int64)
-
-
 class Tiler:
     """The wave model's tiled advance at depth T: the extended block, the halo scatter of the states
     (made on first use from a state Vec), the coefficients on the extended block, the ring planes
@@ -354,7 +350,7 @@ class Tiler:
         self._no_a = np.zeros((0, 0, 0))
         self._state_scatter = None
         self.sigma = readonly(self._extend_field(model._sigma))
-        self.inner = _zero_runs(self.sigma)
+        self.inner = zero_runs(self.sigma)
         self._c_of = None  # (the model's c array it was made from, the extended c)
         self.rng = {}
         src = model.source

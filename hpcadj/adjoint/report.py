@@ -131,10 +131,12 @@ def completed_info(model, comm, result, wall_s: float, planned, checkpointing, l
     advance = advance_summary(comm, planned, driver, executed_summary(planned, model, result, levels, driver))
     if advance is not None:
         info["advance_s"] = advance
-    if planned.schedule.name == "mixed":
+    if planned.schedule.name == "mixed" or getattr(planned.schedule, "stores_data", False):
         from ..checkpoint.mixed_plan import mixed_summary
 
-        info["mixed"] = mixed_summary(comm, planned, driver)
+        mixed = mixed_summary(comm, planned, driver)
+        if mixed is not None:
+            info["mixed"] = mixed
     if planned.probes:
         from ..checkpoint.compression import summary
 

@@ -17,6 +17,10 @@ brief calibration) timed as the driver makes them, and a line ``fixed + m * per_
 them (:class:`~.schedules.costs.AdvanceCost`); a model without one gets none, and its plans price a
 run of m steps as m single steps.
 
+A model that declares its adjoint data gets the cost of a step reversed from them (:func:`data_cost`):
+the capture of a step's data and the stand-in state its adjoint step reads, with the data held as a
+plan holds them (fresh memory, given back as the driver gives it back).
+
 A RAM level also gets its first-touch cost (``LevelCost.fill_s``): the mean seconds to fault in one
 snapshot's worth of fresh memory over as many slots as the level has, held at once as a run holds
 them, which a run pays once for every slot it fills (the state a level holds by reference is memory
@@ -130,6 +134,36 @@ def advance_cost(model, comm, repeats: int = 3, brief: bool = False) -> AdvanceC
                        runs=runs)
 
 
+#: steps' data a calibration captures and holds at once, at most this many bytes a rank
+DATA_PROBE_BYTES = 256 * 2 ** 20
+
+
+def data_cost(model, comm, i: int, u, u_next, repeats: int = 3) -> float | None:
+    """Seconds of a step reversed from its adjoint data beyond its adjoint step: the capture of
+    step i's data from (u, u_next), held with others as a plan holds them (at least ``BLOCK *
+    repeats`` items, at most :data:`DATA_PROBE_BYTES` a rank), then each one's stand-in state built
+    and freed, the heap given back every ``DataActions.TRIM_EVERY`` as the driver does; the slowest
+    rank's mean per step. None for a model that declares no adjoint data. Collective."""
+    from ..adjoint.data_actions import DataActions
+    from ..buffers import release_free_memory
+
+    layout = model.adjoint_data_layout() if hasattr(model, "adjoint_data_layout") else None
+    if layout is None:
+        return None
+    nbytes = comm.allreduce(layout_bytes(layout), op=mpi().MAX)
+    count = max(BLOCK * repeats, min(DATA_PROBE_BYTES // max(nbytes, 1), 4 * BLOCK * repeats))
+    model.adjoint_data_state(i, model.adjoint_data(i, u, u_next)).destroy()  # warm-up: the pool's buffer
+    comm.Barrier()
+    t0 = time.perf_counter()
+    held = [model.adjoint_data(i, u, u_next) for _ in range(count)]
+    for k in range(count):
+        model.adjoint_data_state(i, held.pop()).destroy()
+        if (k + 1) % DataActions.TRIM_EVERY == 0:
+            release_free_memory()
+        petsc().garbage_cleanup(comm)
+    return comm.allreduce(time.perf_counter() - t0, op=mpi().MAX) / count
+
+
 def calibrate(model, controls, comm, plans: list[LevelPlan], config: CheckpointConfig,
               repeats: int = 3, energy_model=None, warmup: int = 2, brief: bool = False) -> CostProfile:
     """A cost profile for ``model`` with the current ranks and the levels in ``plans`` (``brief``: a
@@ -166,6 +200,7 @@ def calibrate(model, controls, comm, plans: list[LevelPlan], config: CheckpointC
         adjoint()
     adjoint_s = _timed(comm, adjoint, repeats, BLOCK)
     lams.clear()
+    data_s = data_cost(model, comm, i_adj, u_i, u_next, repeats)
     advance = advance_cost(model, comm, repeats, brief)
 
     layout = model.snapshot_layout()
@@ -180,7 +215,7 @@ def calibrate(model, controls, comm, plans: list[LevelPlan], config: CheckpointC
     return CostProfile(forward_s=forward_s, adjoint_s=adjoint_s, levels=levels,
                        forward_j=energy.forward_step_joules(forward_s, cores),
                        adjoint_j=energy.adjoint_step_joules(adjoint_s, cores), source="model",
-                       advance=advance)
+                       advance=advance, data_s=data_s)
 
 
 def _level_cost(plan, layout, comm, config, snapshot, repeats, forward_s, energy, nbytes, cores, model):

@@ -120,7 +120,7 @@ def profile_for(plans: list[LevelPlan], profile: CostProfile | None) -> CostProf
     levels = [by_name.get(p.name) or fallback[p.name] for p in plans]
     return CostProfile(forward_s=source.forward_s, adjoint_s=source.adjoint_s, levels=levels,
                        forward_j=source.forward_j, adjoint_j=source.adjoint_j, source=source.source,
-                       relative=source.relative, advance=source.advance)
+                       relative=source.relative, advance=source.advance, data_s=source.data_s)
 
 
 def make_plan(name: str, n_steps: int, plans: list[LevelPlan], profile: CostProfile,

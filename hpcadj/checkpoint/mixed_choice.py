@@ -6,7 +6,10 @@ step (RK: the stages), when the data of every step fit the budget; else restart 
 model. Under auto with one uncompressed RAM level the mixed plan in the same bytes
 (:mod:`~hpcadj.checkpoint.mixed_plan`) is simulated beside the plan of restart states alone and the
 cheaper taken: predicted makespan, then forward steps (a model that recomputes pays a forward step
-more per adjoint step from states). A run directory, several levels or compression keep restart
+more per adjoint step from states). Both are priced alike (:func:`choice_profile`): runs handed to
+the model's own advance by their length (a time-tiled run of m steps costs less than m single
+steps), and each step reversed from its data by the copies it makes (capture and stand-in), as the
+profile measured them or, where it did not (the default profile), as the model declares them. A run directory, several levels or compression keep restart
 states, with a note (``--schedule mixed`` plans data there where it can). The session checks the
 model's declared data whenever a mixed plan is chosen
 (:func:`~hpcadj.adjoint.data_check.refuse_untrusted_data`).
@@ -18,6 +21,7 @@ from dataclasses import replace
 from math import gcd
 
 from . import mixed_plan
+from .schedules.costs import AdvanceCost
 from ..telemetry.progress import format_bytes as fmt_bytes
 
 #: the mixed planner's table cells (steps² x budget units, x4 where states suffice: its flags) above
@@ -35,6 +39,20 @@ def _why_not(plans, probes, durability) -> str | None:
                                       ("several levels", len(plans) != 1 or plans[0].kind != "ram"),
                                       ("compression", bool(probes) or any(p.codec for p in plans))) if there]
     return " and ".join(found) or None
+
+
+def choice_profile(profile, model):
+    """``profile`` as the choice prices both plans: what it does not measure taken from the model's
+    own figures in forward steps (``relative_advance_step``: a step of its own advance, for a model
+    that has one; ``relative_data_step``: a step reversed from its data beyond its adjoint step)."""
+    advance, data_s = profile.advance, profile.data_s
+    relative = getattr(model, "relative_advance_step", None)
+    if advance is None and relative is not None:
+        advance = AdvanceCost(fixed_s=0.0, step_s=relative * profile.forward_s,
+                              first=bool(getattr(model, "advance_objective", False)))
+    if data_s is None:
+        data_s = float(getattr(model, "relative_data_step", 0.0)) * profile.forward_s
+    return replace(profile, advance=advance, data_s=data_s)
 
 
 def with_data(today, model, controls, name: str, plans, ck, memory, durability, notes, warnings):
@@ -56,9 +74,9 @@ def with_data(today, model, controls, name: str, plans, ck, memory, durability, 
     if name == "store-all" and not fits:
         return _noted(today, f"store-all keeps restart states: the adjoint data of every step ({n - 1} x "
                              f"{fmt_bytes(d)} per rank) do not fit in {fmt_bytes(budget)}")
-    forward = today.profile.vector("time").forward
+    priced = choice_profile(today.profile, model)
     today_steps = today.summary.forward_steps + (n if recomputing else 0)
-    today_s = today.predicted_s + (n * forward if recomputing else 0.0)
+    today_s = priced.predicted_seconds(today.summary) + (n * priced.forward_s if recomputing else 0.0)
     if name == "auto" and today_steps <= n:
         return today  # restart states alone already take every step once
     unit = gcd(r, d)
@@ -74,8 +92,11 @@ def with_data(today, model, controls, name: str, plans, ck, memory, durability, 
         return _noted(mixed, f"store-all keeps every step's {kept} ({fmt_bytes(d)} per rank) rather than its "
                              f"restart state ({fmt_bytes(r)}): {steps} forward steps against {today_steps}, "
                              f"peak {fmt_bytes(mixed.summary.peak[0] * unit)} against {fmt_bytes((n - 1) * r)}")
-    compared = (f"{steps} forward steps (predicted {mixed.predicted_s:.4g}) with steps' adjoint data against "
-                f"{today_steps} ({today_s:.4g}) with restart states alone in {fmt_bytes(budget)} per rank")
-    if (mixed.predicted_s, steps) < (today_s, today_steps):
-        return _noted(mixed, f"auto chose a mixed plan: {compared}")
-    return _noted(today, f"auto kept restart states: {compared}")
+    mixed_s = mixed_plan.predicted_seconds(priced, mixed.summary, unit, r)
+    compared = (f"{steps} forward steps and {mixed.summary.data_adjoints} reversed from their data (predicted "
+                f"{mixed_s:.4g}) against {today_steps} ({today_s:.4g}) with restart states alone in "
+                f"{fmt_bytes(budget)} per rank")
+    if (mixed_s, steps) < (today_s, today_steps):
+        return _noted(replace(mixed, profile=priced, predicted_s=mixed_s), f"auto chose a mixed plan: {compared}")
+    return _noted(replace(today, profile=priced, predicted_s=priced.predicted_seconds(today.summary)),
+                  f"auto kept restart states: {compared}")

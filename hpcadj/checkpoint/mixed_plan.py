@@ -100,14 +100,19 @@ def mixed_run(model, controls, plans, ck, profile, memory, probes, notes, warnin
                 f"{int(least) * unit}B")
     plans = (replace(plans[0], slots=max(budget // r, 1)), *plans[1:])
     summary = simulate(schedule.actions(), n, units, profile.vector("time"), sizes=(r // unit, d // unit))
-    peak = replace(summary, peak=[-(-p * unit // r) for p in summary.peak])
     text = recompute_warning(summary.forward_steps, n, "this plan")
     if text:
         warnings.append(text)
-    predicted = profile.predicted_seconds(peak)
+    predicted = predicted_seconds(profile, summary, unit, r)
     durable_s = durability(schedule, plans, profile, predicted) if durability is not None else 0.0
     return PlannedRun(plans, schedule, profile, summary, predicted + durable_s, durable_s, memory, probes,
                       tuple(notes), tuple(warnings), profile)
+
+
+def predicted_seconds(profile, summary, unit: int, r: int) -> float:
+    """A mixed plan's predicted makespan under ``profile``: its operations as simulated in units of
+    ``unit`` bytes, the first touch of its peak in restart states of ``r`` bytes (``fill_s`` is per slot)."""
+    return profile.predicted_seconds(replace(summary, peak=[-(-p * unit // r) for p in summary.peak]))
 
 
 def mixed_online(model, plans, ck, costs, store_all: bool):
@@ -149,29 +154,43 @@ def states_only_forward_steps(schedule, stepper) -> int:
 def plan_summary(model, planned) -> dict:
     """A mixed plan's RAM level as ``hpcadj plan`` and ``run --json`` report it: the most restart states
     and steps' data held there at once, their bytes per rank, its peak bytes, and the plan's forward
-    steps against today's plan of restart states in the same bytes (the recomputation it saves)."""
-    schedule, summary = planned.schedule, planned.summary
+    steps against today's plan of restart states in the same bytes (the recomputation it saves; an
+    adaptive run's: its online planner's own reverse sweep after the same first sweep)."""
+    schedule = planned.schedule
     r, d = mixed_sizes(model)
-    unit = r // schedule.sizes[0]
+    planner = getattr(schedule, "planner", None)
+    if planner is not None:  # an adaptive run's online plan, as it streamed it (n known once it ran)
+        actions, unit = planner.executed(), r // planner.sizes[0]
+        summary = simulate(actions, planner.position, planner.units(), sizes=planner.sizes)
+        budget, today = planner.ram_units * unit, planner.states_forward_steps
+    else:
+        actions, unit, summary = schedule.actions(), r // schedule.sizes[0], planned.summary
+        budget, today = schedule.capacities[0] * unit, states_only_forward_steps(schedule, model)
     held, most = {"restart": 0, "data": 0}, {"restart": 0, "data": 0}
-    for action in schedule.actions():
+    for action in actions:
         kind = type(action).__name__
         if kind in ("Store", "Free") and action.level == 0:
             held["restart"] += 1 if kind == "Store" else -1
         elif kind == "StoreData" or (kind == "AdjointData" and action.level is not None):
             held["data"] += 1 if kind == "StoreData" else -1
         most = {k: max(most[k], held[k]) for k in most}
-    today = states_only_forward_steps(schedule, model)
-    return {"budget_bytes": schedule.capacities[0] * unit, "restart_bytes": r, "data_bytes": d,
+    info = {"budget_bytes": budget, "restart_bytes": r, "data_bytes": d,
             "restart_slots": most["restart"], "data_slots": most["data"], "restart_writes": sum(summary.writes),
             "data_writes": sum(summary.data_writes), "peak_bytes": summary.peak[0] * unit,
             "forward_steps": summary.forward_steps, "forward_steps_states_only": today,
             "forward_steps_saved": today - summary.forward_steps}
+    if planner is not None:
+        info["reverse_sweep"] = planner.chosen  # "mixed", or "states": the online planner's own
+    return info
 
 
 def mixed_summary(comm, planned, driver) -> dict:
     """``run --json``'s ``mixed`` object: the plan's (:func:`plan_summary`) with what the run did: its
-    data writes, their bytes over all ranks, the most data slots it held, the forward steps it saved."""
+    data writes, their bytes over all ranks, the most data slots it held, the forward steps it saved.
+    None for a resumed adaptive run (its residual plan streamed, not the online plan provisioned)."""
+    planner = getattr(planned.schedule, "planner", None)
+    if planner is not None and planner.chosen is None:
+        return None
     info = plan_summary(driver.stepper, planned)
     data = driver.data_stats()
     info.update(data_writes=data["writes"], data_bytes_written=comm.allreduce(data["bytes_written"]),

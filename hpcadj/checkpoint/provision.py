@@ -6,7 +6,8 @@
 2. the compression probe: each compressed level's slot bytes, size curve and codec seconds
    (a resumed run keeps the slot bytes it recorded);
 3. the whole-process memory budget (``--memory``, ``$HPCADJ_MEMORY``, SLURM's): what the model, the
-   driver's states, staging and codecs need, the RAM slots the rest leaves, and the node's memory;
+   driver's states, staging and codecs need, the RAM slots the rest leaves, and whether the node holds
+   the budget (:mod:`~.memory_fit`);
 4. compressed levels: byte budgets -> slots of the encoded size; a compressed RAM level a byte pool;
 5. the cost profile: given, or measured briefly when the plan needs one; codec seconds added;
 6. the pool's slots searched up at the probed sizes (:func:`~.compression.pooled_capacity`);
@@ -14,7 +15,9 @@
    makespan with the durable points of a restartable run; a raw RAM level whose slots' first touch
    costs more than the recomputation they save gets fewer (:func:`_fill_priced`);
 8. a model that declares its adjoint data: store-all and auto take a mixed plan where it is cheaper
-   (:mod:`~hpcadj.checkpoint.mixed_choice`).
+   (:mod:`~hpcadj.checkpoint.mixed_choice`);
+9. without a memory budget, whether the node holds the plan chosen: its predicted peak, a mixed
+   plan's RAM counted at its restart states' and steps' data's own sizes.
 
 The result, :class:`PlannedRun`, is immutable: each level's class, slots, codec and bytes, the memory
 plan, the profile and the plan. The session opens the levels it names and runs its plan. Collective.
@@ -22,18 +25,15 @@ plan, the profile and the plan. The session opens the levels it names and runs i
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
 
 from .budget import parse_budget
-from .manager import LevelPlan, level_slots, make_plan, profile_for
-from .memory import (DEFAULT_MODEL_STATES, MemoryPlan, budget_from_environment, least_budget, node_memory_bytes,
-                     plan_memory)
-from .options import Checkpointing, ConfigError, fmt_bytes, load_costs, memory_bytes
+from .manager import level_slots, make_plan, profile_for
+from .memory import DEFAULT_MODEL_STATES, MemoryPlan
+from .memory_fit import ALLOCATOR_SLACK_BYTES, check_unbudgeted, fit_memory  # noqa: F401 (tests import the slack)
+from .options import Checkpointing, ConfigError, fmt_bytes, load_costs
 from .schedules import CostProfile, Multilevel, min_forward_steps, simulate
-from .schedules.storeall import store_all_slots
 from .storage.base import LevelError
-from ..collective import agree_or_raise
 from ..snapshot import FieldLayout, layout_bytes
 from ..imports import mpi
 from .schedules.online_plans import make_online_plan
@@ -43,9 +43,6 @@ ONE_LEVEL_SCHEDULES = ("store-all", "revolve", "online")
 #: forward evaluations per step above which a plan is warned about (store-all makes 1, revolve with
 #: 2 slots on 100 steps 8.5, one slot on 100 steps 49.5)
 SLOW_RECOMPUTE_FACTOR = 10.0
-#: resident memory beyond what the working-set counts predict (allocator rounding, page tables,
-#: MPI buffers): wave 64^3, 2 ranks, 38 RAM slots measured 3 MiB above its prediction
-ALLOCATOR_SLACK_BYTES = 16 * 2 ** 20
 
 
 @dataclass(frozen=True)
@@ -97,8 +94,9 @@ class Declared:
     compressed snapshot's bytes on the largest rank, standing in for the compression probe; ``sized``
     False when no byte count is known (budgets then count slots only); ``data`` the layout of a
     step's adjoint data the model declares (None: none) and ``recomputes_in_adjoint`` its flag, so the
-    plan may mix restart states and data as the model's run would. Used by ``hpcadj plan`` and the
-    Hessian products.
+    plan may mix restart states and data as the model's run would; ``relative_advance_step``,
+    ``relative_data_step`` and ``advance_objective`` the model's (``Stepper``), which price the choice
+    of a mixed plan as the model's run would. Used by ``hpcadj plan`` and the Hessian products.
     """
 
     comm: object
@@ -111,6 +109,9 @@ class Declared:
     data: dict | None = None
     recomputes_in_adjoint: bool = False
     name: str = "declared"
+    relative_advance_step: float | None = None
+    relative_data_step: float = 0.0
+    advance_objective: bool = False
 
     @classmethod
     def of_bytes(cls, comm, n_steps: int, snapshot_bytes: int | None, states: float = DEFAULT_MODEL_STATES,
@@ -127,7 +128,9 @@ class Declared:
         return cls(model.comm, model.n_steps if n_steps is None else n_steps, model.snapshot_layout(),
                    model.control_layout(), float(model.working_set_states()) if states is None else states,
                    data=model.adjoint_data_layout(), recomputes_in_adjoint=bool(model.recomputes_in_adjoint),
-                   name=model.name, **options)
+                   name=model.name, relative_advance_step=model.relative_advance_step,
+                   relative_data_step=model.relative_data_step, advance_objective=bool(model.advance_objective),
+                   **options)
 
     def snapshot_layout(self) -> dict:
         return self.layout
@@ -197,7 +200,8 @@ def provision(model, controls, checkpointing: Checkpointing, *, config=None, bas
     probes, codec_rss = _probe(model, controls, codecs, ck.compress_probe_steps, n)
 
     # 3. the whole-process memory budget: RAM slots from what the rest leaves
-    memory, plans, reshaped = _fit_memory(model, plans, ck, probes, baseline_bytes + codec_rss, notes)
+    memory, plans, reshaped, predicted_memory = fit_memory(model, plans, ck, probes, baseline_bytes + codec_rss,
+                                                           notes)
 
     # 4. compressed levels: slots of the encoded size; a compressed RAM level a byte pool
     probes = {k: v for k, v in probes.items() if any(p.name == k for p in plans)}
@@ -232,7 +236,8 @@ def provision(model, controls, checkpointing: Checkpointing, *, config=None, bas
     if name == "mixed":  # restart states and steps' adjoint data in one RAM byte budget
         from .mixed_plan import mixed_run
 
-        return mixed_run(model, controls, plans, ck, profile, memory, probes, notes, warnings, durability)
+        planned = mixed_run(model, controls, plans, ck, profile, memory, probes, notes, warnings, durability)
+        return _node_checked(model, planned, predicted_memory)
 
     # 7. the plan, checked, and its predicted cost (RAM slots beyond what repays their first touch left)
     given, base_notes, base_warnings = plans, list(notes), list(warnings)
@@ -246,11 +251,20 @@ def provision(model, controls, checkpointing: Checkpointing, *, config=None, bas
     durable_s = durability(schedule, plans, profile, predicted) if durability is not None else 0.0
     planned = PlannedRun(tuple(plans), schedule, profile, summary, predicted + durable_s, durable_s, memory, probes,
                          tuple(notes), tuple(warnings), costs)
-    if name not in ("store-all", "auto") or _adjoint_data(model) is None:
-        return planned
-    from .mixed_choice import with_data  # 8. a model that declares its adjoint data: mixed where cheaper
+    if name in ("store-all", "auto") and _adjoint_data(model) is not None:
+        from .mixed_choice import with_data  # 8. a model that declares its adjoint data: mixed where cheaper
 
-    return with_data(planned, model, controls, name, given, ck, memory, durability, base_notes, base_warnings)
+        planned = with_data(planned, model, controls, name, given, ck, memory, durability, base_notes,
+                            base_warnings)
+    return _node_checked(model, planned, predicted_memory)
+
+
+def _node_checked(model, planned: PlannedRun, predicted) -> PlannedRun:
+    """``planned``, once the node holds it: without a memory budget, its predicted peak with the RAM
+    bytes this plan holds (a budget was checked as it was fitted)."""
+    if planned.memory is None:
+        check_unbudgeted(model, predicted, planned)
+    return planned
 
 
 def _adjoint_data(model):
@@ -332,105 +346,6 @@ def _recorded(probes: dict, resuming: Resuming, comm) -> dict:
                           f"rank(s) that wrote it: resume on {resuming.ranks} rank(s) (another rank count "
                           f"needs an uncompressed --pfs level)")
     return probes
-
-
-def _fit_memory(model, plans, ck: Checkpointing, probes: dict, baseline: int, notes: list):
-    """Size the RAM level from the whole-process budget and refuse what this node cannot hold.
-
-    Returns ``(memory, plans, reshaped)``: the :class:`MemoryPlan` (None without a budget), and
-    ``reshaped`` True when the budget replaced store-all's RAM level by a smaller one.
-    """
-    MPI = mpi()
-    comm, n = model.comm, model.n_steps
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        budget, source = _memory_budget(ck, node.size, getattr(model, "sized", True))
-        snapshot = comm.allreduce(layout_bytes(model.snapshot_layout()), op=MPI.MAX)
-        controls = comm.allreduce(layout_bytes(model.control_layout()), op=MPI.MAX)
-        baseline = comm.allreduce(int(baseline), op=MPI.MAX) + ALLOCATOR_SLACK_BYTES
-        codec = _codec_memory(model, probes, snapshot)
-        usable = store_all_slots(n)  # no plan stores more on one level
-        capped = [replace(p, slots=min(p.slots, usable)) if p.kind == "ram" else p for p in plans]
-        predicted = plan_memory(model, capped, budget_bytes=budget, baseline_bytes=baseline,
-                                snapshot_bytes=snapshot, control_bytes=controls, **codec)
-        reshaped = False
-        if budget is not None:
-            plans, reshaped = _ram_within(predicted, plans, ck, budget, source, n, notes)
-            predicted = plan_memory(model, plans, budget_bytes=budget, baseline_bytes=baseline,
-                                    snapshot_bytes=snapshot, control_bytes=controls, **codec)
-        _check_node(comm, node, budget if budget is not None else predicted.peak_bytes, source)
-    finally:
-        node.Free()
-    if budget is None:
-        return None, plans, reshaped
-    predicted.detail["source"] = source
-    return predicted, plans, reshaped
-
-
-def _memory_budget(ck: Checkpointing, node_ranks: int, sized: bool = True) -> tuple[int | None, str]:
-    """The whole-process budget per rank in bytes and where it came from (None: no budget; the
-    environment's is not applied to a run of unknown snapshot size)."""
-    if ck.memory is not None:
-        return memory_bytes(ck.memory, "--memory"), "--memory"
-    found = budget_from_environment(os.environ) if sized else None
-    if found is None:
-        return None, ""
-    text, source, per_node = found
-    nbytes = memory_bytes(text, source)
-    return (nbytes // max(1, node_ranks) if per_node else nbytes), source
-
-
-def _codec_memory(model, probes: dict, snapshot: int) -> dict:
-    """plan_memory's compression terms: a compressed RAM slot's bytes (its worst probed size; the
-    pool may then plan more) and the codecs' transient buffers
-    (:func:`~hpcadj.checkpoint.compression.codec_memory_bytes`, collective)."""
-    from .compression import codec_memory_bytes
-
-    if not probes:
-        return {}
-    layout = model.snapshot_layout()
-    largest = model.comm.allreduce(max((f.local_nbytes for f in layout.values()), default=0), op=mpi().MAX)
-    ram = probes.get("ram")
-    files = any(name != "ram" for name in probes)
-    return {"ram_slot_bytes": ram.slot_bytes if ram else None,
-            "codec_bytes": codec_memory_bytes(snapshot, largest, files)}
-
-
-def _ram_within(predicted: MemoryPlan, plans, ck: Checkpointing, budget: int, source: str, n: int, notes: list):
-    """RAM slots from what the budget leaves; ConfigError naming the least budget if nothing fits."""
-    fit = predicted.ram_slots_fit
-    ram = [p for p in plans if p.kind == "ram"]
-    others = [p for p in plans if p.kind != "ram"]
-    explicit = ck.ram is not None
-    wanted = ram[0].slots if ram and (explicit or not others) else None
-    slots = min(fit if wanted is None else min(fit, wanted), store_all_slots(n))
-    needed = 0 if others else 1  # u_0 needs a slot somewhere
-    if predicted.fixed_bytes > budget or slots < needed:
-        least = least_budget(predicted, needed)
-        parts = ", ".join(f"{k} {fmt_bytes(v)}" for k, v in predicted.breakdown().items() if k != "ram slots")
-        raise ConfigError(f"{source} {fmt_bytes(budget)} per rank cannot hold this gradient: the process "
-                          f"needs {fmt_bytes(predicted.fixed_bytes)} before any RAM slot (baseline "
-                          f"{fmt_bytes(predicted.baseline_bytes)}, {parts}); the least budget that would "
-                          f"do is {fmt_bytes(least)}"
-                          + ("" if others else " (with one RAM slot; or add --disk/--pfs)"))
-    reshaped = not explicit and not others and slots < (ram[0].slots if ram else 0)
-    if ram and wanted is not None and slots < wanted and explicit:
-        notes.append(f"--ram {ck.ram} capped to {slots} slots by {source} {fmt_bytes(budget)}")
-    return ([LevelPlan("ram", "ram", slots)] if slots > 0 else []) + others, reshaped
-
-
-def _check_node(comm, node, claim: int, source: str) -> None:
-    """ConfigError when the ranks sharing this node claim more memory than the node holds."""
-    total = node.allreduce(int(claim))
-    capacity, what = node_memory_bytes()
-    capacity = node.allreduce(capacity if capacity is not None else -1, op=mpi().MIN)
-    problem = None
-    if capacity > 0 and total > capacity:
-        basis = f"{source} per rank" if source else "the predicted peak (model, working states, RAM slots)"
-        problem = (f"the {node.size} rank(s) on {os.uname().nodename} would need {fmt_bytes(total)} "
-                   f"({basis}), more than {what} holds ({fmt_bytes(capacity)}): lower --ram/--memory, "
-                   f"or spread the ranks over more nodes")
-    agree_or_raise(comm, problem, ConfigError, first=True)
 
 
 def _compressed(plans, ck: Checkpointing, probes: dict, memory: MemoryPlan | None, comm):

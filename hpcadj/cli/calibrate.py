@@ -67,6 +67,9 @@ def main(args) -> int:
                 runs = ", ".join(f"{m}: {t / m * 1e3:.3f}" for m, t in adv.runs)
                 print(f"  advance of m steps: {adv.fixed_s * 1e3:.3f} ms + m x {adv.step_s * 1e3:.3f} ms "
                       f"(T = {adv.depth}; measured ms per step at m = {runs})")
+            if profile.data_s is not None:
+                print(f"  a step reversed from its adjoint data: {profile.data_s * 1e3:.3f} ms (capture and "
+                      f"stand-in)")
             for lv in profile.levels:
                 print(f"  {lv.name:<4}: write {lv.write_s * 1e3:.3f} ms, read {lv.read_s * 1e3:.3f} ms per "
                       f"snapshot, async hides {lv.overlap:.0%} of a write"

@@ -202,6 +202,13 @@ class Stepper(abc.ABC):
         return layout_global_bytes(self.snapshot_layout())
 
     # -- adjoint data (optional): what the adjoint step reads, stored instead of a restart state --
+    #: what store-all and auto price, in forward steps, where the cost profile has no measured figure
+    #: (the default profile; ``hpcadj calibrate`` measures both): a step of a run handed to the
+    #: model's own :meth:`advance` (None: a single step's) and a step reversed from its adjoint data
+    #: beyond its adjoint step (capture and stand-in)
+    relative_advance_step: float | None = None
+    relative_data_step: float = 0.0
+
     def adjoint_data_layout(self) -> SnapshotLayout | None:
         """The layout of one step's *adjoint data* (what :meth:`adjoint_step` reads of u_i), or None:
         the model declares none and is planned with restart states only."""

@@ -373,6 +373,10 @@ class WaveModel(AdaptiveSteps, Stepper):
     time_tile: int | None = None  # requested depth T; None: automatic (:func:`wave_tiled.auto_depth`)
     tile_width: int | None = None  # rows per slab along y; None: from the L2 (:func:`wave_tiled.auto_width`)
     advance_objective = True      # the receivers are sampled inside the tile
+    #: the default profile's prices in forward steps (experiments/mixed, "Auto prices advances and data
+    #: copies"): a tiled step at 128^3 on 2 ranks, and the two copies of u^i a step from its data makes
+    relative_advance_step = 0.5
+    relative_data_step = 0.2
     _tiler = None
 
     def time_tile_limit(self) -> int:

@@ -69,13 +69,23 @@ def test_mixed_with_adaptive_steps_is_online_plan_bitwise_with_no_more_forward_s
     runs = {}
     for schedule in ("online", "mixed"):
         out = tmp_path / f"{schedule}.h5"
-        proc = hpcadj([*adaptive, "--schedule", schedule, "--gradient-out", str(out)], 2, timeout=300)
+        proc = hpcadj([*adaptive, "--schedule", schedule, "--gradient-out", str(out), "--log-dir",
+                       str(tmp_path / schedule)], 2, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         runs[schedule] = json.loads(proc.stdout.strip().splitlines()[-1]), read_gradients(out)
     (online, want), (mixed, got) = runs["online"], runs["mixed"]
     assert_bitwise(got, want)
     assert mixed["schedule"] == "online-mixed" and mixed["steps"] == online["steps"] > 40
     assert mixed["forward_steps"] < online["forward_steps"]
+    # the mixed object, as a run with fixed steps has it: the plan as streamed and the run agree
+    facts = mixed["mixed"]
+    assert "mixed" not in online and facts["reverse_sweep"] == "mixed"
+    assert facts["forward_steps"] == mixed["forward_steps"]
+    assert facts["forward_steps_states_only"] == online["forward_steps"]
+    assert facts["forward_steps_saved"] == online["forward_steps"] - mixed["forward_steps"]
+    assert facts["data_writes"] > 0 and facts["data_slots"] > 0 and facts["restart_bytes"] == 2 * facts["data_bytes"]
+    assert facts["peak_bytes"] <= facts["budget_bytes"] == 3 * facts["restart_bytes"]
+    assert json.loads((tmp_path / "mixed" / "summary.json").read_text())["result"]["mixed"] == facts
 
 
 @pytest.mark.timeout(300)

@@ -9,6 +9,8 @@ import pytest
 
 from hpcadj.checkpoint.options import Checkpointing
 from hpcadj.checkpoint.provision import Declared, provision
+from hpcadj.checkpoint.schedules import CostProfile, LevelCost
+from hpcadj.checkpoint.schedules.costs import AdvanceCost
 from hpcadj.imports import mpi
 from hpcadj.snapshot import FieldLayout
 
@@ -113,3 +115,74 @@ def test_auto_does_not_wait_for_a_huge_mixed_table():
     planned = _plan(_run(3000), ram="1000")
     assert planned.schedule.name == "revolve"
     assert planned.notes[-1].startswith("auto keeps restart states: a mixed plan of 3000 steps")
+
+
+def _profile(advance_step: float | None, data_s: float | None) -> CostProfile:
+    """Costs in forward steps: the model's own advance at ``advance_step`` a step (None: none), a step
+    reversed from its data at ``data_s`` beyond its adjoint step (None: not measured)."""
+    advance = None if advance_step is None else AdvanceCost(fixed_s=0.0, step_s=advance_step, first=True)
+    return CostProfile(forward_s=1.0, adjoint_s=2.0, levels=[LevelCost("ram", 0.01, 0.01)], advance=advance,
+                       data_s=data_s, source="calibrated")
+
+
+def _wave_like(n: int, advance_step: float | None = None, data_step: float = 0.0) -> Declared:
+    """A wave-like run (restart pair, u^i as data) whose advance and data the model itself prices."""
+    return Declared(mpi().COMM_SELF, n, _fields(2), _fields(1), states=4.0, data=_fields(1), name="m",
+                    relative_advance_step=advance_step, relative_data_step=data_step, advance_objective=True)
+
+
+def test_cheap_advances_and_priced_copies_keep_revolve_although_mixed_takes_fewer_steps():
+    # 32 restart states (the FWI case's --ram 512MiB): mixed 543 forward steps, revolve 567, but 267
+    # of revolve's run in the first sweep's long advances and mixed copies the data of 235 steps (with
+    # advances this cheap the multi-level DP's plan of restart states is cheaper still)
+    planned = _plan(_run(300), ram="32", costs=_profile(0.3, 0.1))
+    assert planned.schedule.name != "mixed" and planned.summary.forward_steps > 543
+    assert planned.notes[-1].startswith("auto kept restart states: 543 forward steps and 235 reversed")
+
+
+def test_expensive_advances_and_free_copies_take_the_mixed_plan():
+    planned = _plan(_run(300), ram="32", costs=_profile(1.0, 0.0))
+    assert planned.schedule.name == "mixed" and planned.summary.forward_steps == 543
+    assert planned.notes[-1].startswith("auto chose a mixed plan: 543 forward steps")
+
+
+def test_default_profile_prices_the_model_s_own_advance_and_data_copies():
+    keeps = _plan(_wave_like(300, advance_step=0.5, data_step=0.1), ram="32")
+    assert keeps.schedule.name == "revolve" and "auto kept restart states" in keeps.notes[-1]
+    assert keeps.profile.advance.step_s == 0.5 and keeps.profile.data_s == 0.1
+    assert keeps.predicted_s == pytest.approx(keeps.summary.cost(keeps.profile.vector()))
+    # one field a step: every step once from its data, against revolve's 449
+    mixes = _plan(_wave_like(300, advance_step=0.5, data_step=0.1), ram="150")
+    assert mixes.schedule.name == "mixed" and mixes.summary.forward_steps == 300
+    # the same run without the model's figures prices single steps and free copies: mixed
+    assert _plan(_wave_like(300), ram="32").schedule.name == "mixed"
+
+
+def test_a_measured_profile_prices_over_the_model_s_figures():
+    planned = _plan(_wave_like(300, advance_step=0.3, data_step=0.3), ram="32", costs=_profile(1.0, 0.0))
+    assert planned.schedule.name == "mixed"
+    planned = _plan(_wave_like(300, advance_step=1.0, data_step=0.0), ram="32", costs=_profile(0.3, 0.1))
+    assert planned.schedule.name != "mixed"
+
+
+def test_a_profile_without_data_figures_takes_the_model_s():
+    # a calibrated profile of before data were measured: the model's own figure prices the copies
+    planned = _plan(_wave_like(300, data_step=0.1), ram="32", costs=_profile(0.3, None))
+    assert planned.schedule.name != "mixed" and planned.profile.data_s == 0.1
+
+
+def test_the_node_check_counts_store_all_s_data_not_restart_states(monkeypatch):
+    # without a budget the ranks claim the predicted peak: the slack, the model's 4 and the driver's 4
+    # restart states of 2 fields, 2 control fields, then the RAM: 39 fields of data (mixed store-all)
+    # or 39 restart states (78 fields); the node holds 70 fields beside the fixed part
+    from hpcadj.checkpoint import memory_fit
+    from hpcadj.checkpoint.options import ConfigError
+
+    fixed = memory_fit.ALLOCATOR_SLACK_BYTES + 18 * FIELD
+    monkeypatch.setattr(memory_fit, "node_memory_bytes", lambda: (fixed + 70 * FIELD, "a test node"))
+    planned = _plan(_run(40))
+    assert planned.schedule.name == "mixed" and planned.summary.peak[0] * FIELD == 39 * FIELD
+    with pytest.raises(ConfigError, match="more than a test node holds"):
+        _plan(_run(40, data=None))
+    with pytest.raises(ConfigError, match="more than a test node holds"):  # a run directory keeps states
+        provision(_run(40), None, Checkpointing(), durability=lambda *args: 0.0)

@@ -26,6 +26,11 @@ forward steps, so their plans are unchanged. Which runs a plan's ``Advance`` han
 ``advance_first``, the model's ``advance_objective``), the multi-level DP prices every advance of
 its table as a recomputation's.
 
+Adjoint data: a step reversed from its data (mixed plans, mixed.py) copies them twice, once out of
+the step's states (capture) and once into the stand-in state its adjoint step reads. ``OpCosts.data``
+prices that per step reversed from data (``CostProfile.data_s``, measured by calibration for a model
+that declares adjoint data); 0 without it, so plans without data and older profiles price as before.
+
 First touch: a slot's memory is new to the process the first time the slot is filled (a RAM level
 holds states by reference; the model's next state then needs fresh pages). ``LevelCost.fill_s``,
 measured by calibration, is that one-off cost per slot; the predicted makespan adds ``peak_k *
@@ -67,11 +72,13 @@ class OpCosts:
     advance: tuple[float, float] | None = None
     #: whether the first sweep hands runs to the advance too (else only recomputation does)
     advance_first: bool = False
+    #: a step reversed from its adjoint data: their capture after the step and the stand-in state
+    data: float = 0.0
 
     def __post_init__(self):
         if len(self.write) != len(self.read):
             raise ValueError("write and read costs need one entry per level")
-        values = (self.forward, self.adjoint, *self.write, *self.read, *(self.advance or ()))
+        values = (self.forward, self.adjoint, *self.write, *self.read, *(self.advance or ()), self.data)
         if any(not (v >= 0) or v == float("inf") for v in values):
             raise ValueError(f"costs must be finite and non-negative, got {values}")
         object.__setattr__(self, "write", tuple(float(w) for w in self.write))
@@ -105,7 +112,8 @@ class OpCosts:
         """The same costs for the first ``k`` levels (levels beyond the profile are an error)."""
         if k > self.levels:
             raise ValueError(f"cost profile has {self.levels} levels, the plan needs {k}")
-        return OpCosts(self.forward, self.adjoint, self.write[:k], self.read[:k], self.advance, self.advance_first)
+        return OpCosts(self.forward, self.adjoint, self.write[:k], self.read[:k], self.advance, self.advance_first,
+                       self.data)
 
 
 @dataclass
@@ -162,6 +170,8 @@ class CostProfile:
     relative: bool = False
     #: the model's own advance (None: a run of m steps costs m forward steps)
     advance: AdvanceCost | None = None
+    #: seconds of a step reversed from its adjoint data: capture and stand-in (None: not measured)
+    data_s: float | None = None
 
     @classmethod
     def default(cls, n_levels: int = 3) -> "CostProfile":
@@ -179,7 +189,7 @@ class CostProfile:
             return OpCosts(self.forward_s, self.adjoint_s,
                            tuple(lv.write_s * (1.0 - lv.overlap) for lv in self.levels),
                            tuple(lv.read_s for lv in self.levels),
-                           (adv.fixed_s, adv.step_s) if adv else None, first)
+                           (adv.fixed_s, adv.step_s) if adv else None, first, self.data_s or 0.0)
         if minimize == "energy":
             watts = DEFAULT_WATTS
 
@@ -191,7 +201,8 @@ class CostProfile:
             return OpCosts(joules(self.forward_j, self.forward_s), joules(self.adjoint_j, self.adjoint_s),
                            tuple(joules(lv.write_j, lv.write_s) for lv in self.levels),
                            tuple(joules(lv.read_j, lv.read_s) for lv in self.levels),
-                           (power * adv.fixed_s, power * adv.step_s) if adv else None, first)
+                           (power * adv.fixed_s, power * adv.step_s) if adv else None, first,
+                           power * (self.data_s or 0.0))
         raise ValueError(f"minimize must be 'time' or 'energy', got {minimize!r}")
 
     def fill_seconds(self, peak_slots) -> float:
@@ -237,7 +248,7 @@ class CostProfile:
             profile = cls(levels=levels, advance=advance, **rest)
         except TypeError as exc:
             raise ValueError(f"bad cost profile: {exc}") from None
-        for value in (profile.forward_s, profile.adjoint_s):
+        for value in (profile.forward_s, profile.adjoint_s, *(() if profile.data_s is None else (profile.data_s,))):
             if not isinstance(value, (int, float)) or value < 0:
                 raise ValueError(f"bad cost profile: step times must be non-negative numbers, got {value!r}")
         return profile

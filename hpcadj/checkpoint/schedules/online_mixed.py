@@ -44,6 +44,9 @@ class OnlineMixed:
         self.stored: dict[int, int] = {}
         #: which reverse sweep was streamed: "mixed" or the planner's ("states"); None before finish
         self.chosen: str | None = None
+        #: the reverse sweep streamed, and the forward steps of the planner's own plan (after finish)
+        self.reverse: list[Action] = []
+        self.states_forward_steps: int | None = None
 
     def units(self) -> list[int]:
         """Capacities in units on every level (RAM's bytes; the others' slots of restart states)."""
@@ -78,21 +81,28 @@ class OnlineMixed:
             sim.execute(action)
         return sim.result().forward_steps
 
+    def executed(self) -> list[Action]:
+        """The whole plan as streamed (after finish): the first sweep and the reverse sweep chosen."""
+        return [*self.first_sweep, *self.reverse]
+
     def finish(self) -> Iterator[Action]:
         n = self.position
         if self.states_suffice and n > 1 and 0 in self.stored:
             try:
                 own = list(copy.deepcopy(self.inner).finish())
                 mixed = self._mixed_reverse(n)
-                cheaper = self._forward_steps(n, mixed) < self._forward_steps(n, own)
+                self.states_forward_steps = self._forward_steps(n, own)
+                cheaper = self._forward_steps(n, mixed) < self.states_forward_steps
             except (PlanError, ScheduleError):
                 cheaper = False
             if cheaper:
-                self.chosen = "mixed"
+                self.chosen, self.reverse = "mixed", mixed
                 yield from mixed
                 return
-        self.chosen = "states"
-        yield from self.inner.finish()
+        self.chosen, self.reverse = "states", list(self.inner.finish())
+        if self.states_forward_steps is None:
+            self.states_forward_steps = self._forward_steps(n, self.reverse)
+        yield from self.reverse
 
 
 def online_mixed_factory(factory: Callable[[Sequence[int]], object], ram_units: int, sizes: tuple[int, int],

@@ -55,13 +55,15 @@ class PlanSummary:
 
     def cost(self, costs: OpCosts) -> float:
         """Predicted makespan (or energy) of this plan under ``costs``; moving a step's data costs
-        a state's I/O scaled by their sizes (each data item is written once and read once)."""
+        a state's I/O scaled by their sizes (each data item is written once and read once), and each
+        step reversed from its data its capture and stand-in (``costs.data``)."""
         levels = costs.for_levels(len(self.capacities))
         scale = self.sizes[1] / self.sizes[0]
         return (levels.stepping(self.forward_steps, self.advances) + self.adjoint_steps * levels.adjoint
                 + sum(w * c for w, c in zip(self.writes, levels.write))
                 + sum(r * c for r, c in zip(self.reads, levels.read))
-                + sum(w * scale * (cw + cr) for w, cw, cr in zip(self.data_writes, levels.write, levels.read)))
+                + sum(w * scale * (cw + cr) for w, cw, cr in zip(self.data_writes, levels.write, levels.read))
+                + self.data_adjoints * levels.data)
 
 
 class Simulator:

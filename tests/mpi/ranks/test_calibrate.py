@@ -26,6 +26,7 @@ def test_profile_times_steps_and_the_first_touch_of_ram_slots_only(comm, shared_
     ram, disk = profile.levels
     assert profile.forward_s > 0 and profile.adjoint_s > 0
     assert ram.fill_s > 0 and disk.fill_s == 0
+    assert profile.data_s > 0  # wave declares u^i: a step from its data copies it out and in
     assert ram.write_s >= 0 and disk.write_s > 0 and disk.read_s > 0
     # every rank holds the same profile: the slowest rank's timings, agreed
     gathered = comm.allgather((profile.forward_s, profile.adjoint_s, ram.fill_s, disk.write_s))
@@ -99,6 +100,21 @@ def test_profile_prices_the_models_own_advance_only(comm, shared_tmp):
     add_model_arguments(parser)
     heat = build_model(parser.parse_args(["--model", "heat", "--grid", "16x16", "--steps", "10"]), comm)
     assert advance_cost(heat, comm, repeats=1) is None
+
+
+def test_a_model_without_adjoint_data_has_no_data_cost(comm):
+    from hpcadj.checkpoint.calibrate import data_cost
+
+    parser = Parser()
+    add_model_arguments(parser)
+    heat = build_model(parser.parse_args(["--model", "heat", "--grid", "16x16", "--steps", "10"]), comm)
+    assert data_cost(heat, comm, 0, None, None) is None
+    model = wave(comm)
+    model.set_controls(model.default_controls())
+    u0 = model.initial_state()
+    u1 = model.step(0, u0)
+    found = data_cost(model, comm, 0, u0, u1, repeats=1)
+    assert found > 0 and comm.allgather(found) == [found] * comm.size
 
 
 def test_run_reports_predicted_and_measured_advances(comm):

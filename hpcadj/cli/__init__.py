@@ -1,7 +1,8 @@
 """The ``hpcadj`` command: one subcommand per module in this package.
 
 Bad input never shows a traceback: a :class:`CliError` (or an argparse error) prints one line on
-stderr (rank 0 only under MPI) and exits with status 2; so does memory running out. An error on some
+stderr (rank 0 only under MPI) and exits with status 2; so do memory running out and a failing file
+system or checkpoint level (:func:`~.common.storage_failure`), whatever the command. An error on some
 ranks only is agreed on (:func:`agree`): every rank exits 2 and rank 0's one line names the failing
 ranks; where the others went on into a collective call and cannot come to agree, the failing rank
 prints its line and ends the job (MPI_Abort), so nothing hangs. Arguments with a
@@ -257,10 +258,14 @@ def main(argv: list[str] | None = None, *, keep_petsc_options: bool = False) -> 
         return status
     except CliError as exc:
         return report_error(str(exc) if exc.agreed else _agreed_message(str(exc)))
-    except BaseException as exc:  # anything but memory running out is re-raised
-        if not out_of_memory(exc):
+    except BaseException as exc:  # anything but memory running out or failing storage is re-raised
+        from .common import storage_failure
+
+        if out_of_memory(exc):
+            return memory_exhausted(exc)
+        if not storage_failure(exc):
             raise
-        return memory_exhausted(exc)
+        return report_error(_agreed_message(str(exc)))
 
 
 def _agreed_message(message: str) -> str:

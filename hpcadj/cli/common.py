@@ -213,6 +213,17 @@ def memory_baseline(args, comm, *, second_order: bool = False) -> int | None:
         return process_rss_bytes()
 
 
+def storage_failure(exc: BaseException) -> bool:
+    """Whether ``exc``, escaping a command, is a failing file system or checkpoint level: a level's
+    LevelError, an output file's WriteError, a run directory's RunDirError (each the same on every
+    rank where the operation is collective). Every command ends with it as the one error line."""
+    from ..checkpoint.storage.base import LevelError
+    from ..fieldio import WriteError
+    from ..restart import RunDirError
+
+    return isinstance(exc, (LevelError, WriteError, RunDirError))
+
+
 def solver_failure(exc: SolverError, hint: str = "") -> CliError:
     """A model solver that did not converge, as the one error line."""
     return CliError(f"{exc}{'; ' + hint if hint else ''}")

@@ -168,7 +168,6 @@ def main(args) -> int:
     import os
 
     from ..adjoint.session import ConfigError, check_configuration
-    from ..fieldio import WriteError
     from ..inversion import Inversion, InversionError
     from ..models.base import SolverError
 
@@ -214,7 +213,7 @@ def main(args) -> int:
                          model.control_arrays(result.controls), attrs={"J": result.J, "iterations": result.iterations})
         if args.gradient_out and result.status != "stopped":
             write_gradient(args.gradient_out, inversion, result, invert, writes)
-    except (ConfigError, InversionError, WriteError) as exc:
+    except (ConfigError, InversionError) as exc:
         raise CliError(str(exc)) from None
     except SolverError as exc:
         raise CliError(f"{exc}; a smaller --dt may help") from None

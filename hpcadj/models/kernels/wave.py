@@ -190,8 +190,88 @@ def adjoint_step(LP, LC, FL, U, FU, sigma, hdt, c, FQ, ih2, has_z, dt2, r, grad,
 
     With mu = a lam_cur': out = (-b mu, lam_prev' + (1 + r) mu + dt2 L(c^2 a lam_cur')),
     grad += 2 dt2 c mu L u^i. q = c^2 a lam_cur' is made once per point, a plane ahead, in a ring
-    of three halo-padded planes (cache-resident), from c and s: no c^2 a or a array is read.
+    of three halo-padded planes (cache-resident), from c and s: no c^2 a or a array is read. In 3-D
+    that plane-ahead pass also writes out_p and keeps, in two-plane rings, part = lam_prev' +
+    (1 + r) mu and t = 2 dt2 c mu: the point loop then reads no lam, sigma or c again and finishes
+    out_c = part + dt2 L q, grad += t L u^i, the same operations in the same order (bitwise).
     """
+    if not has_z:
+        _adjoint_2d(LP, LC, FL, U, FU, sigma, hdt, c, FQ, ih2, has_z, dt2, r, grad, out_p, out_c)
+        return
+    uzlo, uzhi, uylo, uyhi, uxlo, uxhi = FU
+    ihz2, ihy2, ihx2 = ih2
+    mz, my, mx = sigma.shape
+    ring = np.empty((3, my + 2, mx + 2))  # plane k's q in ring[(k + 1) % 3]
+    parts = np.empty((2, my, mx))  # plane k's part and t in [k % 2]
+    ts = np.empty((2, my, mx))
+    ubuf = np.empty(mx + 2)
+    two_dt2 = 2.0 * dt2
+    two = 1.0 + r
+    _fill_q(ring[0], LC, FL, c, sigma, hdt, FQ, -1)
+    _fill_plane(ring[1], parts[0], ts[0], LP, LC, FL, c, sigma, hdt, r, two, two_dt2, FQ, 0, out_p)
+    for k in range(mz):
+        if k + 1 < mz:
+            _fill_plane(ring[(k + 2) % 3], parts[(k + 1) % 2], ts[(k + 1) % 2], LP, LC, FL, c, sigma, hdt, r,
+                        two, two_dt2, FQ, k + 1, out_p)
+        else:
+            _fill_q(ring[(k + 2) % 3], LC, FL, c, sigma, hdt, FQ, mz)
+        Qc = ring[(k + 1) % 3]
+        Qm = ring[k % 3]
+        Qp = ring[(k + 2) % 3]
+        Pk, Tk = parts[k % 2], ts[k % 2]
+        Uk, Gk, Ok = U[k], grad[k], out_c[k]
+        Uzm = U[k - 1] if k > 0 else uzlo
+        Uzp = U[k + 1] if k < mz - 1 else uzhi
+        for j in range(my):
+            uym = Uk[j - 1] if j > 0 else uylo[k]
+            uyp = Uk[j + 1] if j < my - 1 else uyhi[k]
+            ubuf[0] = uxlo[k, j]
+            ubuf[mx + 1] = uxhi[k, j]
+            for i in range(mx):
+                ubuf[i + 1] = Uk[j, i]
+            for i in range(mx):
+                q = Qc[j + 1, i + 1]
+                lapq = _lap(q, Qm[j + 1, i + 1], Qp[j + 1, i + 1], Qc[j, i + 1], Qc[j + 2, i + 1], Qc[j + 1, i],
+                            Qc[j + 1, i + 2], ihz2, ihy2, ihx2, True)
+                lapu = _lap_row(ubuf, Uzm, Uzp, uym, uyp, j, i, ih2, True)
+                Ok[j, i] = Pk[j, i] + dt2 * lapq
+                Gk[j, i] += Tk[j, i] * lapu
+
+
+@njit(cache=True, inline="always")
+def _fill_plane(Q, P, T, LP, LC, FL, c, sigma, hdt, r, two, two_dt2, FQ, k, out_p):
+    """Owned plane k of the 3-D adjoint's plane-ahead pass: q (with its y and x halo) into ``Q``,
+    part = lam_prev' + (1 + r) mu into ``P``, t = (2 dt2 c) mu into ``T``, and out_p = -b mu;
+    a = 1/(1+s), b = r - s, mu = a lam_cur', the doubles :func:`_fill_q` and :func:`_damping` make."""
+    lzlo, lzhi, lylo, lyhi, lxlo, lxhi = FL
+    qzlo, qzhi, qylo, qyhi, qxlo, qxhi = FQ
+    mz, my, mx = sigma.shape
+    ck, Sk, LCk, LPk, OPk = c[k], sigma[k], LC[k], LP[k], out_p[k]
+    for j in range(my):
+        Q[j + 1, 0] = qxlo[k, j] * lxlo[k, j]
+        Q[j + 1, mx + 1] = qxhi[k, j] * lxhi[k, j]
+        for i in range(mx):
+            ci = ck[j, i]
+            a, b = _damping(hdt * Sk[j, i], r)
+            lc = LCk[j, i]
+            mu = a * lc
+            Q[j + 1, i + 1] = ((ci * ci) * a) * lc
+            OPk[j, i] = -b * mu
+            P[j, i] = LPk[j, i] + two * mu
+            T[j, i] = two_dt2 * ci * mu
+    lo = Q[0]
+    hi = Q[my + 1]
+    qlo, llo, qhi, lhi = qylo[k], lylo[k], qyhi[k], lyhi[k]
+    for i in range(mx):
+        lo[i + 1] = qlo[i] * llo[i]
+        hi[i + 1] = qhi[i] * lhi[i]
+
+
+@njit(cache=True, error_model="numpy")
+def _adjoint_2d(LP, LC, FL, U, FU, sigma, hdt, c, FQ, ih2, has_z, dt2, r, grad, out_p, out_c):
+    """:func:`adjoint_step` of a 2-D block (one plane): q made for the whole plane first, then the
+    point loop reads lam_cur', sigma and c again. The 3-D kernel's per-plane temporaries would be
+    the whole field here (2-3x slower at 300x257, measured)."""
     uzlo, uzhi, uylo, uyhi, uxlo, uxhi = FU
     ihz2, ihy2, ihx2 = ih2
     mz, my, mx = sigma.shape

@@ -96,7 +96,9 @@ class Transport:
     docs/architecture.md, "Threads"); the others run on the caller's thread. ``agrees_reads``:
     ``load`` agrees its outcome over the communicator itself (a collective read). ``agrees_writes``:
     a failed ``store`` or ``shutdown`` fails on every rank alike (else the level agrees on what
-    ``flush`` and ``close`` find). ``defers_commit``:
+    ``flush`` and ``close`` find). ``agrees_drops``: ``drop`` changes shared metadata collectively
+    on the caller's thread and fails on every rank alike; ``free`` then raises it (else a failed
+    ``drop`` only leaves a file behind and is ignored). ``defers_commit``:
     ``store`` never raises; it returns an outcome that ``settle`` publishes collectively on the
     caller's thread, failing the step on every rank alike, so its queued operations are never
     skipped after a failure.
@@ -105,6 +107,7 @@ class Transport:
     threaded = frozenset({"store", "load", "drop", "shutdown"})
     agrees_reads = False
     agrees_writes = False
+    agrees_drops = False
     defers_commit = False
     keep = False
 
@@ -263,7 +266,11 @@ class QueuedLevel(Level):
         self.transport.settle(wait_for=step)
         self.io.prefetched.pop(step, None)
         self.io.bad.discard(step)
-        self._run("drop", lambda: self.transport.drop(step), always=True)
+        dropped = self._run("drop", lambda: self.transport.drop(step), always=True)
+        if self.transport.agrees_drops and dropped.exception() is not None:  # inline: done
+            self._held.discard(step)  # gone on every rank alike: its slot is not reused
+            self.times.pop(step, None)
+            raise dropped.exception()
 
     def discard(self, step: int) -> None:
         """Forget ``step`` in any state (pending, prefetched, failed, corrupt); never raises."""

@@ -23,7 +23,9 @@ A full file system: before each write the file is flushed and the blocks the wri
 metadata will touch are allocated on rank 0 (:mod:`.space`), the outcome agreed; so ENOSPC fails
 that write on every rank before any HDF5 call can fail on one rank only (which would leave the
 others in a collective call for ever), and the level takes no more writes. Closing (and removing a
-file not kept) is agreed too.
+file not kept) is agreed too, and so is freeing a snapshot (its link and step attribute: collective
+metadata changes): a failure on any rank fails the free on every rank as a write failure of the level,
+which then takes no new snapshots, and the run re-plans.
 With ``keep`` (restartable runs) the file is flushed (``H5Fflush``) after every write, so a killed
 run leaves a file whose step links and CRC tables describe complete snapshots.
 
@@ -48,7 +50,7 @@ from ...snapshot import Snapshot, SnapshotLayout
 from ...imports import h5py, mpi
 from .aio import QueuedLevel, Transport
 from ...collective import agree_or_raise
-from .base import CorruptSnapshot, LevelError, WriteFailed, agree_run_id
+from .base import CorruptSnapshot, LevelError, LevelFault, WriteFailed, agree_run_id
 from .checksum import ALGORITHM, block_checksum
 from .pfs_attach import FORMAT, attach_file
 from .space import METADATA_MARGIN, reserve
@@ -116,6 +118,7 @@ class H5File(Transport):
     threaded = frozenset()
     agrees_reads = True
     agrees_writes = True
+    agrees_drops = True
 
     def __init__(self, name: str, comm, layout: SnapshotLayout, path: str | None = None, *,
                  run_id: str | None = None, keep: bool = False, fsync: bool = False,
@@ -389,14 +392,32 @@ class H5File(Transport):
         return read_checked(self.name, step, self.rank, self.layout, self.fields, expected, read, self.path)
 
     def drop(self, step: int) -> None:
+        """Collective: unlink ``step`` and mark its slot free, every rank making both calls. A
+        failure on any rank is the same write failure of the level on every rank (its metadata may
+        now differ from what the ranks agreed: it takes no new snapshots, the run re-plans) and the
+        slot is not reused; the step is gone from the level all the same."""
         slot = self.slot_of.pop(step, None)
         self.crc.pop(step, None)
         if slot is None:  # the write never landed
             return
         link = f"step_{step}"
-        if link in self._file["snapshots"]:
-            del self._file["snapshots"][link]
-        self.groups[slot].attrs["step"] = -1
+
+        def unlink():
+            if link in self._file["snapshots"]:
+                del self._file["snapshots"][link]
+
+        def mark_free():
+            self.groups[slot].attrs["step"] = -1
+
+        problems = []
+        for change in (unlink, mark_free):
+            try:
+                change()
+            except Exception as exc:  # noqa: BLE001 - agreed next; the other call is still made
+                problems.append(f"{type(exc).__name__}: {exc}")
+        agree_or_raise(self.comm, "; ".join(problems) or None,
+                       lambda message: LevelFault(self.name, step, message, writing=True),
+                       f"{self.name}: freeing step {step} in {self.path} failed ({{detail}})")
         self.return_slot(slot)
 
     def shutdown(self, problem: str | None = None) -> None:

@@ -54,6 +54,7 @@ class CommittedRaw(Transport):
     threaded = frozenset({"store", "load"})
     defers_commit = True
     agrees_writes = True
+    agrees_drops = True
 
     def __init__(self, h5: H5File, raw: RawFile | None, io):
         self.h5, self.raw, self.io = h5, raw, io

@@ -14,7 +14,9 @@ reference (``driver.faults`` records what happened), or the run must stop with
 - an unwritable directory mid-run: the tmpfs remounted read-only after two writes (real EROFS);
 - nothing fits: the only level full from its first write;
 - a flush or close failing on one rank only (EIO/EROFS after HDF5's collective part, a write
-  failure found only at flush or close): every rank fails alike, or the run re-plans, never a hang.
+  failure found only at flush or close): every rank fails alike, or the run re-plans, never a hang;
+- freeing an HDF5 snapshot failing on one rank (its link's removal): every rank fails the free alike
+  and the run re-plans.
 """
 
 import errno
@@ -368,3 +370,58 @@ def test_node_local_write_failing_on_one_rank_fails_flush_and_close_on_every_ran
             assert len(set(comm.allgather((str(caught.value), caught.value.step)))) == 1, str(caught.value)
         else:
             level.close()
+
+
+# -- freeing a snapshot failing on one rank -------------------------------------------------------
+
+def failing_unlink(comm, after=0):
+    """On the last rank only, removing an HDF5 link fails (EIO) from the ``after + 1``-th removal on,
+    after HDF5 removed it (a group's ``__delitem__``: the class, since h5py makes a new group object
+    on every lookup). Returns what restores it."""
+    import h5py
+
+    real = h5py.Group.__delitem__
+    fail_on_last_rank(comm, h5py.Group, "__delitem__", errno.EIO, after=after)
+    return lambda: setattr(h5py.Group, "__delitem__", real)
+
+
+@pytest.mark.parametrize("async_io", [True, False], ids=["async", "sync"])
+def test_pfs_free_failing_on_one_rank_fails_on_every_rank(comm, shared_tmp, async_io):
+    """Unlinking a freed snapshot fails on the last rank: every rank raises the same write failure,
+    holds the same steps, and the level (its slot not reused) still writes and reads alike."""
+    level, snapshot = stored_level(comm, shared_tmp, "pfs", async_io, False, "free")
+    try:
+        for step in (1, 2):
+            level.write(step, snapshot)
+        level.flush()
+        restore = failing_unlink(comm)
+        try:
+            with pytest.raises(LevelError, match=r"freeing step 1 .*\(injected\)") as caught:
+                level.free(1)
+        finally:
+            restore()
+        assert caught.value.writing and caught.value.step == 1
+        assert len(set(comm.allgather((str(caught.value), caught.value.step)))) == 1, str(caught.value)
+        assert comm.allgather(sorted(level.valid_steps())) == [[2]] * comm.size
+        level.write(3, snapshot)
+        for step in (2, 3):
+            assert all(np.array_equal(level.read(step)[f], snapshot[f]) for f in snapshot)
+    finally:
+        level.close()
+
+
+@pytest.mark.parametrize("async_io", [True, False], ids=["async", "sync"])
+def test_pfs_free_failing_on_one_rank_mid_run(reference, comm, shared_tmp, async_io):
+    """In a real run the first free of the HDF5 level fails on the last rank: the run re-plans
+    around the level on every rank and the gradient is bitwise the same."""
+    restore = []
+    try:
+        driver, result = run(reference, comm, {"pfs": "4"}, "revolve", shared_tmp, async_io=async_io,
+                             pfs_file=f"{shared_tmp}/ck-free-{async_io}.h5",
+                             hook=lambda levels: restore.append(failing_unlink(comm)))
+    finally:
+        for undo in restore:
+            undo()
+    assert_identical(reference, driver, result)
+    assert any("freeing step" in f and "(injected)" in f for f in driver.faults), driver.faults
+    assert len(set(comm.allgather(tuple(driver.faults)))) == 1, driver.faults

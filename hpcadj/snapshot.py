@@ -72,7 +72,9 @@ def mapped_empty(shape, dtype) -> np.ndarray:
         # what numpy raises for a heap array, so callers report both alike ("out of memory")
         raise MemoryError(f"Unable to allocate {nbytes / 2 ** 20:.3g} MiB for an array with shape "
                           f"{shape} and data type {dtype}") from None
-    return np.frombuffer(mapping, dtype=dtype).reshape(shape)
+    # over the mapping itself, not a reshaped view of a flat array: a view of the result then refers
+    # to the result (numpy's base chain stops there), so a pool counting its references sees it held
+    return np.ndarray(shape, dtype=dtype, buffer=mapping)
 
 
 def copy_snapshot(snapshot: Snapshot, spare: Snapshot | None = None) -> Snapshot:

@@ -15,3 +15,19 @@ def test_a_mapping_is_writable_and_sized():
     a = mapped_empty((300, 200), np.float64)
     a[...] = 1.5
     assert a.shape == (300, 200) and a.sum() == 1.5 * 300 * 200
+
+
+def test_a_view_of_a_mapped_array_refers_to_it():
+    """A mapped array's views refer to it (not to an array behind it): a pool that hands a buffer out
+    again once nothing else refers to it must see a reshaped view as a holder."""
+    import sys
+
+    from hpcadj.snapshot import MAPPED_MIN_BYTES, mapped_empty
+
+    n = MAPPED_MIN_BYTES // 8 * 2
+    buf = mapped_empty((n,), np.float64)
+    before = sys.getrefcount(buf)
+    view = buf.reshape((2, n // 2))
+    assert sys.getrefcount(buf) > before and view.base is buf
+    shaped = mapped_empty((2, n // 2), np.float64)
+    assert shaped.reshape(-1).base is shaped

@@ -1,7 +1,7 @@
 """A checkpoint level failing in a command other than ``hpcadj run`` (the HDF5 file of ``hpcadj
-invert``'s gradients that cannot be removed, EROFS on rank 0, which alone removes it; ``hpcadj
-gradcheck``'s RAM level failing to close on every rank): one line, exit status 2, no traceback and
-no result file, under 1, 2 and 3 ranks with a timeout."""
+invert``'s gradients that cannot be removed, EROFS on rank 0, which alone removes it; the RAM level
+of ``gradcheck`` and ``hesscheck`` failing to close on every rank): one line, exit status 2, no
+traceback and no result, under 1, 2 and 3 ranks with a timeout."""
 
 import pytest
 
@@ -25,6 +25,7 @@ COMMANDS = {
     "invert": ["invert", "--grid", "8x8", "--steps", "6", "--invert", "kappa", "--max-it", "2", "--pfs", "3",
                "--pfs-file", "{ck}", "--controls-out", "{out}"],
     "gradcheck": ["gradcheck", "--grid", "8x8", "--steps", "4", "--halvings", "1"],
+    "hesscheck": ["hesscheck", "--grid", "8x8", "--steps", "4", "--halvings", "1"],
 }
 
 
@@ -33,7 +34,7 @@ COMMANDS = {
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_a_failing_level_ends_the_command_in_one_line(tmp_path, command, nranks):
     script = tmp_path / "probe.py"
-    script.write_text((CLOSE_FAILS if command == "gradcheck" else "") + PROBE)
+    script.write_text((CLOSE_FAILS if command != "invert" else "") + PROBE)
     ck, out = tmp_path / "ck.h5", tmp_path / "out.h5"
     argv = [PYTHON, str(script), str(ck), *(a.format(ck=ck, out=out) for a in COMMANDS[command])]
     proc = run(argv, timeout=300, env=mpi_env()) if nranks == 1 else mpirun(nranks, argv, timeout=300)

@@ -18,8 +18,8 @@ them (:class:`~.schedules.costs.AdvanceCost`); a model without one gets none, an
 run of m steps as m single steps.
 
 A model that declares its adjoint data gets the cost of a step reversed from them (:func:`data_cost`):
-the capture of a step's data and the stand-in state its adjoint step reads, with the data held as a
-plan holds them (fresh memory, given back as the driver gives it back).
+the capture of a step's data and the stand-in state its adjoint step reads (their memory's first
+touch is the RAM level's, below).
 
 A RAM level also gets its first-touch cost (``LevelCost.fill_s``): the mean seconds to fault in one
 snapshot's worth of fresh memory over as many slots as the level has, held at once as a run holds
@@ -134,34 +134,23 @@ def advance_cost(model, comm, repeats: int = 3, brief: bool = False) -> AdvanceC
                        runs=runs)
 
 
-#: steps' data a calibration captures and holds at once, at most this many bytes a rank
-DATA_PROBE_BYTES = 256 * 2 ** 20
-
-
 def data_cost(model, comm, i: int, u, u_next, repeats: int = 3) -> float | None:
     """Seconds of a step reversed from its adjoint data beyond its adjoint step: the capture of
-    step i's data from (u, u_next), held with others as a plan holds them (at least ``BLOCK *
-    repeats`` items, at most :data:`DATA_PROBE_BYTES` a rank), then each one's stand-in state built
-    and freed, the heap given back every ``DataActions.TRIM_EVERY`` as the driver does; the slowest
-    rank's mean per step. None for a model that declares no adjoint data. Collective."""
-    from ..adjoint.data_actions import DataActions
-    from ..buffers import release_free_memory
-
+    step i's data from (u, u_next) and the stand-in state built from them, in warm memory (the first
+    touch of the memory data slots hold is the RAM level's ``fill_s``, priced per slot of a plan's
+    peak as for restart states); the slowest rank's median over ``repeats`` blocks of ``BLOCK``.
+    None for a model that declares no adjoint data. Collective."""
     layout = model.adjoint_data_layout() if hasattr(model, "adjoint_data_layout") else None
     if layout is None:
         return None
-    nbytes = comm.allreduce(layout_bytes(layout), op=mpi().MAX)
-    count = max(BLOCK * repeats, min(DATA_PROBE_BYTES // max(nbytes, 1), 4 * BLOCK * repeats))
-    model.adjoint_data_state(i, model.adjoint_data(i, u, u_next)).destroy()  # warm-up: the pool's buffer
-    comm.Barrier()
-    t0 = time.perf_counter()
-    held = [model.adjoint_data(i, u, u_next) for _ in range(count)]
-    for k in range(count):
-        model.adjoint_data_state(i, held.pop()).destroy()
-        if (k + 1) % DataActions.TRIM_EVERY == 0:
-            release_free_memory()
+
+    def reversed_from_data():
+        data = model.adjoint_data(i, u, u_next)
+        model.adjoint_data_state(i, data).destroy()
         petsc().garbage_cleanup(comm)
-    return comm.allreduce(time.perf_counter() - t0, op=mpi().MAX) / count
+
+    reversed_from_data()  # warm-up: the pool's buffer, the capture's memory
+    return _timed(comm, reversed_from_data, repeats, BLOCK)
 
 
 def calibrate(model, controls, comm, plans: list[LevelPlan], config: CheckpointConfig,

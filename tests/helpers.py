@@ -86,6 +86,34 @@ def hpcadj_in_process(args: list[str], *, env: dict | None = None) -> subprocess
     return subprocess.CompletedProcess(["hpcadj", *args], status, out.getvalue(), err.getvalue())
 
 
+#: under mpirun: each command of argv[1] (a JSON list of argument lists) through hpcadj_in_process, the
+#: collector off as in the ``hpcadj`` executable and the heap frozen before each (tests/conftest.py)
+_EACH = """import gc, json, sys
+from hpcadj.imports import mpi
+from tests.helpers import hpcadj_in_process
+gc.disable()
+for args in json.loads(sys.argv[1]):
+    gc.collect()
+    gc.freeze()
+    proc = hpcadj_in_process(args)
+    if mpi().COMM_WORLD.rank == 0:
+        print("hpcadj-each " + json.dumps([proc.returncode, proc.stdout, proc.stderr]), flush=True)
+"""
+
+
+def hpcadj_each(commands: list[list[str]], nranks: int, *, timeout: float = 300) -> list[subprocess.CompletedProcess]:
+    """Several ``hpcadj`` commands one after another in one ``mpirun`` (its ranks' start-up paid once),
+    each through :func:`hpcadj.cli.main` on every rank: rank 0's exit status, stdout and stderr of
+    each. For checks that need ranks but not a process each (no kill, signal or PETSc option)."""
+    proc = mpirun(nranks, [PYTHON, "-c", _EACH, json.dumps([list(map(str, c)) for c in commands])],
+                  timeout=timeout)
+    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    results = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines()
+               if line.startswith("hpcadj-each ")]
+    assert len(results) == len(commands), proc.stdout[-4000:]
+    return [subprocess.CompletedProcess(["hpcadj", *c], rc, out, err) for c, (rc, out, err) in zip(commands, results)]
+
+
 def hpcadj_json(args: list[str], nranks: int = 1, *, in_process: bool = False, **kw) -> dict:
     """Run ``hpcadj ... --json`` (in this process with ``in_process``) and return its one JSON object
     (fails the test on error)."""

@@ -77,13 +77,15 @@ def test_heat_passes_at_ordinary_sizes(size):
 
 
 @pytest.mark.parametrize("nranks", [2, 3])
-@pytest.mark.parametrize("model", sorted(SMALL))
-def test_every_model_passes_at_its_defaults_on_several_ranks(model, nranks):
-    """hesscheck's own steps and tolerances (no --eps, --fd-eps) on 2 and 3 ranks; heat at 48x48 x 10."""
-    from ..helpers import hpcadj
+def test_every_model_passes_at_its_defaults_on_several_ranks(nranks):
+    """hesscheck's own steps and tolerances (no --eps, --fd-eps) on 2 and 3 ranks; heat at 48x48 x 10.
+    The four models' commands share one mpirun."""
+    from ..helpers import hpcadj_each
 
-    size = ORDINARY[0] if model == "heat" else SMALL[model]
-    proc = hpcadj(["hesscheck", "--model", model, *size, "--json"], nranks, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
-    info = json.loads(proc.stdout)
-    assert info["passed"] and info["ranks"] == nranks
+    models = sorted(SMALL)
+    commands = [["hesscheck", "--model", model, *(ORDINARY[0] if model == "heat" else SMALL[model]), "--json"]
+                for model in models]
+    for model, proc in zip(models, hpcadj_each(commands, nranks, timeout=600)):
+        assert proc.returncode == 0, (model, proc.stdout, proc.stderr[-2000:])
+        info = json.loads(proc.stdout)
+        assert info["passed"] and info["ranks"] == nranks, (model, info)

@@ -2,12 +2,15 @@
 and J and every gradient field (written with --gradient-out) invariant across rank counts.
 
 Runs on one rank call ``hpcadj.cli.main`` in this process where no PETSc option is given (PETSc
-takes its options once per process), and the real command runs for each behaviour's exit status."""
+takes its options once per process), those on 2 and 3 ranks one mpirun a rank count for all models,
+and the real command runs for each behaviour's exit status."""
+
+import json
 
 import numpy as np
 import pytest
 
-from ..helpers import hpcadj, hpcadj_in_process, hpcadj_json
+from ..helpers import hpcadj, hpcadj_each, hpcadj_in_process, hpcadj_json
 
 CASES = {
     # model: (grid, steps, controls, relative tolerance across rank counts)
@@ -26,16 +29,35 @@ def _read(path):
         return {name: np.array(f[name][...]) for name in f}
 
 
-@pytest.mark.timeout(240)
+def _command(model, out):
+    grid, steps, _, _ = CASES[model]
+    return ["run", "--model", model, "--grid", grid, "--steps", str(steps), "--gradient-out", str(out), "--json"]
+
+
+@pytest.fixture(scope="module")
+def multi_rank(tmp_path_factory):
+    """{(model, nranks): (run --json object, gradient fields)} on 2 and 3 ranks: every model's run on
+    N ranks in one mpirun (hpcadj_each), so ranks' start-up is paid once a rank count."""
+    tmp = tmp_path_factory.mktemp("ranks")
+    out = {}
+    for nranks in (2, 3):
+        paths = {model: tmp / f"{model}{nranks}.h5" for model in sorted(CASES)}
+        procs = hpcadj_each([_command(model, path) for model, path in paths.items()], nranks, timeout=240)
+        for (model, path), proc in zip(paths.items(), procs):
+            assert proc.returncode == 0, (model, nranks, proc.stdout, proc.stderr[-2000:])
+            out[model, nranks] = json.loads(proc.stdout.strip().splitlines()[-1]), _read(path)
+    return out
+
+
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("model", sorted(CASES))
-def test_run_json_and_rank_invariance(model, tmp_path):
+def test_run_json_and_rank_invariance(model, tmp_path, multi_rank):
     grid, steps, controls, rtol = CASES[model]
-    runs, fields = {}, {}
-    for nranks in (1, 2, 3):
-        out = tmp_path / f"grad{nranks}.h5"
-        runs[nranks] = hpcadj_json(["run", "--model", model, "--grid", grid, "--steps", str(steps),
-                                    "--gradient-out", str(out)], nranks, in_process=nranks == 1)
-        fields[nranks] = _read(out)
+    out = tmp_path / "grad1.h5"
+    runs = {1: hpcadj_json(_command(model, out)[:-1], in_process=True)}
+    fields = {1: _read(out)}
+    for nranks in (2, 3):
+        runs[nranks], fields[nranks] = multi_rank[model, nranks]
     info = runs[1]
     assert KEYS | {f"grad_{c}_norm" for c in controls if c != "u0"} <= set(info)
     assert (info["model"], info["grid"], info["steps"]) == (model, grid, steps)

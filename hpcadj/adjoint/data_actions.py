@@ -57,10 +57,12 @@ class DataActions:
 
     #: idle model buffers a pool keeps when data are stored (the next steps' outputs)
     SPARE_BUFFERS = 2
-    #: the heap's free pages go back to the system every this many data slots freed: freed data
-    #: (heap, not mapped, once glibc raised its mmap threshold) stayed resident under later states
-    TRIM_EVERY = 4
-    _freed_data = 0
+    #: the heap's free pages go back to the system once this many bytes of data slots (this rank's) were
+    #: freed: freed data (heap, not mapped, once glibc raised its mmap threshold) stayed resident under
+    #: later states. Four wave 128^3 slots on 2 ranks; for small slots a trim (and the page faults of
+    #: refilling the pages it returned) after every few costs more than the memory it gives back
+    TRIM_BYTES = 32 * 2 ** 20
+    _freed_bytes = 0
 
     def store_data(self, action) -> None:
         level = self._data_level(action.level)
@@ -90,8 +92,9 @@ class DataActions:
                 if action.level is not None:
                     data = None
                     level.free(n0)
-                    self._freed_data += 1
-                    if self._freed_data % self.TRIM_EVERY == 0:
+                    self._freed_bytes += self._data_nbytes
+                    if self._freed_bytes >= self.TRIM_BYTES:
+                        self._freed_bytes = 0
                         release_free_memory()
                 lam = self.stepper.adjoint_step(n0, u, None, self.lam, self.grad)
             self.lam, self.lam_step = lam, n0

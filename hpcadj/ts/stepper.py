@@ -166,7 +166,8 @@ class TSStepper(StageData, AdaptiveSteps, Stepper):
 
     def _fresh_vec(self):
         """A new Vec laid out as the state, with the state's DM (``getDM``), made without a collective call:
-        λ of each adjoint step and the stand-in of a step reversed from its data."""
+        every state a step or a restore makes, λ of each adjoint step, the stand-in of a step reversed
+        from its data."""
         vec = self._template.duplicate()
         dm = self.ts.getDM()
         if dm is not None and dm.handle:
@@ -315,7 +316,8 @@ class TSStepper(StageData, AdaptiveSteps, Stepper):
         return x
 
     def step(self, i: int, u):
-        x = u.copy()
+        x = self._fresh_vec()       # not u.copy(): a DMDA Vec's copy makes a new layout (two collectives)
+        u.copy(x)
         if self.steps is not None and not self.steps.known(i):
             self._first_adaptive_step(i, u, x)
         else:
@@ -451,7 +453,7 @@ class TSStepper(StageData, AdaptiveSteps, Stepper):
         return {"u": u.getArray(readonly=True).reshape(self._layout_of(u).shape)}
 
     def restore(self, snapshot):
-        vec = self._u0.duplicate()
+        vec = self._fresh_vec()
         vec.getArray()[...] = np.asarray(snapshot["u"]).reshape(-1)
         return vec
 

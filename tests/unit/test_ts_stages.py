@@ -119,6 +119,24 @@ def test_a_budget_mixes_stage_data_and_restart_states(comm):
     _same(outcome.result, _reference(comm, stepper, controls, "4"))
 
 
+def test_the_heap_is_trimmed_per_bytes_of_data_freed_not_per_slot(comm, monkeypatch):
+    """Freed data slots give the heap back once ``TRIM_BYTES`` of them were freed: never in a run of small
+    slots (a trim every few steps cost more, in page faults, than it gave back), and every k slots once
+    k slots' bytes reach it."""
+    from hpcadj.adjoint import data_actions
+    from hpcadj.adjoint.driver import Driver
+
+    trims = []
+    monkeypatch.setattr(data_actions, "release_free_memory", lambda: trims.append(1))
+    stepper = _stepper(comm, "4")
+    slot = 4 * stepper._u0.getLocalSize() * 8                  # 4 stages of this rank's entries
+    outcome, _ = _session(stepper, _moved(stepper))
+    assert outcome.info["mixed"]["data_writes"] == N - 1 and not trims
+    monkeypatch.setattr(Driver, "TRIM_BYTES", 10 * slot)
+    _session(stepper, _moved(stepper))
+    assert len(trims) == (N - 1) // 10
+
+
 def test_data_of_a_step_the_ts_did_not_just_take_are_the_same_bits(comm):
     """Captured after another step ran: the step is taken again from u_i, the stages bitwise the first."""
     stepper = _stepper(comm, "4")

@@ -106,3 +106,31 @@ def test_vanderpol_where_ranks_hold_empty_stages(comm, rk):
     theirs = tsadjoint_gradient(ode(10.5 if rk == "4" else 10.0).ts, controls["u0"], n, stepper._final,
                                 parameters=controls.get("mu"))
     _bitwise(comm, outcome.result, theirs, controls, "mu" if rk == "4" else None)
+
+
+def _layout(vec) -> int:
+    """The PetscLayout holding a Vec's sizes (VecGetLayout): Vecs that share one were made without a
+    collective call."""
+    import ctypes
+
+    from hpcadj.ts import _capi
+
+    out = ctypes.c_void_p()
+    _capi._call("VecGetLayout", _capi._h(vec), ctypes.byref(out))
+    return out.value
+
+
+def test_vecs_made_per_step_share_one_layout(comm, grayscott):
+    """A step's output, a restored state, the stand-in of a step reversed from its data and its λ all
+    duplicate one plain Vec: one PetscLayout, made once, no collective call; a copy of a DMDA Vec makes
+    a new layout each time (an allreduce and an allgather a step on 2 ranks)."""
+    stepper, controls, _ = grayscott
+    stepper.set_controls(controls)
+    u1 = stepper.step(0, stepper.initial_state())
+    u2 = stepper.step(1, u1)
+    stand_in = stepper.adjoint_data_state(1, stepper.adjoint_data(1, u1, u2))
+    grad = {"gamma": controls["gamma"].duplicate()}
+    grad["gamma"].set(0.0)
+    lam = stepper.adjoint_step(1, stand_in, None, u2, grad)
+    made = [u1, u2, stepper.restore(stepper.snapshot(u2)), stand_in, lam]
+    assert [_layout(v) for v in made] == [_layout(stepper._template)] * len(made)

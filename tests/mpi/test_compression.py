@@ -18,7 +18,7 @@ from hpcadj.checkpoint.storage.factory import make_level
 from hpcadj.snapshot import FieldLayout
 from hpcadj.imports import h5py
 
-from ..helpers import HPCADJ, hpcadj_in_process, mpirun, run
+from ..helpers import HPCADJ, hpcadj_each, hpcadj_in_process, mpirun, run
 
 LAYOUT = {"u": FieldLayout((24, 20, 16), (0, 0, 0), (24, 20, 16)), "v": FieldLayout((24, 20), (0, 0), (24, 20))}
 
@@ -93,7 +93,8 @@ MIXES = {"ram": ["--ram", "3", "--compress", "lossless"],
                  "--compress-pfs", "lossless"],
          "three": ["--ram", "1", "--disk", "2", "--pfs", "3", "--compress", "lossless:zfp"]}
 #: (model, mix, ranks): every mix of every model on 1, 2 or 3 ranks in turn; 0 is one rank in this
-#: process, which all one-rank cases but those of ONE_RANK_MPIRUN use (no process start-up)
+#: process, which all one-rank cases but those of ONE_RANK_MPIRUN use (no process start-up); the 2- and
+#: 3-rank cases share one mpirun a rank count (multi_rank_runs)
 ONE_RANK_MPIRUN = {("heat", "ram"), ("grayscott", "pfs")}
 CASES = [(m, x, 0 if 1 + i % 3 == 1 and (m, x) not in ONE_RANK_MPIRUN else 1 + i % 3)
          for i, (m, x) in enumerate((m, x) for m in MODELS for x in MIXES)]
@@ -110,9 +111,34 @@ def run_json(ranks, args, tmp_path, timeout=240):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def _lossless_args(model, mix):
+    return ["--model", model, *MODELS[model], *MIXES[mix], "--check-compression"]
+
+
+@pytest.fixture(scope="module")
+def multi_rank_runs(tmp_path_factory):
+    """{(model, mix, ranks): run --json object} of CASES on 2 and 3 ranks: a rank count's cases one
+    after another in one mpirun (hpcadj_each), each with its own files."""
+    out = {}
+    for ranks in (2, 3):
+        cases = [(m, x) for m, x, r in CASES if r == ranks]
+        commands = []
+        for m, x in cases:
+            tmp = tmp_path_factory.mktemp(f"{m}-{x}-{ranks}")
+            extra = ["--pfs-file", str(tmp / "ckpt.h5")] if "--pfs" in MIXES[x] else []
+            commands.append(["run", *_lossless_args(m, x), *extra, "--local-dir", str(tmp), "--json", "--quiet"])
+        for case, proc in zip(cases, hpcadj_each(commands, ranks, timeout=600)):
+            assert proc.returncode == 0, (case, proc.stderr[-3000:])
+            out[(*case, ranks)] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
 @pytest.mark.parametrize("model,mix,ranks", CASES)
-def test_lossless_gradient_is_bitwise(model, mix, ranks, tmp_path):
-    info = run_json(ranks, ["--model", model, *MODELS[model], *MIXES[mix], "--check-compression"], tmp_path)
+def test_lossless_gradient_is_bitwise(model, mix, ranks, tmp_path, request):
+    if ranks > 1:
+        info = request.getfixturevalue("multi_rank_runs")[model, mix, ranks]
+    else:
+        info = run_json(ranks, _lossless_args(model, mix), tmp_path)
     c = info["compression"]
     assert c["gradient_rel_error"] == 0.0  # every component's difference exactly zero
     assert c["reference_J"] == info["J"]

@@ -558,8 +558,10 @@ class WaveModel(AdaptiveSteps, Stepper):
         return {"u": self.field.layout()}
 
     def adjoint_data(self, i, u, u_next):
-        """u^i copied into a recycled field buffer (a data level holds it by reference)."""
-        out = self._data_pool.new_buffer().reshape(self.field.shape)
+        """u^i copied into a recycled field buffer (a data level holds it by reference). The array
+        is the buffer's Vec's: its views hold the Vec and so the buffer, which the pool then sees in
+        use; numpy's own views of a pooled buffer refer to the mapping beneath it, not to it."""
+        out = self._data_pool.new_vec().getArray().reshape(self.field.shape)
         np.copyto(out, self._fields(u)[1])
         return {"u": out}
 

@@ -379,7 +379,9 @@ class VecPool:
         return _vec_over(self.grid, self.new_buffer())
 
     def new_buffer(self) -> np.ndarray:
-        """A flat buffer of the grid's local size that no one else holds (contents undefined)."""
+        """A flat buffer of the grid's local size that no one else holds (contents undefined). The
+        pool sees it in use through references to it or to a Vec over it; a numpy view of it refers
+        to the memory mapping beneath (see :func:`mapped_empty`), so hold the buffer or its Vec."""
         buf = None
         for candidate in self._buffers:
             # references: the list, this loop variable and getrefcount's argument

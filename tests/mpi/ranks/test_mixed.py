@@ -60,19 +60,47 @@ def test_mixed_plan_gives_the_store_all_gradient_bitwise(reference, budget):
         assert result.forward_steps == N
 
 
+#: a 3-D grid whose fields exceed MAPPED_MIN_BYTES on every rank up to 3: pooled buffers in mappings
+LARGE = (44, 36, 40)
+
+
 def test_steps_data_reuse_idle_buffers_and_the_adjoint_step_reads_them_in_place(comm):
-    """A step's data are made in a recycled field buffer (no fresh pages per capture), and the
-    stand-in state the adjoint step reads is a Vec over that very buffer (no copy per step)."""
-    model = WaveModel(comm, (14, 12, 10), n_steps=4)
+    """A step's data are made in a recycled field buffer (no fresh pages per capture), never in one
+    whose data are still held, and the stand-in state the adjoint step reads is a Vec over that very
+    buffer (no copy per step)."""
+    from hpcadj.imports import petsc
+
+    model = WaveModel(comm, LARGE, n_steps=4)
     model.set_controls(_controls(model))
     u = model.step(0, model.initial_state())
     data = model.adjoint_data(1, u, None)
+    held = {"u": data["u"].view()}  # as a RAM level holds donated data
+    kept = held["u"].copy()
     state = model.adjoint_data_state(1, data)
     assert np.shares_memory(state.getArray(readonly=True), data["u"])
     address = data["u"].__array_interface__["data"][0]
     state.destroy()
     del state, data
+    other = model.adjoint_data(2, model.step(1, u), None)
+    assert other["u"].__array_interface__["data"][0] != address
+    assert np.array_equal(held["u"], kept)
+    del held, other
+    petsc().garbage_cleanup(comm)
     assert model.adjoint_data(1, u, None)["u"].__array_interface__["data"][0] == address
+
+
+def test_a_3d_mixed_plan_over_large_fields_gives_the_store_all_gradient_bitwise(comm):
+    n = 8
+    model = WaveModel(comm, LARGE, n_steps=n)
+    controls = _controls(model)
+    ref, _ = _run(model, make_schedule("store-all", n, [n]), n, controls)
+    want = owned(ref)
+    plan = Mixed(n, [5], state_size=2, data_size=1)
+    got, driver = _run(model, plan, 2, controls)
+    assert driver.data_stats()["writes"] > 1
+    assert got.J == ref.J
+    for name, value in owned(got).items():
+        assert np.array_equal(value, want[name]), name
 
 
 def test_a_plan_storing_data_for_a_model_without_any_is_refused(comm):

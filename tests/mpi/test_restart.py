@@ -13,8 +13,8 @@ import pytest
 
 from hpcadj.imports import h5py
 
-from ..helpers import (RESTART_BASE, RESTART_LEVELS, assert_bitwise, hpcadj, hpcadj_in_process, hpcadj_json, killed_run,
-                      restart_args)
+from ..helpers import (RESTART_BASE, RESTART_LEVELS, assert_bitwise, hpcadj, hpcadj_each, hpcadj_in_process, hpcadj_json,
+                      killed_run, restart_args)
 from ..helpers import read_gradients as gradients
 
 BASE = list(RESTART_BASE)
@@ -52,10 +52,17 @@ def test_kill_anywhere_then_resume_is_bitwise_identical(reference, tmp_path):
     bins = np.linspace(1, ref_info["actions"] - 1, 11).astype(int)
     points = [rng.randrange(lo, hi) for lo, hi in zip(bins[:-1], bins[1:])]
     assert len(points) == 10
+    resumes = []
     for i, k in enumerate(points):
-        info, grads = crash_then_resume(tmp_path, k, i % 2, ref_info)
-        assert info["J"] == ref_info["J"], k
-        assert_bitwise(grads, ref, k)
+        args = restart_args(BASE, tmp_path, LEVELS, tag=str(k))
+        killed_run([*args, "--json"], 2, f"{i % 2}:{k}")
+        resumes.append([*args, "--resume", "--gradient-out", str(tmp_path / f"g{k}.h5"), "--json"])
+    # each kill is a job of its own; the resumes need ranks, not a process each: one mpirun runs them all
+    for k, proc in zip(points, hpcadj_each(resumes, 2, timeout=600)):
+        assert proc.returncode == 0, (k, proc.stderr[-3000:])
+        info = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert info["resumed"] and info["ranks"] == 2 and info["J"] == ref_info["J"], k
+        assert_bitwise(gradients(tmp_path / f"g{k}.h5"), ref, k)
 
 
 def test_resume_on_another_rank_count_from_the_hdf5_level(reference, tmp_path):

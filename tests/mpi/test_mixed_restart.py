@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ..helpers import assert_bitwise, hpcadj_json, killed_run, read_gradients
+from ..helpers import assert_bitwise, hpcadj_each, hpcadj_json, killed_run, read_gradients
 
 #: every test here kills and resumes real runs: 20 s or more each on 2 cores
 pytestmark = pytest.mark.slow
@@ -27,6 +27,20 @@ def _reference(tmp_path, nranks):
     return info, read_gradients(out)
 
 
+def _resume_all(resumes, nranks):
+    """(run --json object, gradients) of each ``(args, gradient file)`` resumed, one after another in
+    one mpirun: each kill is a job of its own, a resume needs ranks but not a process of its own."""
+    procs = hpcadj_each([[*args, "--resume", "--gradient-out", str(out), "--json"] for args, out in resumes],
+                        nranks, timeout=600)
+    results = []
+    for (args, out), proc in zip(resumes, procs):
+        assert proc.returncode == 0, (args, proc.stderr[-3000:])
+        info = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert info["resumed"], args
+        results.append((info, read_gradients(out)))
+    return results
+
+
 def _crash_then_resume(tmp_path, nranks, at, tag):
     args = [*MIXED, "--run-dir", str(tmp_path / f"run{tag}")]
     killed_run(args, nranks, at, env=SLOW, timeout=300)
@@ -39,13 +53,17 @@ def _crash_then_resume(tmp_path, nranks, at, tag):
 def test_mixed_run_killed_in_either_sweep_resumes_bitwise_on_2_ranks(tmp_path):
     ref_info, ref = _reference(tmp_path, 2)
     actions = ref_info["actions"]
-    for share in (0.2, 0.45, 0.6, 0.85):
+    shares, resumes = (0.2, 0.45, 0.6, 0.85), []
+    for share in shares:
         k = int(actions * share)
-        info, grads = _crash_then_resume(tmp_path, 2, f"{k % 2}:{k}", str(k))
-        assert info["resumed"] and info["J"] == ref_info["J"], k
-        assert_bitwise(grads, ref, k)
+        args = [*MIXED, "--run-dir", str(tmp_path / f"run{k}")]
+        killed_run(args, 2, f"{k % 2}:{k}", env=SLOW, timeout=300)
+        resumes.append((args, tmp_path / f"g{k}.h5"))
+    for share, (info, grads) in zip(shares, _resume_all(resumes, 2)):
+        assert info["J"] == ref_info["J"], share
+        assert_bitwise(grads, ref, share)
         if share > 0.5:  # killed in the reverse sweep: resumed from a durable lambda, not from the start
-            assert info["adjoint_steps"] < ref_info["adjoint_steps"], (k, info["adjoint_steps"])
+            assert info["adjoint_steps"] < ref_info["adjoint_steps"], (share, info["adjoint_steps"])
 
 
 @pytest.mark.timeout(600)
@@ -74,15 +92,16 @@ def test_mixed_run_over_ram_disk_and_hdf5_killed_in_either_sweep_resumes_bitwise
     ref = read_gradients(out)
     assert ref_info["mixed"]["data_writes"] > 0, ref_info["mixed"]
     assert all(level["writes"] > 0 for level in ref_info["levels"]), ref_info["levels"]
+    resumes = []
     for share in (0.3, 0.75):
         k = int(ref_info["actions"] * share)
         args = [*BASE, *levels, "--pfs-file", str(tmp_path / f"ck{k}.h5"),
                 "--run-dir", str(tmp_path / f"run{k}")]
         killed_run(args, 2, f"{k % 2}:{k}", env=SLOW, timeout=300)
-        g = tmp_path / f"g{k}.h5"
-        info = hpcadj_json([*args, "--resume", "--gradient-out", str(g)], 2, timeout=300)
-        assert info["J"] == ref_info["J"], k
-        assert_bitwise(read_gradients(g), ref, k)
+        resumes.append((args, tmp_path / f"g{k}.h5"))
+    for (args, _), (info, grads) in zip(resumes, _resume_all(resumes, 2)):
+        assert info["J"] == ref_info["J"], args
+        assert_bitwise(grads, ref, args[-1])
 
 
 @pytest.mark.timeout(600)
@@ -93,13 +112,14 @@ def test_adaptive_mixed_run_killed_in_either_sweep_resumes_bitwise(tmp_path):
     out = tmp_path / "ref.h5"
     ref_info = hpcadj_json([*adaptive, "--gradient-out", str(out)], 2, timeout=300)
     assert ref_info["schedule"] == "online-mixed"
-    for share in (0.25, 0.7):
+    shares, resumes = (0.25, 0.7), []
+    for share in shares:
         k = int(ref_info["actions"] * share)
         args = [*adaptive, "--run-dir", str(tmp_path / f"run{k}")]
         killed_run(args, 2, f"1:{k}", env=SLOW, timeout=300)
-        g = tmp_path / f"g{k}.h5"
-        info = hpcadj_json([*args, "--resume", "--gradient-out", str(g)], 2, timeout=300)
-        assert info["J"] == ref_info["J"], k
-        assert_bitwise(read_gradients(g), read_gradients(out), k)
+        resumes.append((args, tmp_path / f"g{k}.h5"))
+    for share, (info, grads) in zip(shares, _resume_all(resumes, 2)):
+        assert info["J"] == ref_info["J"], share
+        assert_bitwise(grads, read_gradients(out), share)
         if share > 0.5:
             assert info["adjoint_steps"] < ref_info["adjoint_steps"]

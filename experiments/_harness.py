@@ -124,6 +124,72 @@ def markdown_table(rows: list[dict], keys: list[str]) -> str:
     return "\n".join(out)
 
 
+def single_steps(model, u, steps: int):
+    """The end state of ``steps`` single ``model.step`` calls from ``u`` (as the driver takes them),
+    every intermediate state destroyed as it is replaced; ``u`` is kept."""
+    v = u
+    for i in range(steps):
+        w = model.step(i, v)
+        if v is not u:
+            v.destroy()
+        v = w
+    return v
+
+
+def time_variants(comm, variants, steps: int, rounds: int, triad, cleanup) -> tuple[dict, dict, list]:
+    """Under mpirun: ``rounds`` rounds of two triad samples, then every ``(name, fn)`` of ``variants``
+    (the order rotated each round, so no variant always runs first), each between a barrier and the
+    slowest rank's end. Returns the wall and CPU seconds a step of every round per name (slowest rank)
+    and the triad's samples; ``cleanup()`` follows each variant (PETSc's collective garbage cleanup)."""
+    times = {name: [] for name, _ in variants}
+    cpu = {name: [] for name, _ in variants}
+    bandwidth = []
+    for r in range(rounds):
+        bandwidth += triad.samples(2)
+        for name, fn in variants[r % len(variants):] + variants[:r % len(variants)]:
+            comm.Barrier()
+            t0, c0 = time.perf_counter(), time.process_time()
+            out = fn(r)
+            times[name].append(max(comm.allgather(time.perf_counter() - t0)) / steps)
+            cpu[name].append(max(comm.allgather(time.process_time() - c0)) / steps)
+            out.destroy()
+            cleanup()
+    return times, cpu, bandwidth
+
+
+def variant_rows(grid: str, ranks: int, steps: int, times: dict, cpu: dict, bandwidth: list,
+                 step_bytes: int) -> list[dict]:
+    """One row a variant of :func:`time_variants`' result: seconds a step (minimum and median over the
+    rounds), speed-ups over the variant ``step`` in wall and CPU time, and the effective bandwidth
+    (``step_bytes`` a grid point over the time a step) against the triad's best sample."""
+    points = 1
+    for n in grid.split("x"):
+        points *= int(n)
+    triad_gbps = max(bandwidth)
+    rows = []
+    for name in times:
+        best = min(times[name])
+        gbps = step_bytes * points / best / 1e9
+        rows.append({"grid": grid, "ranks": ranks, "variant": name, "steps": steps, "s_per_step_min": best,
+                     "s_per_step_median": statistics.median(times[name]),
+                     "speedup_vs_step": min(times["step"]) / best,
+                     "speedup_median": statistics.median(times["step"]) / statistics.median(times[name]),
+                     "cpu_s_per_step_min": min(cpu[name]), "cpu_speedup_vs_step": min(cpu["step"]) / min(cpu[name]),
+                     "effective_GBps": gbps, "triad_GBps": triad_gbps, "ratio_to_triad": gbps / triad_gbps})
+    return rows
+
+
+def measure_variants(comm, grid: str, variants, steps: int, rounds: int, triad, step_bytes: int) -> None:
+    """Under mpirun: :func:`time_variants` with PETSc's garbage cleanup after each variant, then rank 0
+    prints :func:`variant_rows`' rows, one JSON object a line (what a study's host side reads back)."""
+    from hpcadj.imports import petsc
+
+    times, cpu, bandwidth = time_variants(comm, variants, steps, rounds, triad, lambda: petsc().garbage_cleanup(comm))
+    if comm.rank == 0:
+        for row in variant_rows(grid, comm.size, steps, times, cpu, bandwidth, step_bytes):
+            print(json.dumps(row), flush=True)
+
+
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -51,13 +49,7 @@ def worker(grid: str, steps: int, rounds: int, depths) -> None:
     triad = Triad(comm, n=1 << 23)
 
     def single(_):
-        v = u
-        for i in range(steps):
-            w = model.step(i, v)
-            if v is not u:
-                v.destroy()
-            v = w
-        return v
+        return H.single_steps(model, u, steps)
 
     def tiled(depth):
         def go(_):
@@ -91,38 +83,7 @@ def worker(grid: str, steps: int, rounds: int, depths) -> None:
         out.destroy()
         petsc().garbage_cleanup(comm)
     ref.destroy()
-    times = {name: [] for name, _ in variants}
-    cpu = {name: [] for name, _ in variants}
-    bandwidth = []
-    for r in range(rounds):
-        bandwidth += triad.samples(2)
-        order = variants[r % len(variants):] + variants[:r % len(variants)]
-        for name, fn in order:
-            comm.Barrier()
-            t0, c0 = time.perf_counter(), time.process_time()
-            out = fn(r)
-            dt = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-            cpu[name].append(comm.allreduce(time.process_time() - c0, op=MPI.MAX) / steps)
-            out.destroy()
-            petsc().garbage_cleanup(comm)
-            times[name].append(dt / steps)
-    if comm.rank == 0:
-        points = 1
-        for n in parse_grid(grid):
-            points *= n
-        triad_gbps = max(bandwidth)
-        base = min(times["step"])
-        cpu_base = min(cpu["step"])
-        for name, _ in variants:
-            best = min(times[name])
-            print(json.dumps({"grid": grid, "ranks": comm.size, "variant": name, "steps": steps,
-                              "s_per_step_min": best, "s_per_step_median": statistics.median(times[name]),
-                              "speedup_vs_step": base / best,
-                              "speedup_median": statistics.median(times["step"]) / statistics.median(times[name]),
-                              "cpu_s_per_step_min": min(cpu[name]),
-                              "cpu_speedup_vs_step": cpu_base / min(cpu[name]),
-                              "effective_GBps": STEP_BYTES * points / best / 1e9, "triad_GBps": triad_gbps,
-                              "ratio_to_triad": STEP_BYTES * points / best / 1e9 / triad_gbps}))
+    H.measure_variants(comm, grid, variants, steps, rounds, triad, STEP_BYTES)
 
 
 def main() -> int:

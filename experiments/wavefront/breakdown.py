@@ -20,8 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "kernels"))
 
+import _harness as H
 from run import Triad
 
 from hpcadj.imports import mpi, petsc
@@ -81,13 +83,7 @@ def main() -> None:
         solo_tiler.run(us, outs, params, traces)
 
     def single():
-        v = u
-        for i in range(STEPS):
-            w = model.step(i, v)
-            if v is not u:
-                v.destroy()
-            v = w
-        v.destroy()
+        H.single_steps(model, u, STEPS).destroy()
 
     halo()
     parts = {"halo": (halo, depth), "tile": (tile, depth), "tile_blocking": (blocking, depth),

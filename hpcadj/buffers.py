@@ -54,8 +54,14 @@ def release_idle_buffers() -> int:
     return dropped
 
 
-def trim_idle_buffers(keep: int) -> int:
-    """Drop the idle buffers of every registered pool beyond ``keep`` per pool (the next steps' outputs):
-    a plan that stores steps' adjoint data where it held restart states earlier would otherwise keep
-    both memories. The number dropped."""
-    return sum(pool.trim(keep) for pool in list(_POOLS))
+#: idle buffers a pool keeps when memory is given back mid-run: the next steps' outputs
+IDLE_KEPT = 2
+
+
+def trim_idle_buffers(keep: int, but=None, data: bool = True) -> int:
+    """Drop the idle buffers of every registered pool (except ``but``, and pools marked
+    ``holds_data`` unless ``data``) beyond ``keep`` per pool (the next steps' outputs): a plan that
+    stores steps' adjoint data where it held restart states earlier (or the reverse) would
+    otherwise keep both memories. The number dropped."""
+    return sum(pool.trim(keep) for pool in list(_POOLS)
+               if pool is not but and (data or not getattr(pool, "holds_data", False)))

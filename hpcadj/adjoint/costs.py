@@ -55,6 +55,20 @@ def warm_up(model, second_order: bool = False) -> None:
     slots = min(WARM_UP_SLOTS, model.n_steps)
     compute_gradient(model, controls, schedule=Revolve(model.n_steps, [slots]),
                      levels=[RamLevel(slots, model.snapshot_layout())])
+    if model.adjoint_data_layout() is not None:
+        # a mixed plan's reverse steps from data load their own kernels (and the data check's)
+        from ..checkpoint.mixed_plan import mixed_sizes
+        from ..checkpoint.options import ConfigError
+        from ..checkpoint.schedules.mixed import Mixed
+        from .data_check import refuse_untrusted_data
+
+        try:
+            refuse_untrusted_data(model, controls, "the warm-up's mixed plan")
+        except ConfigError:
+            return  # the real model's check refuses it with the run's own words, if a plan needs data
+        r, d = mixed_sizes(model)
+        compute_gradient(model, controls, schedule=Mixed(model.n_steps, [slots * r], r, d),
+                         levels=[RamLevel(slots, model.snapshot_layout())])
     if second_order:
         hessian_action(model, controls, scaled_direction(model, controls, 1))
 

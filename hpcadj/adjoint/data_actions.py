@@ -9,7 +9,7 @@ beside the plan level's states; the plan counts their bytes within that level's 
 
 from __future__ import annotations
 
-from ..buffers import release_free_memory, trim_idle_buffers
+from ..buffers import IDLE_KEPT, release_free_memory, trim_idle_buffers
 from ..checkpoint.schedules.actions import PlanError
 
 
@@ -55,8 +55,7 @@ class DataActions:
         with _where(f"capturing the adjoint data of step {n}"):
             return self.stepper.adjoint_data(n, u, u_next)
 
-    #: idle model buffers a pool keeps when data are stored (the next steps' outputs)
-    SPARE_BUFFERS = 2
+    SPARE_BUFFERS = IDLE_KEPT
     #: the heap's free pages go back to the system once this many bytes of data slots (this rank's) were
     #: freed: freed data (heap, not mapped, once glibc raised its mmap threshold) stayed resident under
     #: later states. Four wave 128^3 slots on 2 ranks; for small slots a trim (and the page faults of
@@ -64,10 +63,16 @@ class DataActions:
     TRIM_BYTES = 32 * 2 ** 20
     _freed_bytes = 0
 
+    def trim_before_state_store(self) -> None:
+        """Under a plan holding data, drop the buffers pools keep idle before a restart state is stored:
+        the data slots freed since would otherwise stay resident beside the states that replace them."""
+        if self._hold_data:
+            trim_idle_buffers(self.SPARE_BUFFERS)
+
     def store_data(self, action) -> None:
         level = self._data_level(action.level)
         # the restart states' buffers a model's pool kept idle would stay resident beside the data
-        trim_idle_buffers(self.SPARE_BUFFERS)
+        trim_idle_buffers(self.SPARE_BUFFERS, data=False)
         data = self._captured(action.n)
         with self.telemetry.phase("store_data", step=action.n, nbytes=self._data_nbytes,
                                   level=level.name):

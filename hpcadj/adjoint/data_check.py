@@ -9,12 +9,15 @@ adjoint step reads fails here, before any gradient is reported. Collective.
 
 from __future__ import annotations
 
+import gc
 import weakref
 
 import numpy as np
 
+from ..buffers import release_idle_buffers
 from ..checkpoint.options import ConfigError
 from ..collective import problems
+from ..imports import petsc
 
 
 def _bits(vec) -> np.ndarray:
@@ -39,27 +42,43 @@ def _layout_problem(data, layout) -> str | None:
     return None
 
 
+def _drop_garbage(comm) -> None:
+    """Destroy the Vecs dropped so far (collective), so the check holds a few states at a time."""
+    gc.collect()
+    petsc().garbage_cleanup(comm)
+
+
+def _first(comm, local: str | None) -> str | None:
+    """The first rank's problem, named by rank on several ranks, the same on every rank."""
+    failed = problems(comm, local)
+    if not failed:
+        return None
+    rank, text = failed[0]
+    return text if comm.size == 1 else f"rank {rank}: {text}"
+
+
 def adjoint_data_problem(model, controls, steps: int = 2, seed: int = 41) -> tuple[str | None, str]:
     """(the first problem on any rank or None, what was checked), the same on every rank."""
     layout = model.adjoint_data_layout()
     if layout is None:
         return None, ""
+    comm = model.comm
     model.set_controls(controls)
-    rng = np.random.default_rng(seed + model.comm.rank)
-    u0 = model.initial_state()
+    rng = np.random.default_rng(seed + comm.rank)
+    like = model.initial_state()
     n = steps if model.n_steps is None else min(steps, int(model.n_steps))
-    local = None
     for i in range(n):
-        u = _random_like(u0, rng)
+        u = _random_like(like, rng)
         u_next = model.step(i, u)
-        lam = _random_like(u0, rng)
+        lam = _random_like(like, rng)
         data = model.adjoint_data(i, u, u_next)
         wrong = _layout_problem(data, layout)
-        if wrong:
-            local = local or f"step {i}'s adjoint data do not match adjoint_data_layout(): {wrong}"
-            break
-        model.step(i, _random_like(u0, rng))  # whatever a model keeps of its last step is now another's
-        results = []
+        problem = _first(comm, wrong and f"step {i}'s adjoint data do not match adjoint_data_layout(): {wrong}")
+        if problem:
+            return problem, ""
+        model.step(i, _random_like(like, rng))  # whatever a model keeps of its last step is now another's
+        _drop_garbage(comm)
+        first, differ = None, []
         for state, following in ((model.adjoint_data_state(i, data), None),
                                  (u, u_next if model.adjoint_reads_next else None)):
             grad = {name: vec.duplicate() for name, vec in controls.items()}
@@ -67,16 +86,22 @@ def adjoint_data_problem(model, controls, steps: int = 2, seed: int = 41) -> tup
                 vec.set(0.0)
             out = model.adjoint_step(i, state, following, lam, grad)
             model.add_objective_gradient(i, state, out)
-            results.append([_bits(out)] + [_bits(grad[name]) for name in sorted(grad)])
-        differ = [what for what, a, b in zip(["lambda"] + [f"dJ/d{k}" for k in sorted(controls)], *results)
-                  if not np.array_equal(a, b)]
-        if differ:
-            local = local or (f"adjoint step {i} from its declared data gives another {', '.join(differ)} than "
-                              f"from u_{i} (the data leave out something the adjoint step reads)")
-    failed = problems(model.comm, local)
-    if failed:
-        rank, text = failed[0]
-        return (text if model.comm.size == 1 else f"rank {rank}: {text}"), ""
+            bits = [_bits(out)] + [_bits(grad[name]) for name in sorted(grad)]
+            del state, grad, out
+            _drop_garbage(comm)
+            if first is None:
+                first = bits
+            else:
+                names = ["lambda"] + [f"dJ/d{k}" for k in sorted(controls)]
+                differ = [what for what, a, b in zip(names, first, bits) if not np.array_equal(a, b)]
+            del bits
+        problem = _first(comm, differ and (
+            f"adjoint step {i} from its declared data gives another {', '.join(differ)} than "
+            f"from u_{i} (the data leave out something the adjoint step reads)"))
+        if problem:
+            return problem, ""
+        del u, u_next, lam, data, first
+        _drop_garbage(comm)
     return None, f"adjoint steps {0}..{n - 1} from their data bitwise as from the states"
 
 
@@ -139,6 +164,8 @@ def refuse_untrusted_data(model, controls, plan: str = "--schedule mixed") -> No
     if key in TRUSTED:
         return
     problem, _ = adjoint_data_problem(model, controls, steps=1)
+    # the check's states would stay in the model's pools beside the run's slots, after its baseline
+    release_idle_buffers()
     if problem:
         raise ConfigError(f"{plan} cannot trust {model.name!r}'s adjoint data: {problem}; "
                           f"see 'hpcadj check'")

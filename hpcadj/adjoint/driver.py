@@ -472,6 +472,7 @@ class Driver(AdvanceRuns, DataActions, GarbageCleanups):
     @execute.register
     def _(self, action: Store) -> None:
         level = self._level(action.level)
+        self.trim_before_state_store()
         snapshot = self.stepper.snapshot(self.work.get(action.n))
         t = self.stepper.time(action.n)
         # states are never changed in place, so the level may write the snapshot's views as they are

@@ -20,6 +20,7 @@ from math import gcd
 
 from ..snapshot import layout_bytes
 from .budget import parse_budget
+from .memory import DATA_DRIVER_STATES
 from .options import ConfigError
 from .schedules import Mixed, ScheduleError, simulate
 from .schedules.mixed_levels import MixedLevels
@@ -61,7 +62,8 @@ def mixed_budget(model, plans, ck, memory) -> int:
     if given is not None and given.nbytes is not None:
         return given.nbytes
     if memory is not None and text is None and memory.ram_slots_fit is not None:
-        return memory.ram_slots_fit * r   # what --memory leaves, not capped at n - 1 restart states
+        # what --memory leaves, not capped at n - 1 restart states, less the states data plans hold more
+        return max(memory.ram_slots_fit - DATA_DRIVER_STATES, 0) * r
     if text is None and memory is None:
         return max(model.n_steps - 1, 1) * max(r, d)  # no budget: every step's data (or state) is kept
     return plans[0].slots * r

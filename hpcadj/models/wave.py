@@ -54,12 +54,10 @@ _NO_FACE = kernels.readonly(np.zeros((1, 1)))
 
 class _DataPool(kernels.VecPool):
     """Field-size buffers for steps' adjoint data (u^i), recycled like the states' (no fresh pages
-    per capture). The driver's trims before each data store (``keep`` > 0) leave them: they are the
-    data slots' own memory, counted in the plan's budget, and the next captures reuse them; a full
-    trim (between sessions) drops the idle ones."""
+    per capture). The driver's trims before each data store leave them (the next captures reuse
+    them); its trims before a restart state is stored drop the idle ones, as a full trim does."""
 
-    def trim(self, keep: int = 0) -> int:
-        return super().trim() if keep == 0 else 0
+    holds_data = True
 
 
 def _tiled():

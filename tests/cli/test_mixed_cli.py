@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from hpcadj.checkpoint.budget import parse_budget
+
 from ..helpers import assert_bitwise, hpcadj, hpcadj_in_process, read_gradients
 
 WAVE = ["run", "--model", "wave", "--grid", "14x12", "--steps", "24", "--anomaly", "0.15", "--json"]
@@ -101,6 +103,21 @@ def test_a_mixed_run_stays_near_its_budget_in_resident_memory(tmp_path):
         info = json.loads(proc.stdout.strip().splitlines()[-1])
         peaks[schedule], budget = info["peak_rss_bytes"], 30 * info["snapshot_bytes"]
     assert peaks["mixed"] <= peaks["revolve"] + budget // 4, (peaks, budget)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("memory", ["300MiB", "330MiB"])
+def test_a_mixed_run_under_memory_stays_within_it(memory):
+    """--memory is the whole process's: a mixed plan's run, the data check before it included, peaks
+    within it (it peaked one data check and two states above: the check's states were kept by the
+    pools, freed data buffers stayed beside the restart states that replaced them)."""
+    run = ["run", "--model", "wave", "--grid", "64x64x64", "--steps", "150", "--json", "--quiet",
+           "--memory", memory, "--schedule", "mixed"]
+    proc = hpcadj(run, 1, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert info["mixed"]["data_writes"] > 0 and info["mixed"]["restart_writes"] > 0, info["mixed"]
+    assert info["peak_rss_bytes"] <= parse_budget(memory).nbytes, (info["peak_rss_bytes"], info["memory"])
 
 
 @pytest.mark.timeout(300)

@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-from ...buffers import register_pool, release_free_memory
+from ...buffers import IDLE_KEPT, register_pool, release_free_memory, trim_idle_buffers
 from ...snapshot import mapped_empty
 from ...imports import petsc
 from ..dmda import Grid
@@ -389,6 +389,9 @@ class VecPool:
                 buf = candidate
                 break
         if buf is None:
+            # growing: the buffers other pools (another layout) keep idle go first, else a run that
+            # turns data slots into restart states, or back, holds both
+            trim_idle_buffers(IDLE_KEPT, but=self)
             # a mapping of its own: numpy's hugepage advice on large arrays made the kernel compact
             # memory on first touch (wave 128^3 first sweep 1.5 -> 2.2 s on this VM)
             buf = mapped_empty((self._n,), np.float64)

@@ -44,8 +44,9 @@ def warm_up(model, second_order: bool = False) -> None:
     """Run once on ``model`` (tiny, :data:`WARM_UP_STEPS` fixed steps) everything a command's
     computation loads on first use: a revolve-checkpointed gradient, whose first sweep and
     recomputations hand runs of steps to the model's ``advance`` (wave's tiled kernels) beside its
-    single and adjoint steps, and with ``second_order`` a Hessian product (tangent and second-order
-    adjoint steps). Collective."""
+    single and adjoint steps; for a model declaring adjoint data, its data check and a gradient
+    reversing every step from its data; with ``second_order`` a Hessian product (tangent and
+    second-order adjoint steps). Collective."""
     from ..checkpoint.schedules import Revolve
     from ..checkpoint.storage import RamLevel
     from .hessian import hessian_action
@@ -67,7 +68,8 @@ def warm_up(model, second_order: bool = False) -> None:
         except ConfigError:
             return  # the real model's check refuses it with the run's own words, if a plan needs data
         r, d = mixed_sizes(model)
-        compute_gradient(model, controls, schedule=Mixed(model.n_steps, [slots * r], r, d),
+        compute_gradient(model, controls, schedule=Mixed(model.n_steps, [model.n_steps * max(r, d)], r, d,
+                                                         states_suffice=False),
                          levels=[RamLevel(slots, model.snapshot_layout())])
     if second_order:
         hessian_action(model, controls, scaled_direction(model, controls, 1))

@@ -128,7 +128,7 @@ class RunLock:
                 except FileExistsError:
                     pass
                 holder = self._holder()
-                why_gone = self._gone(holder, me)
+                why_gone = self._gone_soon(holder, me)
                 if why_gone is None:
                     return self._in_use(holder), None
                 if self._holder() == holder:  # not replaced meanwhile by a run taking it over too
@@ -147,6 +147,20 @@ class RunLock:
             return None
         except (OSError, ValueError):
             return {}
+
+    #: seconds a holder on this host is given to exit: mpirun may return before a killed job's
+    #: other ranks have (a resume started at once found rank 0 of the killed run still exiting)
+    EXIT_GRACE_S = 5.0
+
+    def _gone_soon(self, holder: dict | None, me: dict) -> str | None:
+        """:meth:`_gone`, waiting up to ``EXIT_GRACE_S`` for a live holder on this host to exit."""
+        why_gone = self._gone(holder, me)
+        deadline = time.monotonic() + self.EXIT_GRACE_S
+        while (why_gone is None and holder and holder.get("host") == me["host"]
+               and holder.get("pid") != me["pid"] and time.monotonic() < deadline):
+            time.sleep(0.1)
+            why_gone = self._gone(holder, me)
+        return why_gone
 
     def _gone(self, holder: dict | None, me: dict) -> str | None:
         """Why the holder's run is gone (its lock may be taken over), or None while it may run."""

@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 import numpy as np
@@ -112,6 +113,29 @@ def test_a_lock_whose_pid_names_another_process_is_taken_over(tmp_path, nranks):
         assert proc.returncode == 0, proc.stderr
         assert "took over the lock" in proc.stderr and "now names another process" in proc.stderr, proc.stderr
         assert not (run / "lock.json").exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_lock_whose_process_exits_within_the_grace_is_taken_over(tmp_path):
+    """mpirun may return before a killed job's other ranks have exited: a resume started at once
+    found the killed run's rank 0 still alive and was refused. A holder on this host that exits
+    within ``RunLock.EXIT_GRACE_S`` no longer keeps the directory."""
+    sleeper = subprocess.Popen(["sleep", "1.5"])
+    try:
+        with open(f"/proc/{sleeper.pid}/stat") as f:
+            start = int(f.read().rsplit(")", 1)[1].split()[19])
+        run = tmp_path / "run"
+        run.mkdir()
+        (run / "lock.json").write_text(json.dumps({"host": socket.gethostname(), "pid": sleeper.pid,
+                                                   "start": start, "since": time.time()}))
+        reaper = threading.Thread(target=sleeper.wait)  # reaped as it exits, as mpirun reaps its ranks
+        reaper.start()
+        proc = hpcadj_in_process(["run", "--grid", "6x6", "--steps", "2", "--quiet", "--run-dir", str(run)])
+        reaper.join()
+        assert proc.returncode == 0, proc.stderr
+        assert "took over the lock" in proc.stderr and f"pid {sleeper.pid}" in proc.stderr, proc.stderr
     finally:
         sleeper.kill()
         sleeper.wait()

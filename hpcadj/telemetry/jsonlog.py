@@ -110,7 +110,16 @@ def write_json_atomic(path: str, obj) -> None:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident set size (Linux reports ``ru_maxrss`` in KiB)."""
+    """This process's peak resident set size: VmHWM, which starts afresh at exec; ``ru_maxrss``
+    (KiB) only where /proc is missing, as Linux carries it over exec from the process that forked
+    (a run started from a 1 GiB Python process reported 1 GiB whatever it used)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 

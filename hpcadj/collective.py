@@ -26,6 +26,15 @@ def problems(comm, problem: str | None) -> list[tuple[int, str]]:
     return [(rank, p) for rank, p in enumerate(allgather(comm, problem)) if p]
 
 
+def first_problem(comm, problem: str | None) -> str | None:
+    """The first failing rank's problem (prefixed with its rank on several ranks), alike everywhere."""
+    failed = problems(comm, problem)
+    if not failed:
+        return None
+    rank, text = failed[0]
+    return text if comm.size == 1 else f"rank {rank}: {text}"
+
+
 def detail(failed: list[tuple[int, str]]) -> str:
     """``"rank 0: why; rank 2: why"``: the failing ranks' problems in one line."""
     return "; ".join(f"rank {rank}: {p}" for rank, p in failed)

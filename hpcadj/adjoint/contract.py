@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..collective import allgather, problems
+from ..buffers import proc_status_bytes
+from ..collective import allgather, first_problem
 from ..snapshot import layout_bytes
 from .data_check import check_adjoint_data
 from .guards import checksum, finite
@@ -104,15 +105,6 @@ class ContractReport:
             out.append(f"  {p.name:<20} {p.status:<11} {p.reason}")
         out.append("  PASSED" if self.passed else "  FAILED")
         return out
-
-
-def _agree(comm, problem: str | None) -> str | None:
-    """The first failing rank's problem (prefixed with its rank on several ranks), alike everywhere."""
-    failed = problems(comm, problem)
-    if not failed:
-        return None
-    rank, text = failed[0]
-    return text if comm.size == 1 else f"rank {rank}: {text}"
 
 
 def _same(a, b) -> bool:
@@ -191,14 +183,14 @@ class _Checker:
                 local = (f"step({i}, u_{i}) gave a different u_{i + 1} on call {nth} (largest difference "
                          f"{_max_diff(got, self.arrays[i + 1]):.3g}): it must be a pure function of (i, u), "
                          f"with no counter, cache or reused Krylov guess")
-        problem = _agree(self.comm, local)
+        problem = first_problem(self.comm, local)
         if problem:
             self.pure = False
             return PropertyResult("step_pure", FAILED, problem)
         return PropertyResult("step_pure", PASSED, f"{len(calls)} repeated steps bitwise equal to the first sweep's")
 
     def inputs_untouched(self) -> PropertyResult:
-        problem = _agree(self.comm, self.touched)
+        problem = first_problem(self.comm, self.touched)
         if problem:
             return PropertyResult("inputs_untouched", FAILED,
                                   f"{problem}: the driver's Vecs are shared with checkpoints, never change them")
@@ -235,7 +227,7 @@ class _Checker:
                 out = model.step(i, back)
                 if not _same(out.getArray(readonly=True), self.arrays[i + 1]):
                     local = local or f"stepping from the restored u_{i} gives a different u_{i + 1}"
-        problem = _agree(self.comm, local)
+        problem = first_problem(self.comm, local)
         if problem:
             return PropertyResult("snapshot_round_trip", FAILED, problem)
         return PropertyResult("snapshot_round_trip", PASSED,
@@ -340,11 +332,10 @@ def _describe(model, variant) -> PropertyResult:
 
 # -- the working set --------------------------------------------------------------------------
 def _status_kib(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    raise OSError(f"no {key} in /proc/self/status")
+    value = proc_status_bytes(key)
+    if value is None:
+        raise OSError(f"no {key} in /proc/self/status")
+    return value // 1024
 
 
 def _reset_peak() -> None:
@@ -369,7 +360,7 @@ def _working_set(model, controls, factory, steps, tolerance) -> PropertyResult:
     comm = model.comm
     declared = model_states(model)
     state = layout_bytes(model.snapshot_layout())
-    unusable = _agree(comm, None if os.access("/proc/self/clear_refs", os.W_OK) else
+    unusable = first_problem(comm, None if os.access("/proc/self/clear_refs", os.W_OK) else
                       "this system offers no peak-RSS reset (/proc/self/clear_refs)")
     if unusable:
         return PropertyResult("working_set", NOT_CHECKED, unusable)
@@ -475,13 +466,13 @@ def check_contract(model, controls=None, *, steps: int = 3, variant=None, factor
             result = fn()
         except Exception as exc:  # noqa: BLE001 - a model's own error is this property's verdict
             local, result = f"{type(exc).__name__}: {exc}", None
-        problem = _agree(comm, local)
+        problem = first_problem(comm, local)
         if problem:
             return PropertyResult(name, fallback_status, f"raised {problem}")
         return result
 
     swept = guarded("step_pure", lambda: checker.sweep() or PropertyResult("step_pure", PASSED, ""))
-    overflow = _agree(comm, checker.overflow) if swept.status != FAILED else None
+    overflow = first_problem(comm, checker.overflow) if swept.status != FAILED else None
     if swept.status == FAILED or overflow:
         reason = f"the first sweep {swept.reason}" if swept.status == FAILED else overflow
         results["step_pure"] = PropertyResult("step_pure", FAILED, reason)
@@ -542,7 +533,7 @@ def check_advance(model, controls=None, *, start: int = 1, lengths=None) -> Prop
                              f"{_max_diff(_array(advanced), _array(stepped)):.3g}"
         elif got_terms != terms:
             wrong = wrong or f"advance({start}, u, {k}, objective=True) gives other objective terms than the steps"
-    problem = _agree(model.comm, wrong)
+    problem = first_problem(model.comm, wrong)
     if problem:
         return PropertyResult("advance", FAILED, problem)
     return PropertyResult("advance", PASSED, f"bitwise k steps for k = {', '.join(map(str, lengths))}"

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..buffers import release_idle_buffers
 from ..checkpoint.options import ConfigError
-from ..collective import problems
+from ..collective import first_problem
 from ..imports import petsc
 
 
@@ -48,15 +48,6 @@ def _drop_garbage(comm) -> None:
     petsc().garbage_cleanup(comm)
 
 
-def _first(comm, local: str | None) -> str | None:
-    """The first rank's problem, named by rank on several ranks, the same on every rank."""
-    failed = problems(comm, local)
-    if not failed:
-        return None
-    rank, text = failed[0]
-    return text if comm.size == 1 else f"rank {rank}: {text}"
-
-
 def adjoint_data_problem(model, controls, steps: int = 2, seed: int = 41) -> tuple[str | None, str]:
     """(the first problem on any rank or None, what was checked), the same on every rank."""
     layout = model.adjoint_data_layout()
@@ -73,7 +64,7 @@ def adjoint_data_problem(model, controls, steps: int = 2, seed: int = 41) -> tup
         lam = _random_like(like, rng)
         data = model.adjoint_data(i, u, u_next)
         wrong = _layout_problem(data, layout)
-        problem = _first(comm, wrong and f"step {i}'s adjoint data do not match adjoint_data_layout(): {wrong}")
+        problem = first_problem(comm, wrong and f"step {i}'s adjoint data do not match adjoint_data_layout(): {wrong}")
         if problem:
             return problem, ""
         model.step(i, _random_like(like, rng))  # whatever a model keeps of its last step is now another's
@@ -95,7 +86,7 @@ def adjoint_data_problem(model, controls, steps: int = 2, seed: int = 41) -> tup
                 names = ["lambda"] + [f"dJ/d{k}" for k in sorted(controls)]
                 differ = [what for what, a, b in zip(names, first, bits) if not np.array_equal(a, b)]
             del bits
-        problem = _first(comm, differ and (
+        problem = first_problem(comm, differ and (
             f"adjoint step {i} from its declared data gives another {', '.join(differ)} than "
             f"from u_{i} (the data leave out something the adjoint step reads)"))
         if problem:

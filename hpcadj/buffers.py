@@ -12,18 +12,6 @@ from __future__ import annotations
 import weakref
 
 
-def proc_status_bytes(key: str) -> int | None:
-    """A kB line of /proc/self/status (``VmRSS``, ``VmHWM``) in bytes, or None where there is none."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 def release_free_memory() -> None:
     """Give the heap's free pages back to the system (glibc ``malloc_trim``; elsewhere nothing).
 

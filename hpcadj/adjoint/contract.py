@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..buffers import proc_status_bytes
 from ..collective import allgather, first_problem
 from ..snapshot import layout_bytes
 from .data_check import check_adjoint_data
@@ -332,10 +331,11 @@ def _describe(model, variant) -> PropertyResult:
 
 # -- the working set --------------------------------------------------------------------------
 def _status_kib(key: str) -> int:
-    value = proc_status_bytes(key)
-    if value is None:
-        raise OSError(f"no {key} in /proc/self/status")
-    return value // 1024
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise OSError(f"no {key} in /proc/self/status")
 
 
 def _reset_peak() -> None:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..buffers import proc_status_bytes
 from ..snapshot import layout_bytes
 
 #: states the driver holds at its peak (reverse-sweep recomputation: 3 states + lambda)
@@ -214,7 +213,14 @@ def process_rss_bytes() -> int | None:
 
     The one impure helper here, for callers that measure the baseline.
     """
-    return proc_status_bytes("VmRSS")
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 #: the whole-process budget per rank when no --memory is given

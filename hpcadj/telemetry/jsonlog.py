@@ -33,7 +33,6 @@ import warnings
 from .energy import DEFAULT_POWERCAP_ROOT, EnergyMeter
 from .energy_model import EnergyModel, best_energy, level_kind_map, load_model, model_run_energy
 from .. import __version__
-from ..buffers import proc_status_bytes
 
 SCHEMA = "hpcadj-telemetry/1"
 RUN_FILE = "run.json"
@@ -114,8 +113,14 @@ def peak_rss_bytes() -> int:
     """This process's peak resident set size: VmHWM, which starts afresh at exec; ``ru_maxrss``
     (KiB) only where /proc is missing, as Linux carries it over exec from the process that forked
     (a run started from a 1 GiB Python process reported 1 GiB whatever it used)."""
-    peak = proc_status_bytes("VmHWM")
-    return peak if peak is not None else int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 class RunLog:

@@ -37,9 +37,10 @@ from .schedules import CostProfile, LevelCost
 from .schedules.costs import AdvanceCost
 from ..snapshot import layout_bytes, mapped_empty
 from .storage.factory import make_level
-from .storage.base import agree_run_id
+from .storage.base import LevelError, agree_run_id
 from .storage.local import SCRATCH_PREFIX
 from .manager import CheckpointConfig, LevelPlan
+from ..collective import agree_or_raise
 from ..imports import mpi, petsc
 from ..telemetry import load_model
 
@@ -207,6 +208,18 @@ def calibrate(model, controls, comm, plans: list[LevelPlan], config: CheckpointC
                        advance=advance, data_s=data_s)
 
 
+def remove_stale_scratch(comm, path: str) -> None:
+    """Remove the shared scratch file ``path`` a killed calibration left (the name is calibration's
+    own); rank 0 removes it, and a failure is every rank's LevelError at once. Collective."""
+    problem = None
+    if comm.rank == 0 and os.path.isfile(path):
+        try:
+            os.remove(path)
+        except OSError as exc:
+            problem = f"cannot remove {path}, left by a killed calibration: {exc.strerror or exc}"
+    agree_or_raise(comm, problem, LevelError, first=True)
+
+
 def _level_cost(plan, layout, comm, config, snapshot, repeats, forward_s, energy, nbytes, cores, model):
     """Write/read seconds per snapshot on one level kind, and the share of a write async I/O hides.
 
@@ -219,9 +232,8 @@ def _level_cost(plan, layout, comm, config, snapshot, repeats, forward_s, energy
         petsc().garbage_cleanup(comm)
 
     scratch = f"{config.pfs_file}.calibrate" if config.pfs_file else None
-    if plan.kind == "pfs" and scratch and comm.rank == 0 and os.path.isfile(scratch):
-        os.remove(scratch)  # this name is calibration's own: a killed calibration left it
-    comm.Barrier()
+    if plan.kind == "pfs" and scratch:
+        remove_stale_scratch(comm, scratch)
 
     def measure(async_io: bool):
         # a scratch run id: node-local files of a calibration killed here are swept by the next level

@@ -263,9 +263,10 @@ def main(argv: list[str] | None = None, *, keep_petsc_options: bool = False) -> 
 
         if out_of_memory(exc):
             return memory_exhausted(exc)
-        if not storage_failure(exc):
+        failure = storage_failure(exc)
+        if failure is None:
             raise
-        return report_error(_agreed_message(str(exc)))
+        return report_error(_agreed_message(str(failure)))
 
 
 def _agreed_message(message: str) -> str:
@@ -277,6 +278,11 @@ def _agreed_message(message: str) -> str:
     return message
 
 
+def petsc_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is petsc4py's PETSc.Error (told by name: PETSc need not be loaded)."""
+    return type(exc).__name__ == "Error" and type(exc).__module__.startswith("petsc4py")
+
+
 def out_of_memory(exc: BaseException | None) -> bool:
     """Whether ``exc`` (or what it was raised from) is an allocation that failed: numpy's
     MemoryError, or a PETSc error whose trace ends in PetscMalloc (its error code is unreliable)."""
@@ -285,7 +291,7 @@ def out_of_memory(exc: BaseException | None) -> bool:
         seen.add(id(exc))
         if isinstance(exc, MemoryError):
             return True
-        if type(exc).__name__ == "Error" and type(exc).__module__.startswith("petsc4py"):
+        if petsc_error(exc):
             if getattr(exc, "ierr", None) == 55 or "PetscMalloc" in str(exc):  # 55: PETSC_ERR_MEM
                 return True
         exc = exc.__cause__ or exc.__context__

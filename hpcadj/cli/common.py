@@ -7,7 +7,7 @@ import math
 
 from ..models import registered_models
 from ..models.base import SolverError
-from . import CliError, start_agreement, together
+from . import CliError, petsc_error, start_agreement, together
 from .models import SPEC_FORMS, is_spec, model_cli, model_names
 
 
@@ -213,15 +213,26 @@ def memory_baseline(args, comm, *, second_order: bool = False) -> int | None:
         return process_rss_bytes()
 
 
-def storage_failure(exc: BaseException) -> bool:
-    """Whether ``exc``, escaping a command, is a failing file system or checkpoint level: a level's
-    LevelError, an output file's WriteError, a run directory's RunDirError (each the same on every
-    rank where the operation is collective). Every command ends with it as the one error line."""
+def storage_failure(exc: BaseException) -> BaseException | None:
+    """The failing file system or checkpoint level ``exc`` is, or wraps, escaping a command (None if
+    neither): a level's LevelError, an output file's WriteError, a run directory's RunDirError (each
+    the same on every rank where the operation is collective), found also behind a PETSc.Error that
+    carries it as ``__cause__`` or ``__context__`` (newer petsc4py hands back an exception raised
+    in a callback, a TAO objective or a Python Mat's ``mult``, that way). Every command ends with its
+    message as the one error line."""
     from ..checkpoint.storage.base import LevelError
     from ..fieldio import WriteError
     from ..restart import RunDirError
 
-    return isinstance(exc, (LevelError, WriteError, RunDirError))
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (LevelError, WriteError, RunDirError)):
+            return exc
+        if not petsc_error(exc):
+            return None
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def solver_failure(exc: SolverError, hint: str = "") -> CliError:

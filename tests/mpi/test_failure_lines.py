@@ -1,6 +1,7 @@
 """Failures that reach the command line by unusual ways still end every rank with one line and
-exit 2, promptly: a calibration's stale scratch file rank 0 cannot remove, under real mpirun at 1,
-2 and 3 ranks, the failure injected in the launched ranks (real faults need privileges)."""
+exit 2, promptly, under real mpirun at 1, 2 and 3 ranks, the failure injected in the launched
+ranks (real faults need privileges): a calibration's stale scratch file rank 0 cannot remove; a
+storage failure inside a petsc4py callback, handed back wrapped in a PETSc.Error."""
 
 from __future__ import annotations
 
@@ -26,6 +27,38 @@ def remove(path, *args, **kwargs):
 
 
 os.remove = remove
+from hpcadj.cli import main
+
+try:
+    status = main(sys.argv[2:])
+except SystemExit as exc:
+    status = exc.code
+print(f"rank-exit {os.environ.get('OMPI_COMM_WORLD_RANK')} {status}", flush=True)
+sys.exit(status)
+"""
+
+#: argv[1]: "cause" or "context"; the rest: hpcadj's arguments. Every gradient TAO asks for fails
+#: with a storage error inside TAO's callback, which comes back out of ``tao.solve()`` as a
+#: PETSc.Error holding it, as newer petsc4py returns a callback's exception (3.18 re-raises it
+#: as it is). Each rank prints its exit status.
+WRAPPED = """
+import os, sys
+
+from hpcadj.checkpoint.storage.base import LevelFault
+from hpcadj.imports import petsc
+from hpcadj.inversion.problem import TaoProblem
+
+
+def failing(self, x, g):
+    try:
+        raise LevelFault("pfs", 2, "cannot write step 2 to ck.h5: Input/output error (injected)", writing=True)
+    except LevelFault as exc:
+        if sys.argv[1] == "cause":
+            raise petsc().Error(101) from exc
+        raise petsc().Error(101)
+
+
+TaoProblem._gradient_into = failing
 from hpcadj.cli import main
 
 try:
@@ -69,3 +102,16 @@ def test_calibrate_scratch_file_rank_0_cannot_remove_is_one_agreed_line(tmp_path
     line = one_error_line(proc, nranks, str(scratch), "(injected)")
     assert time.monotonic() - t0 < 60, line
     assert "profile" not in proc.stdout
+
+
+@pytest.mark.parametrize("nranks, link", [(1, "cause"), (2, "context"), (3, "cause")])
+def test_storage_failure_wrapped_in_a_petsc_error_is_one_line(tmp_path, nranks, link):
+    """A level's failure raised inside TAO's gradient callback reaches ``hpcadj invert`` as the
+    ``__cause__`` (or ``__context__``) of a PETSc.Error: one line with the level's own message,
+    exit 2 on every rank, no traceback."""
+    script = tmp_path / "wrapped.py"
+    script.write_text(WRAPPED)
+    proc = mpirun(nranks, [PYTHON, str(script), link, "invert", "--model", "heat", "--grid", "8x8", "--steps", "2",
+                           "--invert", "kappa", "--max-it", "1"],
+                  timeout=90, env={"HPCADJ_AGREE_TIMEOUT": AGREE_TIMEOUT_S})
+    one_error_line(proc, nranks, "cannot write step 2 to ck.h5: Input/output error (injected)")

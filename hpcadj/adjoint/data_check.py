@@ -49,7 +49,8 @@ def _drop_garbage(comm) -> None:
 
 
 def adjoint_data_problem(model, controls, steps: int = 2, seed: int = 41) -> tuple[str | None, str]:
-    """(the first problem on any rank or None, what was checked), the same on every rank."""
+    """(the first problem on any rank or None, what was checked), the same on every rank. A model's
+    exception in the check is its problem (``"step i: ValueError: ..."``), agreed like the others."""
     layout = model.adjoint_data_layout()
     if layout is None:
         return None, ""
@@ -59,41 +60,53 @@ def adjoint_data_problem(model, controls, steps: int = 2, seed: int = 41) -> tup
     like = model.initial_state()
     n = steps if model.n_steps is None else min(steps, int(model.n_steps))
     for i in range(n):
-        u = _random_like(like, rng)
-        u_next = model.step(i, u)
-        lam = _random_like(like, rng)
-        data = model.adjoint_data(i, u, u_next)
-        wrong = _layout_problem(data, layout)
-        problem = first_problem(comm, wrong and f"step {i}'s adjoint data do not match adjoint_data_layout(): {wrong}")
+        try:
+            problem = _step_problem(model, controls, layout, i, like, rng)
+        except MemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a model's own error is the check's verdict
+            lines = str(exc).strip().splitlines()
+            problem = first_problem(comm, f"step {i}: {type(exc).__name__}{': ' + lines[0] if lines else ''}")
         if problem:
             return problem, ""
-        model.step(i, _random_like(like, rng))  # whatever a model keeps of its last step is now another's
-        _drop_garbage(comm)
-        first, differ = None, []
-        for state, following in ((model.adjoint_data_state(i, data), None),
-                                 (u, u_next if model.adjoint_reads_next else None)):
-            grad = {name: vec.duplicate() for name, vec in controls.items()}
-            for vec in grad.values():
-                vec.set(0.0)
-            out = model.adjoint_step(i, state, following, lam, grad)
-            model.add_objective_gradient(i, state, out)
-            bits = [_bits(out)] + [_bits(grad[name]) for name in sorted(grad)]
-            del state, grad, out
-            _drop_garbage(comm)
-            if first is None:
-                first = bits
-            else:
-                names = ["lambda"] + [f"dJ/d{k}" for k in sorted(controls)]
-                differ = [what for what, a, b in zip(names, first, bits) if not np.array_equal(a, b)]
-            del bits
-        problem = first_problem(comm, differ and (
-            f"adjoint step {i} from its declared data gives another {', '.join(differ)} than "
-            f"from u_{i} (the data leave out something the adjoint step reads)"))
-        if problem:
-            return problem, ""
-        del u, u_next, lam, data, first
         _drop_garbage(comm)
     return None, f"adjoint steps {0}..{n - 1} from their data bitwise as from the states"
+
+
+def _step_problem(model, controls, layout, i: int, like, rng) -> str | None:
+    """Step i's problem on any rank (its data's layout, or an adjoint step from them that differs),
+    or None; the same on every rank. Collective."""
+    comm = model.comm
+    u = _random_like(like, rng)
+    u_next = model.step(i, u)
+    lam = _random_like(like, rng)
+    data = model.adjoint_data(i, u, u_next)
+    wrong = _layout_problem(data, layout)
+    problem = first_problem(comm, wrong and f"step {i}'s adjoint data do not match adjoint_data_layout(): {wrong}")
+    if problem:
+        return problem
+    model.step(i, _random_like(like, rng))  # whatever a model keeps of its last step is now another's
+    _drop_garbage(comm)
+    first, differ = None, []
+    for state, following in ((model.adjoint_data_state(i, data), None),
+                             (u, u_next if model.adjoint_reads_next else None)):
+        grad = {name: vec.duplicate() for name, vec in controls.items()}
+        for vec in grad.values():
+            vec.set(0.0)
+        out = model.adjoint_step(i, state, following, lam, grad)
+        model.add_objective_gradient(i, state, out)
+        bits = [_bits(out)] + [_bits(grad[name]) for name in sorted(grad)]
+        del state, grad, out
+        _drop_garbage(comm)
+        if first is None:
+            first = bits
+        else:
+            names = ["lambda"] + [f"dJ/d{k}" for k in sorted(controls)]
+            differ = [what for what, a, b in zip(names, first, bits) if not np.array_equal(a, b)]
+        del bits
+    return first_problem(comm, differ and (
+        f"adjoint step {i} from its declared data gives another {', '.join(differ)} than "
+        f"from u_{i} (the data leave out something the adjoint step reads)"))
 
 
 def check_adjoint_data(model, controls=None):

@@ -1,16 +1,19 @@
 """Failures that reach the command line by unusual ways still end every rank with one line and
 exit 2, promptly, under real mpirun at 1, 2 and 3 ranks, the failure injected in the launched
 ranks (real faults need privileges): a calibration's stale scratch file rank 0 cannot remove; a
-storage failure inside a petsc4py callback, handed back wrapped in a PETSc.Error."""
+storage failure inside a petsc4py callback, handed back wrapped in a PETSc.Error; a model raising
+in the data check (``hpcadj check`` reports it FAILED, a mixed run refuses the model)."""
 
 from __future__ import annotations
 
+import json
 import re
+import textwrap
 import time
 
 import pytest
 
-from ..helpers import PYTHON, mpirun
+from ..helpers import PYTHON, hpcadj_each, mpirun
 
 #: argv[1]: the path whose os.remove fails on rank 0; the rest: hpcadj's arguments. Each rank
 #: prints its exit status.
@@ -115,3 +118,38 @@ def test_storage_failure_wrapped_in_a_petsc_error_is_one_line(tmp_path, nranks, 
                            "--invert", "kappa", "--max-it", "1"],
                   timeout=90, env={"HPCADJ_AGREE_TIMEOUT": AGREE_TIMEOUT_S})
     one_error_line(proc, nranks, "cannot write step 2 to ck.h5: Input/output error (injected)")
+
+
+READS_PREVIOUS = textwrap.dedent("""
+    from hpcadj.models.wave import WaveModel
+
+
+    class ReadsPrevious(WaveModel):
+        \"\"\"Declares u^i as its data, but its adjoint step reads u^{i-1} too.\"\"\"
+
+        def adjoint_step(self, i, u, u_next, lam_next, grad):
+            self._fields(u)  # a ValueError on the one-field stand-in of its data
+            return super().adjoint_step(i, u, u_next, lam_next, grad)
+
+
+    def make(comm, args):
+        return ReadsPrevious(comm, (14, 12), n_steps=6)
+""")
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3])
+def test_a_model_raising_in_the_data_check_is_failed_and_refused_in_one_line(tmp_path, nranks):
+    """``hpcadj check`` reports adjoint_data FAILED with the model's exception in one line (exit 1);
+    ``hpcadj run --schedule mixed`` refuses the model in one line, exit 2, no traceback."""
+    model = tmp_path / "reads_previous.py"
+    model.write_text(READS_PREVIOUS)
+    spec = f"{model}:make"
+    check, run = hpcadj_each([["check", "--model", spec, "--check-steps", "2", "--json"],
+                              ["run", "--model", spec, "--schedule", "mixed", "--quiet"]], nranks, timeout=120)
+    verdict = json.loads(check.stdout)["properties"]["adjoint_data"]
+    assert check.returncode == 1 and verdict["status"] == "FAILED", (check.returncode, verdict)
+    assert "step 0: ValueError: cannot reshape" in verdict["reason"], verdict
+    errors = [line for line in run.stderr.splitlines() if line.startswith("hpcadj: error:")]
+    assert run.returncode == 2 and len(errors) == 1 and "Traceback" not in run.stderr, (run.returncode, run.stderr)
+    assert "cannot trust 'wave''s adjoint data" in errors[0] and "step 0: ValueError" in errors[0], errors
+    assert run.stdout == "", run.stdout

@@ -129,6 +129,30 @@ def test_check_catches_data_that_are_not_what_the_adjoint_step_reads(comm):
     assert "from its declared data gives another lambda, dJ/dc" in wrong["adjoint_data"].reason
 
 
+class ReadsPrevious(WaveModel):
+    """Declares u^i as its data, but its adjoint step reads u^{i-1} too: from the one-field stand-in
+    of its data it raises (a ValueError of numpy's reshape)."""
+
+    def adjoint_step(self, i, u, u_next, lam_next, grad):
+        self._fields(u)
+        return super().adjoint_step(i, u, u_next, lam_next, grad)
+
+
+def test_a_model_raising_in_the_data_check_fails_it_with_its_one_line(comm):
+    """The model's exception is the check's FAILED verdict, and a mixed run's one refusal, naming
+    the step and the exception, the same on every rank."""
+    from hpcadj.adjoint.contract import check_contract
+    from hpcadj.adjoint.session import GradientSession
+    from hpcadj.checkpoint.options import Checkpointing, ConfigError
+
+    with pytest.raises(ConfigError, match="cannot trust 'wave''s adjoint data: (rank 0: )?step 0: ValueError") as caught:
+        GradientSession(ReadsPrevious(comm, (14, 12), n_steps=6), Checkpointing(schedule="mixed")).solve()
+    assert len(set(comm.allgather(str(caught.value)))) == 1 and "\n" not in str(caught.value)
+    result = check_contract(ReadsPrevious(comm, (14, 12), n_steps=6), steps=2)["adjoint_data"]
+    assert result.status == "FAILED" and "step 0: ValueError: cannot reshape" in result.reason, result
+    assert len(set(comm.allgather(result.reason))) == 1
+
+
 def test_a_mixed_run_refuses_a_model_whose_data_are_wrong_before_any_gradient(comm):
     from hpcadj.adjoint.session import GradientSession
     from hpcadj.checkpoint.options import Checkpointing, ConfigError

@@ -25,7 +25,9 @@ that write on every rank before any HDF5 call can fail on one rank only (which w
 others in a collective call for ever), and the level takes no more writes. Closing (and removing a
 file not kept) is agreed too, and so is freeing a snapshot (its link and step attribute: collective
 metadata changes): a failure on any rank fails the free on every rank as a write failure of the level,
-which then takes no new snapshots, and the run re-plans.
+which then takes no new snapshots, and the run re-plans. A snapshot whose free failed is revoked:
+``(step, slot)`` goes into the root attribute ``revoked``, and attach drops such a link (where even
+that attribute cannot be written to a kept file, the file is removed), so no resume trusts it.
 With ``keep`` (restartable runs) the file is flushed (``H5Fflush``) after every write, so a killed
 run leaves a file whose step links and CRC tables describe complete snapshots.
 
@@ -49,7 +51,7 @@ import numpy as np
 from ...snapshot import Snapshot, SnapshotLayout
 from ...imports import h5py, mpi
 from .aio import QueuedLevel, Transport
-from ...collective import agree_or_raise
+from ...collective import agree_or_raise, detail, first_problem, problems
 from .base import CorruptSnapshot, LevelError, LevelFault, WriteFailed, agree_run_id
 from .checksum import ALGORITHM, block_checksum
 from .pfs_attach import FORMAT, attach_file
@@ -162,6 +164,7 @@ class H5File(Transport):
         self.attach_note: str | None = None
         self.attach_dropped: list[str] = []  # why snapshots found on attach were not taken
         self.attached: dict[int, float | None] = {}  # held after attach: {step: model time}
+        self.revoked: list[tuple[int, int]] = []  # (step, slot) whose free failed: never to be trusted
 
     def start(self, attach: bool) -> str | None:
         """Create (or attach) the file; this rank's problem, or None (the caller agrees on it)."""
@@ -409,16 +412,48 @@ class H5File(Transport):
         def mark_free():
             self.groups[slot].attrs["step"] = -1
 
-        problems = []
+        errors = []
         for change in (unlink, mark_free):
             try:
                 change()
             except Exception as exc:  # noqa: BLE001 - agreed next; the other call is still made
-                problems.append(f"{type(exc).__name__}: {exc}")
-        agree_or_raise(self.comm, "; ".join(problems) or None,
-                       lambda message: LevelFault(self.name, step, message, writing=True),
-                       f"{self.name}: freeing step {step} in {self.path} failed ({{detail}})")
+                errors.append(f"{type(exc).__name__}: {exc}")
+        failed = problems(self.comm, "; ".join(errors) or None)
+        if failed:
+            raise LevelFault(self.name, step, f"{self.name}: freeing step {step} in {self.path} failed "
+                                              f"({detail(failed)}); {self.revoke(step, slot)}", writing=True)
         self.return_slot(slot)
+
+    def revoke(self, step: int, slot: int) -> str:
+        """After a free that failed: leave no snapshot of ``step`` a resume would trust (collective).
+        The pair is recorded in the file's ``revoked`` attribute, which attach reads; where even that
+        fails on a rank and the file is kept, rank 0 removes the file (this run reads on through its
+        open handle; a resume finds none). What was done, the same on every rank."""
+        self.revoked.append((step, slot))
+        why = None
+        try:
+            self._file.attrs["revoked"] = np.array(self.revoked, dtype=np.int64).reshape(-1, 2)
+        except Exception as exc:  # noqa: BLE001 - agreed next
+            why = f"{type(exc).__name__}: {exc}"
+        if self.keep:  # collective: every rank flushes
+            try:
+                self._file.flush()
+            except Exception as exc:  # noqa: BLE001 - agreed next
+                why = why or f"{type(exc).__name__}: {exc}"
+        failed = first_problem(self.comm, why)
+        if failed is None:
+            return f"step {step} marked revoked in the file"
+        if not self.keep:
+            return f"marking it revoked failed too ({failed}); the file is not kept"
+        gone = None
+        if self.rank == 0:
+            try:
+                os.remove(self.path)
+            except OSError as exc:
+                gone = exc.strerror or str(exc)
+        gone = first_problem(self.comm, gone)
+        return (f"marking it revoked failed too ({failed}); " +
+                (f"removing the file failed too ({gone})" if gone else "the file was removed: no resume reads it"))
 
     def shutdown(self, problem: str | None = None) -> None:
         """Close the file, agreed: a failure on any rank (or ``problem``, this rank's failure to

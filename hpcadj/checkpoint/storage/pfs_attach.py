@@ -4,7 +4,8 @@ Attach (``attach=True``, a restart with the same run id and path): the file is r
 format, run id and fields checked (another run's file is refused), and every linked snapshot
 verified against the per-rank CRC-32 table stored with each dataset, on any rank count: old rank
 block ``r`` is checked by new rank ``r % size`` and verdicts are agreed, so a snapshot is held only
-if every old block checks out. Invalid links are removed. When the rank layout differs, each rank
+if every old block checks out. Invalid links are removed, and so are revoked ones (a snapshot whose
+free failed, listed in the root attribute ``revoked``). When the rank layout differs, each rank
 records the CRC of its new block, and a slot written again gets the new rank tables. A file that
 cannot be opened at all is replaced by an empty one (``attach_note`` says so).
 """
@@ -50,7 +51,8 @@ def attach_file(h5file) -> None:
     slots = {int(name[5:]): f["slots"][name] for name in sorted(f["slots"])
              if name.startswith("slot_") and name[5:].isdigit()}
     h5file._next_slot = max(slots, default=-1) + 1
-    linked, stale = _links(f, slots)
+    revoked = {(int(step), int(k)) for step, k in np.asarray(f.attrs.get("revoked", np.zeros((0, 2)))).reshape(-1, 2)}
+    linked, stale = _links(f, slots, revoked)
     bad = set(_verify(h5file, linked, slots))
     for other in h5file.comm.allgather(sorted(bad)):
         bad |= set(other)
@@ -80,9 +82,9 @@ def _open(h5file):
     return f, None
 
 
-def _links(f, slots: dict) -> tuple[dict[int, int], list[str]]:
+def _links(f, slots: dict, revoked: set) -> tuple[dict[int, int], list[str]]:
     """``({step: slot}, stale)``: the step links that name a slot recording that step, one link a
-    slot, and the names of the others."""
+    slot, none revoked (a free that failed: ``(step, slot)`` pairs), and the names of the others."""
     ids = {g.id: k for k, g in slots.items()}
     linked: dict[int, int] = {}
     stale: list[str] = []
@@ -94,7 +96,7 @@ def _links(f, slots: dict) -> tuple[dict[int, int], list[str]]:
         except ValueError:
             step = None
         if k is None or step is None or not link.startswith("step_") or \
-                int(g.attrs.get("step", -1)) != step or k in linked.values():
+                int(g.attrs.get("step", -1)) != step or k in linked.values() or (step, k) in revoked:
             stale.append(link)
         else:
             linked[step] = k
@@ -106,6 +108,8 @@ def _hold(h5file, f, slots: dict, linked: dict, stale: list, bad: set) -> None:
     slots, hold the rest (slot, this rank's CRCs, model time) and say what was dropped."""
     for link in stale:
         del f["snapshots"][link]
+    if "revoked" in f.attrs:  # their links are gone now and their slots freed below
+        del f.attrs["revoked"]
     for k, g in slots.items():
         h5file.groups[k] = g
         if any(not np.array_equal(np.asarray(g[field].attrs.get("rank_starts", [])), h5file._ranks[field][0])

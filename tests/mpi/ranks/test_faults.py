@@ -425,3 +425,63 @@ def test_pfs_free_failing_on_one_rank_mid_run(reference, comm, shared_tmp, async
     assert_identical(reference, driver, result)
     assert any("freeing step" in f and "(injected)" in f for f in driver.faults), driver.faults
     assert len(set(comm.allgather(tuple(driver.faults)))) == 1, driver.faults
+
+
+def failing_on_every_rank(cls, name, err, when=lambda *args: True):
+    """``cls.<name>(...)`` fails with ``err`` on every rank, before doing anything, where ``when``
+    holds for its arguments (a metadata change that really failed). Returns what restores it."""
+    real = getattr(cls, name)
+
+    def failing(self, *args, **kwargs):
+        if when(*args):
+            raise OSError(err, os.strerror(err) + " (injected)")
+        return real(self, *args, **kwargs)
+    setattr(cls, name, failing)
+    return lambda: setattr(cls, name, real)
+
+
+REVOKES = {"link": ("step",), "link+slot": ("step",), "all": ("step", "revoked")}
+
+
+@pytest.mark.parametrize("failing", list(REVOKES))
+@pytest.mark.parametrize("async_io", [True, False], ids=["async", "sync"])
+def test_pfs_snapshot_whose_free_really_failed_is_not_trusted_on_attach(comm, shared_tmp, async_io, failing):
+    """The link's removal really fails on every rank (EIO, nothing removed; with "link+slot" marking
+    its slot free too, with "all" also every later attribute write): a resume attaching the kept
+    file holds no snapshot of the freed step, whose checksums would still match, and the same steps
+    on every rank."""
+    import h5py
+
+    path = f"{shared_tmp}/ck-revoke-{failing}-{async_io}.h5"
+    layout = HeatModel(comm, (12, 10), n_steps=4, dt=1e-3).snapshot_layout()
+    level = make_level("pfs", 3, layout, comm, async_io=async_io, keep=True, path=path, run_id="revoke")
+    snapshot = {f: np.full(tuple(lay.shape), 1.0 + comm.rank, dtype=lay.dtype) for f, lay in layout.items()}
+    for step in (1, 2):
+        level.write(step, snapshot)
+    level.flush()
+    names = REVOKES[failing]
+    restore = [failing_on_every_rank(h5py.Group, "__delitem__", errno.EIO, lambda link: link == "step_1")]
+    if failing != "link":
+        restore.append(failing_on_every_rank(h5py.AttributeManager, "__setitem__", errno.EIO,
+                                             lambda name, value: name in names))
+    try:
+        with pytest.raises(LevelError, match=r"freeing step 1 .*\(injected\)") as caught:
+            level.free(1)
+    finally:
+        for undo in restore:
+            undo()
+    assert len(set(comm.allgather(str(caught.value)))) == 1, str(caught.value)
+    level.close()
+    again = make_level("pfs", 3, layout, comm, async_io=async_io, keep=True, path=path, run_id="revoke",
+                       attach=True)
+    try:
+        held = sorted(again.valid_steps())
+        assert 1 not in held, (held, again.attach_note, str(caught.value))
+        assert comm.allgather(held) == [held] * comm.size
+        assert held == ([] if failing == "all" else [2]), (held, again.attach_note)
+        for step in held:
+            assert all(np.array_equal(again.read(step)[f], snapshot[f]) for f in snapshot)
+    finally:
+        again.close()
+    if comm.rank == 0 and os.path.exists(path):
+        os.remove(path)

@@ -15,8 +15,19 @@ import pytest
 
 from ..helpers import PYTHON, hpcadj_each, mpirun
 
-#: argv[1]: the path whose os.remove fails on rank 0; the rest: hpcadj's arguments. Each rank
-#: prints its exit status.
+#: the end of each script below: hpcadj's arguments from argv[2] on, each rank printing its exit status
+MAIN = """
+from hpcadj.cli import main
+
+try:
+    status = main(sys.argv[2:])
+except SystemExit as exc:
+    status = exc.code
+print(f"rank-exit {os.environ.get('OMPI_COMM_WORLD_RANK')} {status}", flush=True)
+sys.exit(status)
+"""
+
+#: argv[1]: the path whose os.remove fails on rank 0; then hpcadj's arguments.
 REMOVE_FAILS = """
 import errno, os, sys
 
@@ -30,20 +41,12 @@ def remove(path, *args, **kwargs):
 
 
 os.remove = remove
-from hpcadj.cli import main
-
-try:
-    status = main(sys.argv[2:])
-except SystemExit as exc:
-    status = exc.code
-print(f"rank-exit {os.environ.get('OMPI_COMM_WORLD_RANK')} {status}", flush=True)
-sys.exit(status)
-"""
+""" + MAIN
 
 #: argv[1]: "cause" or "context"; the rest: hpcadj's arguments. Every gradient TAO asks for fails
 #: with a storage error inside TAO's callback, which comes back out of ``tao.solve()`` as a
 #: PETSc.Error holding it, as newer petsc4py returns a callback's exception (3.18 re-raises it
-#: as it is). Each rank prints its exit status.
+#: as it is).
 WRAPPED = """
 import os, sys
 
@@ -62,15 +65,7 @@ def failing(self, x, g):
 
 
 TaoProblem._gradient_into = failing
-from hpcadj.cli import main
-
-try:
-    status = main(sys.argv[2:])
-except SystemExit as exc:
-    status = exc.code
-print(f"rank-exit {os.environ.get('OMPI_COMM_WORLD_RANK')} {status}", flush=True)
-sys.exit(status)
-"""
+""" + MAIN
 
 #: longer than any of these commands takes: a failure that only the agreement's timeout ends shows
 AGREE_TIMEOUT_S = "120"

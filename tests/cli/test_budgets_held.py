@@ -14,15 +14,17 @@ pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # its file goes to a 
 MiB = 2 ** 20
 #: heat 256x256 on 2 ranks: 256 KiB a state a rank, 20 steps
 SIZE = ["--model", "heat", "--grid", "256x256", "--steps", "20"]
-#: bntr's Hessian products solve most: a short step (dt h^-2 = 0.66) keeps CG to a few iterations a
-#: solve without changing what is stored (at the default dt, 53 iterations a solve were three quarters
-#: of its time); hesscheck's Taylor remainders need the default step to stand above J's noise
+#: the solves are most of the time: a short step (dt h^-2 = 0.66) keeps CG to a few iterations a solve
+#: without changing what is stored (at the default dt 1e-4, 53 iterations a solve were three quarters
+#: of an inversion's time); hesscheck's Taylor remainders need a longer one to stand above J's noise
+#: (at 1e-5 they sink into it; at 5e-5 the last is 20 times the noise floor, its rates near 4)
 SHORT_STEP = ["--dt", "1e-5"]
+HESSCHECK_STEP = ["--dt", "5e-5"]
 COMMANDS = {
-    "invert-lmvm": ["invert", *SIZE, "--invert", "kappa", "--max-it", "2"],
+    "invert-lmvm": ["invert", *SIZE, *SHORT_STEP, "--invert", "kappa", "--max-it", "2"],
     "invert-bntr": ["invert", *SIZE, *SHORT_STEP, "--invert", "kappa", "--max-it", "2", "--tao", "bntr",
                     "--bounds", "kappa:0.1:10"],
-    "hesscheck": ["hesscheck", *SIZE, "--halvings", "2"],
+    "hesscheck": ["hesscheck", *SIZE, *HESSCHECK_STEP, "--halvings", "2"],
 }
 
 

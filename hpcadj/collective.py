@@ -12,8 +12,23 @@ communicator of its own, and a rank with a problem waits for the others only so 
 
 from __future__ import annotations
 
+import os
 import time
+
 from .imports import mpi
+
+#: seconds a rank that failed waits for the others to agree before it ends the job
+#: ($HPCADJ_AGREE_TIMEOUT overrides it)
+AGREE_TIMEOUT_S = 10.0
+
+
+def agree_timeout() -> float:
+    """Seconds a failing rank waits for the others (:data:`AGREE_TIMEOUT_S` or $HPCADJ_AGREE_TIMEOUT)."""
+    try:
+        timeout = float(os.environ.get("HPCADJ_AGREE_TIMEOUT", AGREE_TIMEOUT_S))
+    except ValueError:
+        return AGREE_TIMEOUT_S
+    return timeout if timeout > 0 else AGREE_TIMEOUT_S
 
 
 def allgather(comm, value) -> list:
@@ -28,11 +43,15 @@ def problems(comm, problem: str | None) -> list[tuple[int, str]]:
 
 def first_problem(comm, problem: str | None) -> str | None:
     """The first failing rank's problem (prefixed with its rank on several ranks), alike everywhere."""
-    failed = problems(comm, problem)
+    return first_of(problems(comm, problem), 1 if comm is None else comm.size)
+
+
+def first_of(failed: list[tuple[int, str]], size: int) -> str | None:
+    """The first of ``failed``'s problems (prefixed with its rank on several ranks), or None."""
     if not failed:
         return None
     rank, text = failed[0]
-    return text if comm.size == 1 else f"rank {rank}: {text}"
+    return text if size == 1 else f"rank {rank}: {text}"
 
 
 def detail(failed: list[tuple[int, str]]) -> str:
@@ -106,16 +125,16 @@ class Agreement:
     as long as it takes. Any two calls match each other, so a rank that failed at one point and
     ranks that arrive at another (the end of the command, say) still learn each other's problems.
     The duplicate keeps these calls from being matched with any other collective. Creating one is
-    collective over ``comm``.
+    collective over ``comm``; ``timeout`` defaults to :func:`agree_timeout`.
     """
 
     #: the longest pause between two polls of the barrier (seconds)
     POLL_S = 0.05
 
-    def __init__(self, comm, timeout: float):
+    def __init__(self, comm, timeout: float | None = None):
         self.comm = comm.Dup()
         self.size = comm.size
-        self.timeout = timeout
+        self.timeout = agree_timeout() if timeout is None else timeout
 
     def problems(self, problem: str | None) -> list[tuple[int, str]]:
         """``(rank, problem)`` of every rank with one, the same list everywhere (see the class)."""

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..buffers import release_idle_buffers
 from ..checkpoint.options import ConfigError
-from ..collective import first_problem
+from ..collective import Agreement, first_of, first_problem
 from ..imports import petsc
 
 
@@ -50,7 +50,9 @@ def _drop_garbage(comm) -> None:
 
 def adjoint_data_problem(model, controls, steps: int = 2, seed: int = 41) -> tuple[str | None, str]:
     """(the first problem on any rank or None, what was checked), the same on every rank. A model's
-    exception in the check is its problem (``"step i: ValueError: ..."``), agreed like the others."""
+    exception in the check is its problem (``"step i: ValueError: ..."``), agreed like the others
+    when every rank raised; raised on some ranks only (the others then wait in the model's own
+    collective calls), :class:`~hpcadj.collective.Unreachable` after the agreement's timeout."""
     layout = model.adjoint_data_layout()
     if layout is None:
         return None, ""
@@ -59,6 +61,7 @@ def adjoint_data_problem(model, controls, steps: int = 2, seed: int = 41) -> tup
     rng = np.random.default_rng(seed + comm.rank)
     like = model.initial_state()
     n = steps if model.n_steps is None else min(steps, int(model.n_steps))
+    agreement = Agreement(comm)
     for i in range(n):
         try:
             problem = _step_problem(model, controls, layout, i, like, rng)
@@ -66,10 +69,13 @@ def adjoint_data_problem(model, controls, steps: int = 2, seed: int = 41) -> tup
             raise
         except Exception as exc:  # noqa: BLE001 - a model's own error is the check's verdict
             lines = str(exc).strip().splitlines()
-            problem = first_problem(comm, f"step {i}: {type(exc).__name__}{': ' + lines[0] if lines else ''}")
+            failed = agreement.problems(f"step {i}: {type(exc).__name__}{': ' + lines[0] if lines else ''}")
+            problem = first_of(failed, comm.size)
         if problem:
+            agreement.comm.Free()
             return problem, ""
         _drop_garbage(comm)
+    agreement.comm.Free()
     return None, f"adjoint steps {0}..{n - 1} from their data bitwise as from the states"
 
 

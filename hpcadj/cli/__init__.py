@@ -67,9 +67,6 @@ def _rank() -> int:
     return 0
 
 
-#: seconds a rank that failed waits for the others to agree before it ends the job
-#: ($HPCADJ_AGREE_TIMEOUT overrides it)
-AGREE_TIMEOUT_S = 10.0
 _AGREEMENT: Agreement | None = None
 
 
@@ -84,11 +81,7 @@ def start_agreement() -> None:
 
     world = mpi().COMM_WORLD
     if _AGREEMENT is None and world.size > 1:
-        try:
-            timeout = float(os.environ.get("HPCADJ_AGREE_TIMEOUT", AGREE_TIMEOUT_S))
-        except ValueError:
-            timeout = AGREE_TIMEOUT_S
-        _AGREEMENT = Agreement(world, timeout if timeout > 0 else AGREE_TIMEOUT_S)
+        _AGREEMENT = Agreement(world)
 
 
 def agree(problem: str | None, comm=None) -> None:
@@ -105,9 +98,7 @@ def agree(problem: str | None, comm=None) -> None:
     try:
         failed = _AGREEMENT.problems(problem)
     except Unreachable:
-        print(f"hpcadj: error: rank {_rank()}: {problem}", file=sys.stderr, flush=True)
-        _abort_job(EXIT_USAGE)
-        raise SystemExit(EXIT_USAGE) from None  # Abort ended the job; kept for a static reader
+        _end_alone(problem)
     if failed:
         error = CliError(one_line(failed, _AGREEMENT.size))
         error.agreed = True
@@ -258,6 +249,8 @@ def main(argv: list[str] | None = None, *, keep_petsc_options: bool = False) -> 
         return status
     except CliError as exc:
         return report_error(str(exc) if exc.agreed else _agreed_message(str(exc)))
+    except Unreachable as exc:  # a library agreement this rank's problem never reached
+        _end_alone(str(exc))
     except BaseException as exc:  # anything but memory running out or failing storage is re-raised
         from .common import storage_failure
 
@@ -267,6 +260,14 @@ def main(argv: list[str] | None = None, *, keep_petsc_options: bool = False) -> 
         if failure is None:
             raise
         return report_error(_agreed_message(str(failure)))
+
+
+def _end_alone(problem: str) -> None:
+    """This rank's problem, which the other ranks did not come to agree on (they are in a collective
+    call it will never join): its one line, naming the rank, then the job ends."""
+    print(f"hpcadj: error: rank {_rank()}: {problem}", file=sys.stderr, flush=True)
+    _abort_job(EXIT_USAGE)
+    raise SystemExit(EXIT_USAGE) from None  # Abort ended the job; kept for a static reader
 
 
 def _agreed_message(message: str) -> str:

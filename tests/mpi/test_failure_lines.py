@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from ..helpers import PYTHON, hpcadj_each, mpirun
+from ..helpers import PYTHON, hpcadj, hpcadj_each, mpirun
 
 #: the end of each script below: hpcadj's arguments from argv[2] on, each rank printing its exit status
 MAIN = """
@@ -148,3 +148,36 @@ def test_a_model_raising_in_the_data_check_is_failed_and_refused_in_one_line(tmp
     assert run.returncode == 2 and len(errors) == 1 and "Traceback" not in run.stderr, (run.returncode, run.stderr)
     assert "cannot trust 'wave''s adjoint data" in errors[0] and "step 0: ValueError" in errors[0], errors
     assert run.stdout == "", run.stdout
+
+
+#: raises on the last rank only, in its adjoint step from the data's stand-in: the other ranks are
+#: then inside the adjoint step's halo exchange, which the failing rank never joins
+LAST_RANK_RAISES = textwrap.dedent("""
+    from hpcadj.models.wave import WaveModel
+
+
+    class LastRankRaises(WaveModel):
+        def adjoint_step(self, i, u, u_next, lam_next, grad):
+            if self._is_field(u) and self.comm.rank == self.comm.size - 1:
+                raise RuntimeError("this rank's adjoint step cannot read its data")
+            return super().adjoint_step(i, u, u_next, lam_next, grad)
+
+
+    def make(comm, args):
+        return LastRankRaises(comm, (14, 12), n_steps=6)
+""")
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_a_model_raising_on_one_rank_in_the_data_check_ends_the_job_in_one_line(tmp_path, nranks):
+    """The failing rank waits for the others only the agreement's time, then prints its one line
+    naming itself and ends the job: the others, blocked in the model's halo exchange, never hang it."""
+    model = tmp_path / "last_rank_raises.py"
+    model.write_text(LAST_RANK_RAISES)
+    t0 = time.monotonic()
+    proc = hpcadj(["run", "--model", f"{model}:make", "--schedule", "mixed", "--quiet"], nranks, timeout=120,
+                  env={"HPCADJ_AGREE_TIMEOUT": "3"})
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("hpcadj: error:")]
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, (proc.returncode, proc.stderr)
+    assert len(errors) == 1 and f"rank {nranks - 1}: step 0: RuntimeError: this rank's" in errors[0], proc.stderr
+    assert proc.stdout == "" and time.monotonic() - t0 < 90

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..collective import allgather, first_problem
+from ..collective import Agreement, allgather, first_of, first_problem
 from ..snapshot import layout_bytes
 from .data_check import check_adjoint_data
 from .guards import checksum, finite
@@ -446,7 +446,9 @@ def check_contract(model, controls=None, *, steps: int = 3, variant=None, factor
     memory_tolerance : float
         Relative tolerance of the working-set comparison (plus the measurement's noise).
 
-    Returns a :class:`ContractReport`, the same on every rank. Raises ValueError for ``steps < 1``.
+    Returns a :class:`ContractReport`, the same on every rank. Raises ValueError for ``steps < 1``, and
+    :class:`~hpcadj.collective.Unreachable` on ranks whose model raised while the other ranks wait in
+    its collective calls (after the agreement's timeout: only ending the job is left).
     """
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a whole number >= 1, got {steps!r}")
@@ -459,6 +461,7 @@ def check_contract(model, controls=None, *, steps: int = 3, variant=None, factor
         controls = model.default_controls()
     checker = _Checker(model, controls, steps, seed, tolerance)
     results: dict[str, PropertyResult] = {}
+    agreement = Agreement(comm)  # bounded for a rank that raised while the others wait in the model
 
     def guarded(name, fn, fallback_status=FAILED):
         local = None
@@ -466,7 +469,7 @@ def check_contract(model, controls=None, *, steps: int = 3, variant=None, factor
             result = fn()
         except Exception as exc:  # noqa: BLE001 - a model's own error is this property's verdict
             local, result = f"{type(exc).__name__}: {exc}", None
-        problem = first_problem(comm, local)
+        problem = first_of(agreement.problems(local), comm.size)
         if problem:
             return PropertyResult(name, fallback_status, f"raised {problem}")
         return result
@@ -496,6 +499,7 @@ def check_contract(model, controls=None, *, steps: int = 3, variant=None, factor
         facts = {"model": getattr(model, "name", type(model).__name__)}
     facts = dict(facts) if isinstance(facts, dict) else {"model": getattr(model, "name", "?")}
     facts.setdefault("model", getattr(model, "name", type(model).__name__))
+    agreement.comm.Free()
     return ContractReport(model=facts, ranks=comm.size, steps=steps,
                           properties=[results[name] for name in PROPERTIES])
 

@@ -50,9 +50,9 @@ def _drop_garbage(comm) -> None:
 
 def adjoint_data_problem(model, controls, steps: int = 2, seed: int = 41) -> tuple[str | None, str]:
     """(the first problem on any rank or None, what was checked), the same on every rank. A model's
-    exception in the check is its problem (``"step i: ValueError: ..."``), agreed like the others
-    when every rank raised; raised on some ranks only (the others then wait in the model's own
-    collective calls), :class:`~hpcadj.collective.Unreachable` after the agreement's timeout."""
+    exception in the check is its problem (``"step i: ValueError: ..."``), agreed like the others;
+    where the ranks that did not raise wait in the model's own collective calls instead,
+    :class:`~hpcadj.collective.Unreachable` on the raising ranks after the agreement's timeout."""
     layout = model.adjoint_data_layout()
     if layout is None:
         return None, ""
@@ -63,14 +63,15 @@ def adjoint_data_problem(model, controls, steps: int = 2, seed: int = 41) -> tup
     n = steps if model.n_steps is None else min(steps, int(model.n_steps))
     agreement = Agreement(comm)
     for i in range(n):
+        raised = None
         try:
             problem = _step_problem(model, controls, layout, i, like, rng)
         except MemoryError:
             raise
         except Exception as exc:  # noqa: BLE001 - a model's own error is the check's verdict
             lines = str(exc).strip().splitlines()
-            failed = agreement.problems(f"step {i}: {type(exc).__name__}{': ' + lines[0] if lines else ''}")
-            problem = first_of(failed, comm.size)
+            problem, raised = None, f"step {i}: {type(exc).__name__}{': ' + lines[0] if lines else ''}"
+        problem = first_of(agreement.problems(raised), comm.size) or problem
         if problem:
             agreement.comm.Free()
             return problem, ""

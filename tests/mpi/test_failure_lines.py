@@ -150,15 +150,20 @@ def test_a_model_raising_in_the_data_check_is_failed_and_refused_in_one_line(tmp
     assert run.stdout == "", run.stdout
 
 
-#: raises on the last rank only, in its adjoint step from the data's stand-in: the other ranks are
-#: then inside the adjoint step's halo exchange, which the failing rank never joins
+#: raises on the last rank only, in its adjoint step from the data's stand-in (from any state with
+#: $RAISE_ALWAYS=1): the other ranks are then inside the adjoint step's halo exchange, which the
+#: failing rank never joins
 LAST_RANK_RAISES = textwrap.dedent("""
+    import os
+
     from hpcadj.models.wave import WaveModel
+
+    ALWAYS = os.environ.get("RAISE_ALWAYS") == "1"
 
 
     class LastRankRaises(WaveModel):
         def adjoint_step(self, i, u, u_next, lam_next, grad):
-            if self._is_field(u) and self.comm.rank == self.comm.size - 1:
+            if (self._is_field(u) or ALWAYS) and self.comm.rank == self.comm.size - 1:
                 raise RuntimeError("this rank's adjoint step cannot read its data")
             return super().adjoint_step(i, u, u_next, lam_next, grad)
 
@@ -181,3 +186,18 @@ def test_a_model_raising_on_one_rank_in_the_data_check_ends_the_job_in_one_line(
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, (proc.returncode, proc.stderr)
     assert len(errors) == 1 and f"rank {nranks - 1}: step 0: RuntimeError: this rank's" in errors[0], proc.stderr
     assert proc.stdout == "" and time.monotonic() - t0 < 90
+
+
+@pytest.mark.parametrize("nranks", [2, 3])
+def test_a_model_raising_on_one_rank_in_check_ends_the_job_in_one_line(tmp_path, nranks):
+    """``hpcadj check`` of a model whose adjoint step raises on one rank only: that rank's one line
+    after the agreement's timeout and the job ended, not a hang in the contract's agreement."""
+    model = tmp_path / "last_rank_raises.py"
+    model.write_text(LAST_RANK_RAISES)
+    t0 = time.monotonic()
+    proc = hpcadj(["check", "--model", f"{model}:make", "--check-steps", "2"], nranks, timeout=120,
+                  env={"HPCADJ_AGREE_TIMEOUT": "3", "RAISE_ALWAYS": "1"})
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("hpcadj: error:")]
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, (proc.returncode, proc.stderr)
+    assert len(errors) == 1 and f"rank {nranks - 1}: RuntimeError: this rank's" in errors[0], proc.stderr
+    assert time.monotonic() - t0 < 90

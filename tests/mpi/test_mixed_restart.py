@@ -19,47 +19,51 @@ MIXED = [*BASE, "--ram", "6"]
 SLOW = {"HPCADJ_TEST_STEP_DELAY": "0.02"}
 
 
-def _reference(tmp_path, nranks):
-    """The uninterrupted run's result and gradients; on one rank in this process (no start-up to pay)."""
-    out = tmp_path / f"ref{nranks}.h5"
-    info = hpcadj_json([*MIXED, "--gradient-out", str(out)], nranks, in_process=nranks == 1, timeout=300)
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory):
+    """MIXED's uninterrupted run on one rank, in this process (no start-up to pay): the one-rank
+    reference, and the action count the multi-rank tests choose their kill points from before their
+    own reference runs (a plan does not depend on the rank count; each of those checks it is the same)."""
+    out = tmp_path_factory.mktemp("one-rank") / "ref.h5"
+    info = hpcadj_json([*MIXED, "--gradient-out", str(out)], in_process=True)
     assert info["mixed"]["data_writes"] > 0 and info["mixed"]["restart_writes"] > 0, info["mixed"]
     return info, read_gradients(out)
 
 
-def _resume_all(resumes, nranks):
+def _resume_all(resumes, nranks, reference=None):
     """(run --json object, gradients) of each ``(args, gradient file)`` resumed, one after another in
-    one mpirun: each kill is a job of its own, a resume needs ranks but not a process of its own."""
-    procs = hpcadj_each([[*args, "--resume", "--gradient-out", str(out), "--json"] for args, out in resumes],
-                        nranks, timeout=600)
+    one mpirun: each kill is a job of its own, a resume needs ranks but not a process of its own. With
+    ``reference`` (a gradient file), MIXED's uninterrupted run goes first in the same mpirun, and its
+    (object, gradients) lead the list."""
+    commands = [[*args, "--resume", "--gradient-out", str(out), "--json"] for args, out in resumes]
+    outs = [out for _, out in resumes]
+    if reference is not None:
+        commands.insert(0, [*MIXED, "--gradient-out", str(reference), "--json"])
+        outs.insert(0, reference)
     results = []
-    for (args, out), proc in zip(resumes, procs):
-        assert proc.returncode == 0, (args, proc.stderr[-3000:])
+    for command, out, proc in zip(commands, outs, hpcadj_each(commands, nranks, timeout=600)):
+        assert proc.returncode == 0, (command, proc.stderr[-3000:])
         info = json.loads(proc.stdout.strip().splitlines()[-1])
-        assert info["resumed"], args
+        assert info["resumed"] == ("--resume" in command), command
         results.append((info, read_gradients(out)))
+    if reference is not None:
+        mixed = results[0][0]["mixed"]
+        assert mixed["data_writes"] > 0 and mixed["restart_writes"] > 0, mixed
     return results
 
 
-def _crash_then_resume(tmp_path, nranks, at, tag):
-    args = [*MIXED, "--run-dir", str(tmp_path / f"run{tag}")]
-    killed_run(args, nranks, at, env=SLOW, timeout=300)
-    out = tmp_path / f"g{tag}.h5"
-    info = hpcadj_json([*args, "--resume", "--gradient-out", str(out)], nranks, timeout=300)
-    return info, read_gradients(out)
-
-
 @pytest.mark.timeout(900)
-def test_mixed_run_killed_in_either_sweep_resumes_bitwise_on_2_ranks(tmp_path):
-    ref_info, ref = _reference(tmp_path, 2)
-    actions = ref_info["actions"]
+def test_mixed_run_killed_in_either_sweep_resumes_bitwise_on_2_ranks(tmp_path, one_rank):
+    actions = one_rank[0]["actions"]
     shares, resumes = (0.2, 0.45, 0.6, 0.85), []
     for share in shares:
         k = int(actions * share)
         args = [*MIXED, "--run-dir", str(tmp_path / f"run{k}")]
         killed_run(args, 2, f"{k % 2}:{k}", env=SLOW, timeout=300)
         resumes.append((args, tmp_path / f"g{k}.h5"))
-    for share, (info, grads) in zip(shares, _resume_all(resumes, 2)):
+    (ref_info, ref), *resumed = _resume_all(resumes, 2, reference=tmp_path / "ref2.h5")
+    assert ref_info["actions"] == actions  # the plan the kill points were chosen on
+    for share, (info, grads) in zip(shares, resumed):
         assert info["J"] == ref_info["J"], share
         assert_bitwise(grads, ref, share)
         if share > 0.5:  # killed in the reverse sweep: resumed from a durable lambda, not from the start
@@ -68,10 +72,19 @@ def test_mixed_run_killed_in_either_sweep_resumes_bitwise_on_2_ranks(tmp_path):
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("nranks", [1, 3])
-def test_mixed_run_killed_in_the_reverse_sweep_resumes_bitwise(tmp_path, nranks):
-    ref_info, ref = _reference(tmp_path, nranks)
-    k = int(ref_info["actions"] * 0.7)
-    info, grads = _crash_then_resume(tmp_path, nranks, f"{nranks - 1}:{k}", "r")
+def test_mixed_run_killed_in_the_reverse_sweep_resumes_bitwise(tmp_path, one_rank, nranks):
+    k = int(one_rank[0]["actions"] * 0.7)
+    args = [*MIXED, "--run-dir", str(tmp_path / "runr")]
+    killed_run(args, nranks, f"{nranks - 1}:{k}", env=SLOW, timeout=300)
+    out = tmp_path / "gr.h5"
+    if nranks == 1:  # the reference and the resume in this process
+        (ref_info, ref), resumed = one_rank, hpcadj_json([*args, "--resume", "--gradient-out", str(out)],
+                                                         in_process=True)
+        assert resumed["resumed"]
+        info, grads = resumed, read_gradients(out)
+    else:
+        (ref_info, ref), (info, grads) = _resume_all([(args, out)], nranks, reference=tmp_path / "ref.h5")
+        assert ref_info["actions"] == one_rank[0]["actions"]
     assert info["J"] == ref_info["J"] and info["adjoint_steps"] < ref_info["adjoint_steps"]
     assert_bitwise(grads, ref)
 

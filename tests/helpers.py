@@ -25,10 +25,6 @@ def mpi_env(extra: dict | None = None) -> dict:
     # No binding: OpenMPI binds the ranks of an `mpirun -n 1` or `-n 2` to cores 0 (and 1), so the
     # jobs of two pytest workers piled up on core 0 while core 1 idled.
     env.setdefault("OMPI_MCA_hwloc_base_binding_policy", "none")
-    # The point-to-point layer it would select anyway (ob1, over shared memory or TCP), named: each MPI
-    # start then skips loading the cm layer's PSM/PSM2 transports, which no node here has (0.2 s of
-    # waiting a process or mpirun).
-    env.setdefault("OMPI_MCA_pml", "ob1")
     if extra:
         env.update(extra)
     return env

@@ -39,7 +39,9 @@ def least_budget(argv) -> float:
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_peak_within_the_budget(command):
     argv = COMMANDS[command]
-    budget = least_budget(argv) + 3.0  # about 12 states' room beside what the command needs
+    # about 24 states' room beside what the command needs: the baseline a process measures varies by
+    # up to ~2.5 MiB from one process to the next, so the probe's least budget can be short of the run's
+    budget = least_budget(argv) + 6.0
     proc = hpcadj([*argv, "--memory", f"{budget:.1f}MiB", "--json"], 2, timeout=600)
     assert proc.returncode in (0, 1), proc.stderr[-2000:]  # an inversion may end at its iteration cap
     info = json.loads(proc.stdout.strip().splitlines()[-1])

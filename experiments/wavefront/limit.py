@@ -65,25 +65,24 @@ class Cached:
                                    np.empty(shape), np.empty(shape), np.zeros(shape)))
 
     def step(self, hdt, ih2, dt2, r):
-        """Seconds the kernel spent, summed over sub-blocks, REPS warm calls each (one cold call first)."""
-        spent = 0.0
-        for (sig, c, p, u, *_), faces, runs, op, oc, _g in self.parts:
-            args = (p, u, faces, sig, hdt, c, ih2, True, dt2, r, (-1, -1, -1), 0.0, runs, op, oc)
-            kern.step(*args)
-            t0 = time.perf_counter()
-            for _ in range(REPS):
-                kern.step(*args)
-            spent += (time.perf_counter() - t0) / REPS
-        return spent
+        """Seconds the step kernel spent over the sub-blocks (see :meth:`_timed`)."""
+        return self._timed(kern.step, lambda sig, c, p, u, _lc, faces, runs, op, oc, _g:
+                           (p, u, faces, sig, hdt, c, ih2, True, dt2, r, (-1, -1, -1), 0.0, runs, op, oc))
 
     def adjoint(self, hdt, ih2, dt2, r):
+        """Seconds the adjoint kernel spent over the sub-blocks (see :meth:`_timed`)."""
+        return self._timed(kern.adjoint_step, lambda sig, c, lp, lc, u, faces, _runs, op, oc, g:
+                           (lp, lc, faces, u, faces, sig, hdt, c, faces, ih2, True, dt2, r, g, op, oc))
+
+    def _timed(self, kernel, arguments):
+        """Seconds ``kernel`` spent, summed over sub-blocks, REPS warm calls each (one cold call first)."""
         spent = 0.0
-        for (sig, c, lp, lc, u), faces, _runs, op, oc, g in self.parts:
-            args = (lp, lc, faces, u, faces, sig, hdt, c, faces, ih2, True, dt2, r, g, op, oc)
-            kern.adjoint_step(*args)
+        for arrays, faces, runs, op, oc, g in self.parts:
+            args = arguments(*arrays, faces, runs, op, oc, g)
+            kernel(*args)
             t0 = time.perf_counter()
             for _ in range(REPS):
-                kern.adjoint_step(*args)
+                kernel(*args)
             spent += (time.perf_counter() - t0) / REPS
         return spent
 

@@ -125,7 +125,8 @@ class Agreement:
     as long as it takes. Any two calls match each other, so a rank that failed at one point and
     ranks that arrive at another (the end of the command, say) still learn each other's problems.
     The duplicate keeps these calls from being matched with any other collective. Creating one is
-    collective over ``comm``; ``timeout`` defaults to :func:`agree_timeout`.
+    collective over ``comm``; ``timeout`` defaults to :func:`agree_timeout`. As a context manager it
+    frees the duplicate at the end.
     """
 
     #: the longest pause between two polls of the barrier (seconds)
@@ -135,6 +136,19 @@ class Agreement:
         self.comm = comm.Dup()
         self.size = comm.size
         self.timeout = agree_timeout() if timeout is None else timeout
+
+    def __enter__(self) -> Agreement:
+        return self
+
+    def __exit__(self, exc_type, *_exc) -> None:
+        """Free the duplicate when every rank is leaving together (after an error some rank may
+        be elsewhere, and the job is ending anyway)."""
+        if exc_type is None:
+            self.free()
+
+    def free(self) -> None:
+        """Free the duplicate communicator (collective over every rank that made it)."""
+        self.comm.Free()
 
     def problems(self, problem: str | None) -> list[tuple[int, str]]:
         """``(rank, problem)`` of every rank with one, the same list everywhere (see the class)."""

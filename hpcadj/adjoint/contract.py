@@ -499,7 +499,7 @@ def check_contract(model, controls=None, *, steps: int = 3, variant=None, factor
         facts = {"model": getattr(model, "name", type(model).__name__)}
     facts = dict(facts) if isinstance(facts, dict) else {"model": getattr(model, "name", "?")}
     facts.setdefault("model", getattr(model, "name", type(model).__name__))
-    agreement.comm.Free()
+    agreement.free()
     return ContractReport(model=facts, ranks=comm.size, steps=steps,
                           properties=[results[name] for name in PROPERTIES])
 

@@ -61,22 +61,20 @@ def adjoint_data_problem(model, controls, steps: int = 2, seed: int = 41) -> tup
     rng = np.random.default_rng(seed + comm.rank)
     like = model.initial_state()
     n = steps if model.n_steps is None else min(steps, int(model.n_steps))
-    agreement = Agreement(comm)
-    for i in range(n):
-        raised = None
-        try:
-            problem = _step_problem(model, controls, layout, i, like, rng)
-        except MemoryError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a model's own error is the check's verdict
-            lines = str(exc).strip().splitlines()
-            problem, raised = None, f"step {i}: {type(exc).__name__}{': ' + lines[0] if lines else ''}"
-        problem = first_of(agreement.problems(raised), comm.size) or problem
-        if problem:
-            agreement.comm.Free()
-            return problem, ""
-        _drop_garbage(comm)
-    agreement.comm.Free()
+    with Agreement(comm) as agreement:
+        for i in range(n):
+            raised = None
+            try:
+                problem = _step_problem(model, controls, layout, i, like, rng)
+            except MemoryError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a model's own error is the check's verdict
+                lines = str(exc).strip().splitlines()
+                problem, raised = None, f"step {i}: {type(exc).__name__}{': ' + lines[0] if lines else ''}"
+            problem = first_of(agreement.problems(raised), comm.size) or problem
+            if problem:
+                return problem, ""
+            _drop_garbage(comm)
     return None, f"adjoint steps {0}..{n - 1} from their data bitwise as from the states"
 
 

@@ -284,19 +284,21 @@ def petsc_error(exc: BaseException) -> bool:
     return type(exc).__name__ == "Error" and type(exc).__module__.startswith("petsc4py")
 
 
-def out_of_memory(exc: BaseException | None) -> bool:
-    """Whether ``exc`` (or what it was raised from) is an allocation that failed: numpy's
-    MemoryError, or a PETSc error whose trace ends in PetscMalloc (its error code is unreliable)."""
+def raised_from(exc: BaseException | None):
+    """``exc``, then what it was raised from (``__cause__``, else ``__context__``), each once."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, MemoryError):
-            return True
-        if petsc_error(exc):
-            if getattr(exc, "ierr", None) == 55 or "PetscMalloc" in str(exc):  # 55: PETSC_ERR_MEM
-                return True
+        yield exc
         exc = exc.__cause__ or exc.__context__
-    return False
+
+
+def out_of_memory(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what it was raised from) is an allocation that failed: numpy's
+    MemoryError, or a PETSc error whose trace ends in PetscMalloc (its error code is unreliable)."""
+    return any(isinstance(e, MemoryError) or (petsc_error(e) and (getattr(e, "ierr", None) == 55  # PETSC_ERR_MEM
+                                                                   or "PetscMalloc" in str(e)))
+               for e in raised_from(exc))
 
 
 def memory_exhausted(exc: BaseException) -> int:

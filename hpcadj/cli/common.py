@@ -7,7 +7,7 @@ import math
 
 from ..models import registered_models
 from ..models.base import SolverError
-from . import CliError, petsc_error, start_agreement, together
+from . import CliError, petsc_error, raised_from, start_agreement, together
 from .models import SPEC_FORMS, is_spec, model_cli, model_names
 
 
@@ -224,14 +224,11 @@ def storage_failure(exc: BaseException) -> BaseException | None:
     from ..fieldio import WriteError
     from ..restart import RunDirError
 
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, (LevelError, WriteError, RunDirError)):
-            return exc
-        if not petsc_error(exc):
+    for error in raised_from(exc):
+        if isinstance(error, (LevelError, WriteError, RunDirError)):
+            return error
+        if not petsc_error(error):
             return None
-        exc = exc.__cause__ or exc.__context__
     return None
 
 
